@@ -1,0 +1,65 @@
+package gpu
+
+import "github.com/gpudra/gpudra/mig"
+
+// Inventory is everything enumeration found on one node.
+type Inventory struct {
+	// DriverVersion is the kernel driver version as a semantic version ("580.126.9").
+	DriverVersion string `json:"driverVersion"`
+	// CUDADriverVersion is the CUDA driver API version as a semantic version ("13.0.0").
+	CUDADriverVersion string `json:"cudaDriverVersion"`
+	// GPUs are the physical GPUs, ordered by index.
+	GPUs []GPU `json:"gpus"`
+}
+
+// GPU is one physical GPU.
+type GPU struct {
+	Index       int    `json:"index"`
+	Minor       int    `json:"minor"`
+	UUID        string `json:"uuid"`
+	ProductName string `json:"productName"`
+	Brand       string `json:"brand"`
+	// Architecture is the NVML architecture name: Kepler, Maxwell, Pascal, Volta, Turing, Ampere,
+	// Ada, Hopper, Blackwell, or "Unknown".
+	Architecture string `json:"architecture"`
+	// CudaComputeCapability is "major.minor.0", a semantic version.
+	CudaComputeCapability string `json:"cudaComputeCapability"`
+	MemoryBytes           uint64 `json:"memoryBytes"`
+	Multiprocessors       int    `json:"multiprocessors,omitempty"`
+	// PCIBusID is the canonical lower-case "dddd:bb:dd.f" address.
+	PCIBusID    string `json:"pciBusID"`
+	PCIDeviceID uint32 `json:"pciDeviceID"`
+	// NUMANode is the GPU's NUMA node, or -1 when unknown.
+	NUMANode int `json:"numaNode"`
+	// MIGCapable says whether the GPU supports MIG at all.
+	MIGCapable bool `json:"migCapable"`
+	// MIGEnabled is the current MIG mode; MIGPending the mode after the next reset.
+	MIGEnabled bool `json:"migEnabled"`
+	MIGPending bool `json:"migPending"`
+	// MIGDevices are the MIG devices that exist now (static MIG).
+	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+}
+
+// MIGDevice is one existing MIG device: a compute instance inside a GPU instance.
+type MIGDevice struct {
+	UUID        string `json:"uuid"`
+	ParentUUID  string `json:"parentUUID"`
+	ParentIndex int    `json:"parentIndex"`
+	ParentMinor int    `json:"parentMinor"`
+	// Profile is the canonical profile name ("1g.5gb", "1c.3g.20gb", "1g.10gb+me").
+	Profile string `json:"profile"`
+	// GIProfileID and CIProfileID are the NVML profile Ids (not enums).
+	GIProfileID int           `json:"giProfileID"`
+	CIProfileID int           `json:"ciProfileID"`
+	GIID        int           `json:"giID"`
+	CIID        int           `json:"ciID"`
+	Placement   mig.Placement `json:"placement"`
+	MemoryBytes uint64        `json:"memoryBytes"`
+	// Engine and SM counts of the device.
+	Multiprocessors int `json:"multiprocessors"`
+	CopyEngines     int `json:"copyEngines"`
+	Decoders        int `json:"decoders"`
+	Encoders        int `json:"encoders"`
+	JpegEngines     int `json:"jpegEngines"`
+	OfaEngines      int `json:"ofaEngines"`
+}
