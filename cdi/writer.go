@@ -1,0 +1,195 @@
+package cdi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpudra/gpudra/internal/atomicfile"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/specs-go"
+)
+
+// SpecFileMode is the mode of written spec files: container runtimes, which may run as other
+// users, must be able to read them.
+const SpecFileMode os.FileMode = 0o644
+
+// Writer stores claim specs as files in a CDI spec directory, one file per claim named
+// "<vendor>-<class>_<claimUID>.json". Every write is atomic (temporary file, fsync, rename,
+// directory fsync), so a container runtime scanning the directory sees a spec either complete or
+// not at all, even if the process crashes. Temporary files never end in ".json", so the CDI
+// library and List both ignore them.
+//
+// A Writer has no mutable state and is safe for concurrent use; concurrent writes of the same
+// claim leave one of the complete specs.
+type Writer struct {
+	dir, vendor, class string
+	write              func(path string, data []byte, perm os.FileMode) error
+}
+
+type writerOption func(*Writer)
+
+func (f writerOption) applyWriter(w *Writer) { f(w) }
+
+// WithSpecDir sets the CDI spec directory (default DefaultSpecDir). The container runtime must
+// scan it; use the highest-priority dynamic directory ("/var/run/cdi").
+func WithSpecDir(dir string) WriterOption { return writerOption(func(w *Writer) { w.dir = dir }) }
+
+// NewWriter returns a Writer. The directory is created on the first Write when missing.
+func NewWriter(opts ...WriterOption) (*Writer, error) {
+	w := &Writer{dir: DefaultSpecDir, vendor: DefaultVendor, class: DefaultClass, write: atomicfile.Write}
+	for _, o := range opts {
+		o.applyWriter(w)
+	}
+	if w.dir == "" {
+		return nil, errors.New("cdi writer: empty spec directory")
+	}
+	w.dir = filepath.Clean(w.dir)
+	if err := validateKind(w.vendor, w.class); err != nil {
+		return nil, fmt.Errorf("cdi writer: %w", err)
+	}
+	return w, nil
+}
+
+// Dir returns the spec directory.
+func (w *Writer) Dir() string { return w.dir }
+
+// prefix starts the file name of every spec this writer owns.
+func (w *Writer) prefix() string { return cdiapi.GenerateTransientSpecName(w.vendor, w.class, "") }
+
+// SpecPath returns the file a claim's spec is written to. The UID is validated first.
+func (w *Writer) SpecPath(claimUID string) (string, error) {
+	if err := ValidateClaimUID(claimUID); err != nil {
+		return "", err
+	}
+	return filepath.Join(w.dir, cdiapi.GenerateTransientSpecName(w.vendor, w.class, claimUID)+".json"), nil
+}
+
+// Write validates cs and atomically writes it, with mode SpecFileMode, replacing an earlier spec
+// of the same claim. It returns the file's path. The spec's kind must be this writer's, and its
+// device names must all belong to the claim ("<claimUID>-...").
+func (w *Writer) Write(cs *ClaimSpec) (string, error) {
+	if cs == nil || cs.Spec == nil {
+		return "", errors.New("cdi writer: nil claim spec")
+	}
+	p, err := w.SpecPath(cs.ClaimUID)
+	if err != nil {
+		return "", err
+	}
+	if want := w.vendor + "/" + w.class; cs.Spec.Kind != want {
+		return "", fmt.Errorf("claim %s: spec kind %q: this writer only writes %q", cs.ClaimUID, cs.Spec.Kind, want)
+	}
+	for _, d := range cs.Spec.Devices {
+		if !strings.HasPrefix(d.Name, cs.ClaimUID+"-") {
+			return "", fmt.Errorf("claim %s: device %q: name must start with %q", cs.ClaimUID, d.Name, cs.ClaimUID+"-")
+		}
+	}
+	if err := Validate(cs.Spec); err != nil {
+		return "", fmt.Errorf("claim %s: invalid spec, not written: %w", cs.ClaimUID, err)
+	}
+	data, err := json.MarshalIndent(cs.Spec, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("claim %s: encode spec: %w", cs.ClaimUID, err)
+	}
+	data = append(data, '\n')
+	if err := os.MkdirAll(w.dir, 0o755); err != nil {
+		return "", fmt.Errorf("claim %s: create spec directory: %w", cs.ClaimUID, err)
+	}
+	if err := w.write(p, data, SpecFileMode); err != nil {
+		return "", fmt.Errorf("claim %s: write spec: %w", cs.ClaimUID, err)
+	}
+	return p, nil
+}
+
+// Remove deletes a claim's spec. A spec that does not exist is not an error, so Remove can be
+// repeated after a crash.
+func (w *Writer) Remove(claimUID string) error {
+	p, err := w.SpecPath(claimUID)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Remove(p); err != nil {
+		return fmt.Errorf("claim %s: remove spec: %w", claimUID, err)
+	}
+	return nil
+}
+
+// Read parses and validates a claim's spec file with the CDI library, as a runtime would. A
+// missing spec gives an error wrapping fs.ErrNotExist.
+func (w *Writer) Read(claimUID string) (*specs.Spec, error) {
+	p, err := w.SpecPath(claimUID)
+	if err != nil {
+		return nil, err
+	}
+	s, err := cdiapi.ReadSpec(p, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("claim %s: spec %s: %w", claimUID, p, err)
+		}
+		return nil, fmt.Errorf("claim %s: %w", claimUID, err)
+	}
+	return s.Spec, nil
+}
+
+// List returns the UIDs of the claims that have a spec in the directory, sorted: the specs this
+// writer's vendor and class own, for reconciliation after a restart. Temporary files of an
+// interrupted write, and files whose name does not carry a canonical UUID, are not listed. A
+// missing directory lists nothing.
+func (w *Writer) List() ([]string, error) {
+	entries, err := os.ReadDir(w.dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list specs in %s: %w", w.dir, err)
+	}
+	var uids []string
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || atomicfile.IsTemp(name) {
+			continue
+		}
+		uid, ok := strings.CutPrefix(name, w.prefix())
+		if !ok {
+			continue
+		}
+		if uid, ok = strings.CutSuffix(uid, ".json"); ok && ValidateClaimUID(uid) == nil {
+			uids = append(uids, uid)
+		}
+	}
+	return uids, nil
+}
+
+// CleanTemp removes temporary files that an interrupted Write of this writer's specs left in the
+// directory and returns their names. Call it at start-up, before writes begin: it would also
+// remove the temporary file of a write in progress.
+func (w *Writer) CleanTemp() ([]string, error) {
+	entries, err := os.ReadDir(w.dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("clean specs in %s: %w", w.dir, err)
+	}
+	var removed []string
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasPrefix(e.Name(), atomicfile.TempPrefix+w.prefix()) {
+			continue
+		}
+		p := filepath.Join(w.dir, e.Name())
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return removed, fmt.Errorf("remove leftover %s: %w", p, err)
+		}
+		removed = append(removed, e.Name())
+	}
+	if len(removed) > 0 {
+		if err := atomicfile.SyncDir(w.dir); err != nil {
+			return removed, err
+		}
+	}
+	return removed, nil
+}
