@@ -211,8 +211,8 @@ func (inst *Installation) Binary(name string) (File, bool) {
 	return File{}, false
 }
 
-// LibraryDirs returns the directories that hold the driver libraries, in search-path order of
-// first appearance; these are the folders an ldcache update needs.
+// LibraryDirs returns the directories that hold the driver libraries, sorted; these are the
+// folders an ldcache update needs.
 func (inst *Installation) LibraryDirs() []string {
 	var dirs []string
 	for _, l := range inst.Libraries {
@@ -220,6 +220,7 @@ func (inst *Installation) LibraryDirs() []string {
 			dirs = append(dirs, d)
 		}
 	}
+	slices.Sort(dirs)
 	return dirs
 }
 
