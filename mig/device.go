@@ -1,0 +1,281 @@
+package mig
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// architectureName maps NVML's DEVICE_ARCH_* values to names.
+func architectureName(a nvml.DeviceArchitecture) string {
+	switch a {
+	case nvml.DEVICE_ARCH_AMPERE:
+		return "Ampere"
+	case nvml.DEVICE_ARCH_ADA:
+		return "Ada Lovelace"
+	case nvml.DEVICE_ARCH_HOPPER:
+		return "Hopper"
+	case nvml.DEVICE_ARCH_BLACKWELL:
+		return "Blackwell"
+	case nvml.DEVICE_ARCH_RUBIN:
+		return "Rubin"
+	case nvml.DEVICE_ARCH_TURING:
+		return "Turing"
+	case nvml.DEVICE_ARCH_VOLTA:
+		return "Volta"
+	}
+	return ""
+}
+
+// enumAttributes returns the name suffix NVML's profile enum implies ("+me", "-me", "+me.all",
+// "+gfx" or "").
+func enumAttributes(enum int) string {
+	switch enum {
+	case enum1SliceRev1, enum2SliceRev1:
+		return "+" + AttributeMediaExtensions
+	case enum1SliceNoME, enum2SliceNoME:
+		return "-" + AttributeMediaExtensions
+	case enum1SliceAllME, enum2SliceAllME:
+		return "+" + AttributeMediaExtensionsAll
+	case enum1SliceGfx, enum2SliceGfx, enum4SliceGfx, enum3SliceGfx:
+		return "+" + AttributeGraphics
+	}
+	return ""
+}
+
+// ProfileName derives the canonical GPU-instance profile name the way NVIDIA's tools do: G compute
+// slices, memory as the fraction of the GPU's memory rounded up to a multiple of 1/8 times the GPU
+// memory in GiB rounded up, and the suffix implied by the NVML GPU_INSTANCE_PROFILE_* enum.
+func ProfileName(enum, computeSlices int, memoryMiB, gpuMemoryMiB uint64) string {
+	gb := 0
+	if gpuMemoryMiB > 0 {
+		frac := math.Ceil(float64(memoryMiB)/float64(gpuMemoryMiB)*8) / 8
+		gb = int(math.Round(frac * math.Ceil(float64(gpuMemoryMiB)/1024)))
+	}
+	return fmt.Sprintf("%dg.%dgb%s", computeSlices, gb, enumAttributes(enum))
+}
+
+// ModelFromDevice builds a Model from a live GPU: it asks NVML for every GPU-instance profile enum
+// (GetGpuInstanceProfileInfo until ERROR_INVALID_ARGUMENT, skipping ERROR_NOT_SUPPORTED), the
+// possible placements of each, and — where a GPU instance of the profile already exists — its
+// compute-instance profiles and placements (NVML can only list those through a GPU-instance handle,
+// so ComputeProfiles is empty for profiles with no instance). Profile names are derived with
+// ProfileName. Multiprocessors is left 0: NVML reports SM counts only for MIG device handles.
+// Name and ProductNames are the product name without the "NVIDIA " prefix. Compare reports where
+// the result disagrees with the catalog.
+func ModelFromDevice(dev nvml.Device) (*Model, error) {
+	name, ret := dev.GetName()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("get GPU name: %w", ret)
+	}
+	short := strings.TrimPrefix(name, "NVIDIA ")
+	m := &Model{Name: short, ProductNames: []string{short}}
+	if pci, ret := dev.GetPciInfo(); ret == nvml.SUCCESS {
+		m.PCIDeviceIDs = []uint32{pci.PciDeviceId}
+	} else if ret != nvml.ERROR_NOT_SUPPORTED {
+		return nil, fmt.Errorf("get PCI info of GPU %s: %w", short, ret)
+	}
+	mem, ret := dev.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("get memory info of GPU %s: %w", short, ret)
+	}
+	m.MemoryMiB = mem.Total >> 20
+	if major, minor, ret := dev.GetCudaComputeCapability(); ret == nvml.SUCCESS {
+		m.CudaComputeCapability = fmt.Sprintf("%d.%d", major, minor)
+	} else if ret != nvml.ERROR_NOT_SUPPORTED {
+		return nil, fmt.Errorf("get compute capability of GPU %s: %w", short, ret)
+	}
+	if arch, ret := dev.GetArchitecture(); ret == nvml.SUCCESS {
+		m.Architecture = architectureName(arch)
+	} else if ret != nvml.ERROR_NOT_SUPPORTED {
+		return nil, fmt.Errorf("get architecture of GPU %s: %w", short, ret)
+	}
+
+	for enum := 0; ; enum++ {
+		info, ret := dev.GetGpuInstanceProfileInfo(enum)
+		if ret == nvml.ERROR_INVALID_ARGUMENT {
+			break
+		}
+		if ret == nvml.ERROR_NOT_SUPPORTED {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("get GPU instance profile info for enum %d on GPU %s: %w", enum, short, ret)
+		}
+		p := GIProfile{
+			Name:            ProfileName(enum, int(info.SliceCount), info.MemorySizeMB, m.MemoryMiB),
+			Enum:            enum,
+			ID:              int(info.Id),
+			ComputeSlices:   int(info.SliceCount),
+			MemoryMiB:       info.MemorySizeMB,
+			Multiprocessors: int(info.MultiprocessorCount),
+			CopyEngines:     int(info.CopyEngineCount),
+			Decoders:        int(info.DecoderCount),
+			Encoders:        int(info.EncoderCount),
+			JpegEngines:     int(info.JpegCount),
+			OfaEngines:      int(info.OfaCount),
+			InstanceCount:   int(info.InstanceCount),
+		}
+		placements, ret := dev.GetGpuInstancePossiblePlacements(&info)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("get possible placements of profile %s (id %d) on GPU %s: %w", p.Name, p.ID, short, ret)
+		}
+		for _, pl := range placements {
+			p.Placements = append(p.Placements, Placement{Start: int(pl.Start), Size: int(pl.Size)})
+			m.MemorySlices = max(m.MemorySlices, int(pl.Start+pl.Size))
+		}
+		m.ComputeSlices = max(m.ComputeSlices, p.ComputeSlices)
+		cps, err := liveComputeProfiles(dev, &info)
+		if err != nil {
+			return nil, fmt.Errorf("profile %s on GPU %s: %w", p.Name, short, err)
+		}
+		p.ComputeProfiles = cps
+		m.Profiles = append(m.Profiles, p)
+		if enum > 64 { // guard against a device that never says INVALID_ARGUMENT
+			break
+		}
+	}
+	return m, nil
+}
+
+// liveComputeProfiles lists the compute-instance profiles of the first existing GPU instance of a
+// profile, or nil when there is none.
+func liveComputeProfiles(dev nvml.Device, info *nvml.GpuInstanceProfileInfo) ([]ComputeProfile, error) {
+	gis, ret := dev.GetGpuInstances(info)
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("list GPU instances: %w", ret)
+	}
+	if len(gis) == 0 {
+		return nil, nil
+	}
+	var out []ComputeProfile
+	for ciEnum := 0; ciEnum <= ciEnum6Slice; ciEnum++ {
+		ci, ret := gis[0].GetComputeInstanceProfileInfo(ciEnum, 0)
+		if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("get compute instance profile info for enum %d: %w", ciEnum, ret)
+		}
+		cp := ComputeProfile{
+			Enum: ciEnum, ID: int(ci.Id), Slices: int(ci.SliceCount),
+			InstanceCount: int(ci.InstanceCount), Multiprocessors: int(ci.MultiprocessorCount),
+		}
+		pls, ret := gis[0].GetComputeInstancePossiblePlacements(&ci)
+		if ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_SUPPORTED {
+			return nil, fmt.Errorf("get compute instance placements for enum %d: %w", ciEnum, ret)
+		}
+		for _, pl := range pls {
+			cp.Placements = append(cp.Placements, int(pl.Start))
+		}
+		out = append(out, cp)
+	}
+	slices.SortFunc(out, func(a, b ComputeProfile) int { return a.Slices - b.Slices })
+	return out, nil
+}
+
+// Difference is one place where a catalog model and a live model disagree.
+type Difference struct {
+	// Field is a path such as "memorySlices" or "profiles[1g.5gb].id".
+	Field string
+	// Table is the catalog's value, "(absent)" when the catalog lacks it.
+	Table string
+	// Live is the hardware's value, "(absent)" when the hardware lacks it.
+	Live string
+}
+
+// String formats the difference as "field: table X, live Y".
+func (d Difference) String() string {
+	return fmt.Sprintf("%s: table %s, live %s", d.Field, d.Table, d.Live)
+}
+
+const absent = "(absent)"
+
+// Compare reports where a catalog model and a model read from hardware (ModelFromDevice) disagree.
+// Profiles are matched by NVML enum. Values the live model does not know (zero Multiprocessors,
+// empty Architecture or compute capability, no compute profiles) are not compared. The result is
+// empty when they agree.
+func Compare(table, live *Model) []Difference {
+	var d []Difference
+	add := func(field string, t, l any) {
+		ts, ls := fmt.Sprint(t), fmt.Sprint(l)
+		if ts != ls {
+			d = append(d, Difference{Field: field, Table: ts, Live: ls})
+		}
+	}
+	add("memorySlices", table.MemorySlices, live.MemorySlices)
+	add("computeSlices", table.ComputeSlices, live.ComputeSlices)
+	if live.MemoryMiB != 0 {
+		add("memoryMiB", table.MemoryMiB, live.MemoryMiB)
+	}
+	if live.Multiprocessors != 0 {
+		add("multiprocessors", table.Multiprocessors, live.Multiprocessors)
+	}
+	if live.Architecture != "" {
+		add("architecture", table.Architecture, live.Architecture)
+	}
+	if live.CudaComputeCapability != "" {
+		add("cudaComputeCapability", table.CudaComputeCapability, live.CudaComputeCapability)
+	}
+	for _, tp := range table.Profiles {
+		lp, ok := live.ProfileByEnum(tp.Enum)
+		if !ok {
+			d = append(d, Difference{Field: fmt.Sprintf("profiles[%s]", tp.Name), Table: fmt.Sprintf("enum %d", tp.Enum), Live: absent})
+			continue
+		}
+		f := func(name string) string { return fmt.Sprintf("profiles[%s].%s", tp.Name, name) }
+		add(f("name"), tp.Name, lp.Name)
+		add(f("id"), tp.ID, lp.ID)
+		add(f("computeSlices"), tp.ComputeSlices, lp.ComputeSlices)
+		add(f("memoryMiB"), tp.MemoryMiB, lp.MemoryMiB)
+		add(f("multiprocessors"), tp.Multiprocessors, lp.Multiprocessors)
+		add(f("copyEngines"), tp.CopyEngines, lp.CopyEngines)
+		add(f("decoders"), tp.Decoders, lp.Decoders)
+		add(f("encoders"), tp.Encoders, lp.Encoders)
+		add(f("jpegEngines"), tp.JpegEngines, lp.JpegEngines)
+		add(f("ofaEngines"), tp.OfaEngines, lp.OfaEngines)
+		add(f("instanceCount"), tp.InstanceCount, lp.InstanceCount)
+		add(f("placements"), formatPlacements(tp.Placements), formatPlacements(lp.Placements))
+		if len(lp.ComputeProfiles) == 0 {
+			continue
+		}
+		for _, tc := range tp.ComputeProfiles {
+			var lc *ComputeProfile
+			for i := range lp.ComputeProfiles {
+				if lp.ComputeProfiles[i].Slices == tc.Slices {
+					lc = &lp.ComputeProfiles[i]
+					break
+				}
+			}
+			cf := func(name string) string { return fmt.Sprintf("profiles[%s].computeProfiles[%dc].%s", tp.Name, tc.Slices, name) }
+			if lc == nil {
+				d = append(d, Difference{Field: fmt.Sprintf("profiles[%s].computeProfiles[%dc]", tp.Name, tc.Slices), Table: "present", Live: absent})
+				continue
+			}
+			add(cf("id"), tc.ID, lc.ID)
+			add(cf("instanceCount"), tc.InstanceCount, lc.InstanceCount)
+			add(cf("multiprocessors"), tc.Multiprocessors, lc.Multiprocessors)
+			if len(lc.Placements) > 0 {
+				add(cf("placements"), tc.Placements, lc.Placements)
+			}
+		}
+	}
+	for _, lp := range live.Profiles {
+		if _, ok := table.ProfileByEnum(lp.Enum); !ok {
+			d = append(d, Difference{Field: fmt.Sprintf("profiles[%s]", lp.Name), Table: absent, Live: fmt.Sprintf("enum %d id %d", lp.Enum, lp.ID)})
+		}
+	}
+	return d
+}
+
+// formatPlacements writes placements as "0:4,4:4" (start:size, as nvidia-smi does).
+func formatPlacements(ps []Placement) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = fmt.Sprintf("%d:%d", p.Start, p.Size)
+	}
+	return strings.Join(parts, ",")
+}

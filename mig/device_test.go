@@ -1,0 +1,62 @@
+package mig
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestProfileName(t *testing.T) {
+	// The research's worked example: A100-40GB 1g is 4864 of 40960 MiB → 1/8 → 5 GB.
+	tests := []struct {
+		enum, g    int
+		mem, total uint64
+		want       string
+	}{
+		{0, 1, 4864, 40960, "1g.5gb"},
+		{7, 1, 4864, 40960, "1g.5gb+me"},
+		{9, 1, 9856, 40960, "1g.10gb"},
+		{2, 3, 19968, 40960, "3g.20gb"},
+		{4, 7, 40192, 40960, "7g.40gb"},
+		{13, 1, 24064, 97887, "1g.24gb-me"},
+		{15, 1, 24064, 97887, "1g.24gb+me.all"},
+		{10, 1, 24064, 97887, "1g.24gb+gfx"},
+	}
+	for _, tt := range tests {
+		if got := ProfileName(tt.enum, tt.g, tt.mem, tt.total); got != tt.want {
+			t.Errorf("ProfileName(%d, %d, %d, %d) = %q, want %q", tt.enum, tt.g, tt.mem, tt.total, got, tt.want)
+		}
+	}
+}
+
+// TestModelFromDeviceMock reads go-nvml's dgxa100 mock. Its geometry agrees with the catalog, and
+// (research §1.3) every go-nvml mock reports the profile enum as the profile Id, so Compare must
+// report exactly the Ids as different.
+func TestModelFromDeviceMock(t *testing.T) {
+	dev := dgxa100.NewDevice(0)
+	live, err := ModelFromDevice(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := mustLookup(t, "A100-SXM4-40GB")
+	if live.Name != "A100-SXM4-40GB" && !strings.Contains(live.Name, "A100-SXM4-40GB") {
+		t.Errorf("live name %q", live.Name)
+	}
+	var want []Difference
+	for _, p := range table.Profiles {
+		if p.ID != p.Enum {
+			want = append(want, Difference{Field: "profiles[" + p.Name + "].id", Table: itoa(p.ID), Live: itoa(p.Enum)})
+		}
+	}
+	if diff := cmp.Diff(want, Compare(table, live)); diff != "" {
+		t.Errorf("Compare(table, dgxa100 mock) (-want +got):\n%s", diff)
+	}
+	if d := Compare(table, table); len(d) != 0 {
+		t.Errorf("Compare(table, table) = %v", d)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
