@@ -10,6 +10,9 @@ type Inventory struct {
 	CUDADriverVersion string `json:"cudaDriverVersion"`
 	// GPUs are the physical GPUs, ordered by index.
 	GPUs []GPU `json:"gpus"`
+	// Errors are the GPUs that failed during enumeration and were skipped (see SkipFailedGPUs),
+	// ordered by index. Empty when every GPU was enumerated.
+	Errors []*DeviceError `json:"errors,omitempty"`
 }
 
 // GPU is one physical GPU.

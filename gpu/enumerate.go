@@ -1,0 +1,413 @@
+package gpu
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpudra/gpudra/mig"
+)
+
+// Option configures Enumerate.
+type Option func(*enumConfig)
+
+type enumConfig struct {
+	skipFailed bool
+	lookup     func(productName string) (*mig.Model, error)
+}
+
+// SkipFailedGPUs decides what Enumerate does when one GPU fails: with skip true the GPU is left
+// out and its *DeviceError recorded in Inventory.Errors; with skip false (the default)
+// Enumerate returns that error and no inventory.
+func SkipFailedGPUs(skip bool) Option {
+	return func(c *enumConfig) { c.skipFailed = skip }
+}
+
+// WithCatalog replaces the MIG catalog lookup (mig.Lookup) used to name MIG profiles and to fill
+// in SM counts NVML cannot report.
+func WithCatalog(lookup func(productName string) (*mig.Model, error)) Option {
+	return func(c *enumConfig) { c.lookup = lookup }
+}
+
+// Enumerate reads every GPU and existing MIG device through lib into plain Go values. lib must
+// already be initialized (see Open); Enumerate neither initializes nor shuts it down. The
+// context is checked between GPUs.
+func Enumerate(ctx context.Context, lib nvml.Interface, opts ...Option) (*Inventory, error) {
+	c := enumConfig{lookup: mig.Lookup}
+	for _, o := range opts {
+		o(&c)
+	}
+	e := enumerator{lib: lib, cfg: c, models: map[string]*modelInfo{}}
+	return e.run(ctx)
+}
+
+// Enumerate is Enumerate on the session's library.
+func (s *Session) Enumerate(ctx context.Context, opts ...Option) (*Inventory, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("gpu: Enumerate on a closed NVML session")
+	}
+	return Enumerate(ctx, s.lib, opts...)
+}
+
+type enumerator struct {
+	lib    nvml.Interface
+	cfg    enumConfig
+	models map[string]*modelInfo // by product name, built on first use
+}
+
+// modelInfo caches what NVML and the catalog say about one product's MIG profiles.
+type modelInfo struct {
+	catalog *mig.Model                             // nil if the catalog does not know the product
+	gi      map[uint32]nvml.GpuInstanceProfileInfo // by profile Id
+	giEnum  map[uint32]int                         // profile Id → enum
+	ci      map[[2]uint32]nvml.ComputeInstanceProfileInfo
+}
+
+func (e *enumerator) run(ctx context.Context) (*Inventory, error) {
+	inv := &Inventory{}
+	v, ret := e.lib.SystemGetDriverVersion()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("gpu: SystemGetDriverVersion: %w", ret)
+	}
+	dv, err := NormalizeDriverVersion(v)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: SystemGetDriverVersion: %w", err)
+	}
+	inv.DriverVersion = dv
+	cv, ret := e.lib.SystemGetCudaDriverVersion()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("gpu: SystemGetCudaDriverVersion: %w", ret)
+	}
+	if inv.CUDADriverVersion, err = CUDADriverVersion(cv); err != nil {
+		return nil, fmt.Errorf("gpu: SystemGetCudaDriverVersion: %w", err)
+	}
+	n, ret := e.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("gpu: DeviceGetCount: %w", ret)
+	}
+	inv.GPUs = make([]GPU, 0, n)
+	for i := range n {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("gpu: enumeration stopped before GPU %d: %w", i, err)
+		}
+		g, derr := e.gpu(i)
+		if derr != nil {
+			if !e.cfg.skipFailed {
+				return nil, fmt.Errorf("gpu: enumeration failed (use SkipFailedGPUs(true) to skip failed GPUs): %w", derr)
+			}
+			inv.Errors = append(inv.Errors, derr)
+			continue
+		}
+		inv.GPUs = append(inv.GPUs, g)
+	}
+	return inv, nil
+}
+
+func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
+	fail := func(op string, ret nvml.Return) (GPU, *DeviceError) {
+		return GPU{}, newDeviceError(i, -1, op, ret)
+	}
+	d, ret := e.lib.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return fail("DeviceGetHandleByIndex", ret)
+	}
+	g := GPU{Index: i, NUMANode: -1}
+	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
+		return fail("GetUUID", ret)
+	}
+	if g.Minor, ret = d.GetMinorNumber(); ret != nvml.SUCCESS {
+		return fail("GetMinorNumber", ret)
+	}
+	if g.ProductName, ret = d.GetName(); ret != nvml.SUCCESS {
+		return fail("GetName", ret)
+	}
+	brand, ret := d.GetBrand()
+	if ret != nvml.SUCCESS {
+		return fail("GetBrand", ret)
+	}
+	g.Brand = BrandName(brand)
+	arch, ret := d.GetArchitecture()
+	if ret != nvml.SUCCESS {
+		return fail("GetArchitecture", ret)
+	}
+	g.Architecture = ArchitectureName(arch)
+	major, minor, ret := d.GetCudaComputeCapability()
+	if ret != nvml.SUCCESS {
+		return fail("GetCudaComputeCapability", ret)
+	}
+	g.CudaComputeCapability = fmt.Sprintf("%d.%d.0", major, minor)
+	mem, ret := d.GetMemoryInfo()
+	switch ret {
+	case nvml.SUCCESS:
+		g.MemoryBytes = mem.Total
+	case nvml.ERROR_NOT_SUPPORTED: // unified-memory systems have no dedicated memory
+	default:
+		return fail("GetMemoryInfo", ret)
+	}
+	pci, ret := d.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		return fail("GetPciInfo", ret)
+	}
+	g.PCIDeviceID = pci.PciDeviceId
+	busID, err := CanonicalPCIBusID(cString(pci.BusId[:]))
+	if err != nil {
+		busID = fmt.Sprintf("%04x:%02x:%02x.0", pci.Domain, pci.Bus, pci.Device)
+	}
+	g.PCIBusID = busID
+	switch numa, ret := d.GetNumaNodeId(); ret {
+	case nvml.SUCCESS:
+		g.NUMANode = numa
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+	default:
+		return fail("GetNumaNodeId", ret)
+	}
+	model := e.model(g.ProductName)
+	switch cores, ret := d.GetNumGpuCores(); {
+	case ret == nvml.SUCCESS && cores > 0:
+		g.Multiprocessors = cores / coresPerSM(major, minor)
+	case ret == nvml.SUCCESS, ret == nvml.ERROR_NOT_SUPPORTED, ret == nvml.ERROR_FUNCTION_NOT_FOUND:
+		if model.catalog != nil {
+			g.Multiprocessors = model.catalog.Multiprocessors
+		}
+	default:
+		return fail("GetNumGpuCores", ret)
+	}
+
+	// MIG. Compute capability 8.0 is necessary, not sufficient: A10G and L4 answer NOT_SUPPORTED.
+	if major < 8 {
+		return g, nil
+	}
+	cur, pending, ret := d.GetMigMode()
+	switch ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+		return g, nil
+	default:
+		return fail("GetMigMode", ret)
+	}
+	g.MIGCapable = true
+	g.MIGEnabled = cur == nvml.DEVICE_MIG_ENABLE
+	g.MIGPending = pending == nvml.DEVICE_MIG_ENABLE
+	if !g.MIGEnabled {
+		return g, nil
+	}
+	if derr := e.migDevices(d, &g, model); derr != nil {
+		return GPU{}, derr
+	}
+	return g, nil
+}
+
+// model returns the cached MIG facts for a product. The NVML profile tables are filled lazily by
+// giProfile and ciProfile.
+func (e *enumerator) model(product string) *modelInfo {
+	if mi, ok := e.models[product]; ok {
+		return mi
+	}
+	mi := &modelInfo{}
+	if e.cfg.lookup != nil {
+		if m, err := e.cfg.lookup(product); err == nil {
+			mi.catalog = m
+		}
+	}
+	e.models[product] = mi
+	return mi
+}
+
+// giProfile returns NVML's info for GPU-instance profile Id id, reading every profile enum of the
+// device once per product.
+func (e *enumerator) giProfile(d nvml.Device, mi *modelInfo, id uint32) (nvml.GpuInstanceProfileInfo, int, nvml.Return) {
+	if mi.gi == nil {
+		gi := map[uint32]nvml.GpuInstanceProfileInfo{}
+		enums := map[uint32]int{}
+		for enum := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+			info, ret := d.GetGpuInstanceProfileInfo(enum)
+			switch ret {
+			case nvml.SUCCESS:
+				gi[info.Id] = info
+				enums[info.Id] = enum
+			case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
+			default:
+				return nvml.GpuInstanceProfileInfo{}, 0, ret
+			}
+		}
+		mi.gi, mi.giEnum = gi, enums
+	}
+	info, ok := mi.gi[id]
+	if !ok {
+		return nvml.GpuInstanceProfileInfo{}, 0, nvml.ERROR_NOT_FOUND
+	}
+	return info, mi.giEnum[id], nvml.SUCCESS
+}
+
+// ciProfile returns NVML's info for compute-instance profile Id id inside gi.
+func (e *enumerator) ciProfile(gi nvml.GpuInstance, mi *modelInfo, giID, id uint32) (nvml.ComputeInstanceProfileInfo, nvml.Return) {
+	key := [2]uint32{giID, id}
+	if info, ok := mi.ci[key]; ok {
+		return info, nvml.SUCCESS
+	}
+	if mi.ci == nil {
+		mi.ci = map[[2]uint32]nvml.ComputeInstanceProfileInfo{}
+	}
+	for enum := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
+		info, ret := gi.GetComputeInstanceProfileInfo(enum, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+		switch ret {
+		case nvml.SUCCESS:
+			mi.ci[[2]uint32{giID, info.Id}] = info
+		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
+		default:
+			return nvml.ComputeInstanceProfileInfo{}, ret
+		}
+	}
+	info, ok := mi.ci[key]
+	if !ok {
+		return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_NOT_FOUND
+	}
+	return info, nvml.SUCCESS
+}
+
+func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceError {
+	max, ret := d.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return newDeviceError(g.Index, -1, "GetMaxMigDeviceCount", ret)
+	}
+	for j := range max {
+		fail := func(op string, ret nvml.Return) *DeviceError { return newDeviceError(g.Index, j, op, ret) }
+		md, ret := d.GetMigDeviceHandleByIndex(j)
+		switch ret {
+		case nvml.SUCCESS:
+		case nvml.ERROR_NOT_FOUND:
+			continue
+		default:
+			return fail("GetMigDeviceHandleByIndex", ret)
+		}
+		m := MIGDevice{ParentUUID: g.UUID, ParentIndex: g.Index, ParentMinor: g.Minor}
+		if m.UUID, ret = md.GetUUID(); ret != nvml.SUCCESS {
+			return fail("GetUUID", ret)
+		}
+		if m.GIID, ret = md.GetGpuInstanceId(); ret != nvml.SUCCESS {
+			return fail("GetGpuInstanceId", ret)
+		}
+		if m.CIID, ret = md.GetComputeInstanceId(); ret != nvml.SUCCESS {
+			return fail("GetComputeInstanceId", ret)
+		}
+		gi, ret := d.GetGpuInstanceById(m.GIID)
+		if ret != nvml.SUCCESS {
+			return fail("GetGpuInstanceById", ret)
+		}
+		giInfo, ret := gi.GetInfo()
+		if ret != nvml.SUCCESS {
+			return fail("GpuInstance.GetInfo", ret)
+		}
+		ci, ret := gi.GetComputeInstanceById(m.CIID)
+		if ret != nvml.SUCCESS {
+			return fail("GetComputeInstanceById", ret)
+		}
+		ciInfo, ret := ci.GetInfo()
+		if ret != nvml.SUCCESS {
+			return fail("ComputeInstance.GetInfo", ret)
+		}
+		gp, enum, ret := e.giProfile(d, mi, giInfo.ProfileId)
+		if ret != nvml.SUCCESS {
+			return fail("GetGpuInstanceProfileInfo", ret)
+		}
+		cp, ret := e.ciProfile(gi, mi, giInfo.ProfileId, ciInfo.ProfileId)
+		if ret != nvml.SUCCESS {
+			return fail("GetComputeInstanceProfileInfo", ret)
+		}
+		m.GIProfileID = int(giInfo.ProfileId)
+		m.CIProfileID = int(ciInfo.ProfileId)
+		m.Placement = mig.Placement{Start: int(giInfo.Placement.Start), Size: int(giInfo.Placement.Size)}
+		m.MemoryBytes = gp.MemorySizeMB << 20
+		m.Multiprocessors = int(cp.MultiprocessorCount)
+		m.CopyEngines = int(gp.CopyEngineCount)
+		m.Decoders = int(gp.DecoderCount)
+		m.Encoders = int(gp.EncoderCount)
+		m.JpegEngines = int(gp.JpegCount)
+		m.OfaEngines = int(gp.OfaCount)
+		m.Profile = profileName(mi.catalog, gp, enum, cp, g.MemoryBytes)
+		g.MIGDevices = append(g.MIGDevices, m)
+	}
+	slices.SortFunc(g.MIGDevices, func(a, b MIGDevice) int {
+		return cmp.Or(cmp.Compare(a.Placement.Start, b.Placement.Start), cmp.Compare(a.GIID, b.GIID), cmp.Compare(a.CIID, b.CIID))
+	})
+	return nil
+}
+
+// profileName names a MIG device: the catalog's name for the GPU-instance profile when the
+// catalog knows the model, else a name built from NVML's profile info, with a "<c>c." prefix
+// when the compute instance is smaller than its GPU instance.
+func profileName(cat *mig.Model, gp nvml.GpuInstanceProfileInfo, enum int, cp nvml.ComputeInstanceProfileInfo, gpuMemory uint64) string {
+	var name string
+	if cat != nil {
+		if p, ok := cat.ProfileByID(int(gp.Id)); ok {
+			name = p.Name
+		}
+	}
+	if name == "" {
+		name = fmt.Sprintf("%dg.%dgb%s", gp.SliceCount, memoryGB(gp.MemorySizeMB, gpuMemory), enumSuffix(enum))
+	}
+	if cp.SliceCount != 0 && cp.SliceCount < gp.SliceCount {
+		name = strconv.Itoa(int(cp.SliceCount)) + "c." + name
+	}
+	return name
+}
+
+// memoryGB is the "<GB>gb" of a profile name for a profile NVML reports but the catalog does
+// not know: the instance's share of the GPU's memory, rounded up to eighths, in GB of the GPU's
+// total, rounded up. It matches the names NVIDIA uses for the catalog's models.
+func memoryGB(profileMiB, gpuBytes uint64) uint64 {
+	const gb = 1000 * 1000 * 1000
+	if gpuBytes == 0 {
+		return (profileMiB<<20 + gb - 1) / gb
+	}
+	eighths := (profileMiB<<20*8 + gpuBytes - 1) / gpuBytes
+	totalGB := (gpuBytes + gb/2) / gb
+	return (eighths*totalGB + 7) / 8
+}
+
+func enumSuffix(enum int) string {
+	switch enum {
+	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1:
+		return "+me"
+	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
+		return "-me"
+	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
+		return "+me.all"
+	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, nvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX,
+		nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX, nvml.GPU_INSTANCE_PROFILE_3_SLICE_GFX:
+		return "+gfx"
+	}
+	return ""
+}
+
+// coresPerSM is the number of CUDA cores in one SM for a compute capability; NVML reports cores,
+// not SMs, for a whole GPU.
+func coresPerSM(major, minor int) int {
+	switch {
+	case major == 8 && minor == 0, major == 7, major == 6 && minor == 0:
+		return 64
+	case major <= 3:
+		return 192
+	default:
+		return 128
+	}
+}
+
+func cString(b []int8) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		sb.WriteByte(byte(c))
+	}
+	return sb.String()
+}

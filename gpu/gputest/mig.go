@@ -1,0 +1,951 @@
+package gputest
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/gpudra/gpudra/mig"
+)
+
+// GpuInstance is a fake MIG GPU instance. It implements nvml.GpuInstance on go-nvml's
+// mock.GpuInstance.
+type GpuInstance struct {
+	mock.GpuInstance
+
+	d         *Device
+	id        uint32
+	profile   *mig.GIProfile
+	placement mig.Placement
+	cis       map[uint32]*ComputeInstance
+	destroyed bool
+}
+
+// ComputeInstance is a fake MIG compute instance. It implements nvml.ComputeInstance on
+// go-nvml's mock.ComputeInstance.
+type ComputeInstance struct {
+	mock.ComputeInstance
+
+	gi        *GpuInstance
+	id        uint32
+	profile   *mig.ComputeProfile
+	start     int // first compute slice
+	destroyed bool
+	dev       *MigDevice
+}
+
+// MigDevice is the MIG device handle of one compute instance, as GetMigDeviceHandleByIndex
+// returns it. It implements nvml.Device on go-nvml's mock.Device.
+type MigDevice struct {
+	mock.Device
+
+	ci   *ComputeInstance
+	uuid string
+}
+
+var (
+	_ nvml.GpuInstance     = (*GpuInstance)(nil)
+	_ nvml.ComputeInstance = (*ComputeInstance)(nil)
+	_ nvml.Device          = (*MigDevice)(nil)
+)
+
+func hasSuffixAttr(name, suffix string) bool { return strings.HasSuffix(name, suffix) }
+
+// giProfileInfo is what GetGpuInstanceProfileInfo reports for p.
+func giProfileInfo(p *mig.GIProfile) nvml.GpuInstanceProfileInfo {
+	return nvml.GpuInstanceProfileInfo{
+		Id:                  uint32(p.ID),
+		SliceCount:          uint32(p.ComputeSlices),
+		InstanceCount:       uint32(p.InstanceCount),
+		MultiprocessorCount: uint32(p.Multiprocessors),
+		CopyEngineCount:     uint32(p.CopyEngines),
+		DecoderCount:        uint32(p.Decoders),
+		EncoderCount:        uint32(p.Encoders),
+		JpegCount:           uint32(p.JpegEngines),
+		OfaCount:            uint32(p.OfaEngines),
+		MemorySizeMB:        p.MemoryMiB,
+	}
+}
+
+// ciProfileInfo is what GetComputeInstanceProfileInfo reports for c inside a GPU instance of
+// profile p: the engines are shared by all compute instances of the GPU instance.
+func ciProfileInfo(p *mig.GIProfile, c *mig.ComputeProfile) nvml.ComputeInstanceProfileInfo {
+	return nvml.ComputeInstanceProfileInfo{
+		Id:                    uint32(c.ID),
+		SliceCount:            uint32(c.Slices),
+		InstanceCount:         uint32(c.InstanceCount),
+		MultiprocessorCount:   uint32(c.Multiprocessors),
+		SharedCopyEngineCount: uint32(p.CopyEngines),
+		SharedDecoderCount:    uint32(p.Decoders),
+		SharedEncoderCount:    uint32(p.Encoders),
+		SharedJpegCount:       uint32(p.JpegEngines),
+		SharedOfaCount:        uint32(p.OfaEngines),
+	}
+}
+
+// ciStarts returns the allowed compute-slice starts of c inside a GPU instance of profile p.
+func ciStarts(p *mig.GIProfile, c *mig.ComputeProfile) []int {
+	if len(c.Placements) > 0 {
+		return c.Placements
+	}
+	var s []int
+	for st := 0; c.Slices > 0 && st+c.Slices <= p.ComputeSlices; st += c.Slices {
+		s = append(s, st)
+	}
+	return s
+}
+
+// giProfileByInfo resolves the profile an NVML call names through info.Id. The caller holds m.mu.
+func (d *Device) giProfileByInfo(info *nvml.GpuInstanceProfileInfo) (*mig.GIProfile, nvml.Return) {
+	if info == nil || d.geometry == nil {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	p, ok := d.geometry.ProfileByID(int(info.Id))
+	if !ok {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return p, nvml.SUCCESS
+}
+
+// migCheck answers the MIG calls of a GPU that has no MIG, and those that need MIG mode on.
+func (d *Device) migCheck(needEnabled bool) nvml.Return {
+	switch {
+	case !d.model.migCapable:
+		return nvml.ERROR_NOT_SUPPORTED
+	case needEnabled && d.migMode != nvml.DEVICE_MIG_ENABLE:
+		return nvml.ERROR_NOT_SUPPORTED
+	}
+	return nvml.SUCCESS
+}
+
+// sortedGIs returns the GPU instances ordered by id. The caller holds m.mu.
+func (d *Device) sortedGIs() []*GpuInstance {
+	out := make([]*GpuInstance, 0, len(d.gis))
+	for _, id := range sortedKeys(d.gis) {
+		out = append(out, d.gis[id])
+	}
+	return out
+}
+
+// migDevicesLocked returns the MIG devices in index order: by GPU instance id, then compute
+// instance id. The caller holds m.mu.
+func (d *Device) migDevicesLocked() []*MigDevice {
+	var out []*MigDevice
+	for _, gi := range d.sortedGIs() {
+		for _, id := range sortedKeys(gi.cis) {
+			out = append(out, gi.cis[id].dev)
+		}
+	}
+	return out
+}
+
+// giID numbers GPU instances the way the hardware appears to: as nodes of a binary tree over
+// the memory slices (the whole GPU is 0, its halves 1 and 2, quarters 3–6, eighths 7–14 on an
+// 8-slice GPU). This matches the 15 GPU instances per GPU that the nvidia-caps minors allow.
+// It falls back to the lowest free id for geometries that do not fit the tree.
+func (d *Device) giID(pl mig.Placement) uint32 {
+	total := d.geometry.MemorySlices
+	if total > 0 && pl.Size > 0 && total%pl.Size == 0 && pl.Start%pl.Size == 0 {
+		ratio := total / pl.Size
+		if ratio&(ratio-1) == 0 {
+			id := uint32(ratio - 1 + pl.Start/pl.Size)
+			if _, used := d.gis[id]; !used {
+				return id
+			}
+		}
+	}
+	for id := uint32(2 * total); ; id++ {
+		if _, used := d.gis[id]; !used {
+			return id
+		}
+	}
+}
+
+// meConflict reports whether a GPU instance of profile p cannot coexist with the existing ones
+// because of media-engine exclusivity: a "+me.all" instance allows only "-me" instances beside it.
+func (d *Device) meConflict(p *mig.GIProfile) bool {
+	allME := hasSuffixAttr(p.Name, "+me.all")
+	noME := hasSuffixAttr(p.Name, "-me")
+	for _, gi := range d.gis {
+		if hasSuffixAttr(gi.profile.Name, "+me.all") && !noME {
+			return true
+		}
+		if allME && !hasSuffixAttr(gi.profile.Name, "-me") {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Device) countOf(p *mig.GIProfile) int {
+	n := 0
+	for _, gi := range d.gis {
+		if gi.profile.ID == p.ID {
+			n++
+		}
+	}
+	return n
+}
+
+func (d *Device) placementFree(pl mig.Placement) bool {
+	for _, gi := range d.gis {
+		if gi.placement.Overlaps(pl) {
+			return false
+		}
+	}
+	return true
+}
+
+// createGI creates a GPU instance of profile p at pl, or at the first free allowed placement
+// when pl is nil, with the checks NVML makes. The caller holds m.mu.
+func (d *Device) createGI(p *mig.GIProfile, pl *mig.Placement) (*GpuInstance, nvml.Return) {
+	if ret := d.migCheck(true); ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	if pl != nil && !p.AllowsPlacement(*pl) {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	if d.countOf(p) >= p.InstanceCount || d.meConflict(p) {
+		return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
+	}
+	var at *mig.Placement
+	if pl != nil {
+		if d.placementFree(*pl) {
+			at = pl
+		}
+	} else {
+		for i := range p.Placements {
+			if d.placementFree(p.Placements[i]) {
+				at = &p.Placements[i]
+				break
+			}
+		}
+	}
+	if at == nil {
+		return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
+	}
+	gi := &GpuInstance{d: d, id: d.giID(*at), profile: p, placement: *at, cis: map[uint32]*ComputeInstance{}}
+	gi.setFuncs()
+	d.gis[gi.id] = gi
+	return gi, nvml.SUCCESS
+}
+
+// remainingGIs is how many more instances of p fit now: free, mutually disjoint allowed
+// placements (interval scheduling by end), capped by the instance count.
+func (d *Device) remainingGIs(p *mig.GIProfile) int {
+	if d.meConflict(p) {
+		return 0
+	}
+	left := p.InstanceCount - d.countOf(p)
+	var free []mig.Placement
+	for _, pl := range p.Placements {
+		if d.placementFree(pl) {
+			free = append(free, pl)
+		}
+	}
+	slices.SortFunc(free, func(a, b mig.Placement) int { return a.End() - b.End() })
+	n, end := 0, -1
+	for _, pl := range free {
+		if pl.Start >= end {
+			n++
+			end = pl.End()
+		}
+	}
+	return max(0, min(n, left))
+}
+
+func (gi *GpuInstance) ciProfileByInfo(info *nvml.ComputeInstanceProfileInfo) (*mig.ComputeProfile, nvml.Return) {
+	if info == nil {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	for i := range gi.profile.ComputeProfiles {
+		if gi.profile.ComputeProfiles[i].ID == int(info.Id) {
+			return &gi.profile.ComputeProfiles[i], nvml.SUCCESS
+		}
+	}
+	return nil, nvml.ERROR_INVALID_ARGUMENT
+}
+
+func (gi *GpuInstance) ciFree(start, size int) bool {
+	for _, ci := range gi.cis {
+		if start < ci.start+ci.profile.Slices && ci.start < start+size {
+			return false
+		}
+	}
+	return true
+}
+
+func (gi *GpuInstance) ciCount(c *mig.ComputeProfile) int {
+	n := 0
+	for _, ci := range gi.cis {
+		if ci.profile.ID == c.ID {
+			n++
+		}
+	}
+	return n
+}
+
+// createCI creates a compute instance of profile c at compute slice *start, or at the first free
+// allowed start. The caller holds m.mu.
+func (gi *GpuInstance) createCI(c *mig.ComputeProfile, start *int) (*ComputeInstance, nvml.Return) {
+	starts := ciStarts(gi.profile, c)
+	if start != nil && !slices.Contains(starts, *start) {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	if gi.ciCount(c) >= c.InstanceCount {
+		return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
+	}
+	at := -1
+	for _, s := range starts {
+		if (start == nil || s == *start) && gi.ciFree(s, c.Slices) {
+			at = s
+			break
+		}
+	}
+	if at < 0 {
+		return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
+	}
+	var id uint32
+	for ; ; id++ {
+		if _, used := gi.cis[id]; !used {
+			break
+		}
+	}
+	d := gi.d
+	d.m.generation++
+	ci := &ComputeInstance{gi: gi, id: id, profile: c, start: at}
+	ci.dev = &MigDevice{ci: ci, uuid: migUUID(d.uuid, gi.id, id, d.m.generation)}
+	ci.setFuncs()
+	ci.dev.setFuncs()
+	gi.cis[id] = ci
+	return ci, nvml.SUCCESS
+}
+
+func (gi *GpuInstance) remainingCIs(c *mig.ComputeProfile) int {
+	left := c.InstanceCount - gi.ciCount(c)
+	n, end := 0, -1
+	for _, s := range ciStarts(gi.profile, c) {
+		if s >= end && gi.ciFree(s, c.Slices) {
+			n++
+			end = s + c.Slices
+		}
+	}
+	return max(0, min(n, left))
+}
+
+func (d *Device) setMIGFuncs() {
+	m := d.m
+	d.GetMigModeFunc = func() (int, int, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("GetMigMode"); ret != nvml.SUCCESS {
+			return 0, 0, ret
+		}
+		if ret := d.migCheck(false); ret != nvml.SUCCESS {
+			return 0, 0, ret
+		}
+		return d.migMode, d.migMode, nvml.SUCCESS
+	}
+	d.SetMigModeFunc = func(mode int) (nvml.Return, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("SetMigMode"); ret != nvml.SUCCESS {
+			return ret, ret
+		}
+		if ret := d.migCheck(false); ret != nvml.SUCCESS {
+			return ret, ret
+		}
+		if mode != nvml.DEVICE_MIG_ENABLE && mode != nvml.DEVICE_MIG_DISABLE {
+			return nvml.ERROR_INVALID_ARGUMENT, nvml.ERROR_INVALID_ARGUMENT
+		}
+		if mode != d.migMode && len(d.gis) > 0 {
+			return nvml.ERROR_IN_USE, nvml.ERROR_IN_USE
+		}
+		d.migMode = mode
+		return nvml.SUCCESS, nvml.SUCCESS
+	}
+	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("GetMaxMigDeviceCount"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		// nvml.h: "Returns zero if MIG is not supported or enabled."
+		if d.migCheck(true) != nvml.SUCCESS || d.geometry == nil {
+			return 0, nvml.SUCCESS
+		}
+		return d.geometry.ComputeSlices, nvml.SUCCESS
+	}
+	d.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("GetMigDeviceHandleByIndex"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		if ret := d.migCheck(true); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		if d.geometry == nil || i < 0 || i >= d.geometry.ComputeSlices {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		devs := d.migDevicesLocked()
+		if i >= len(devs) {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		return devs[i], nvml.SUCCESS
+	}
+	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("IsMigDeviceHandle"); ret != nvml.SUCCESS {
+			return false, ret
+		}
+		return false, nvml.SUCCESS
+	}
+	notMIGHandle := func(method string) nvml.Return {
+		if ret := d.enter(method); ret != nvml.SUCCESS {
+			return ret
+		}
+		if ret := d.migCheck(false); ret != nvml.SUCCESS {
+			return ret
+		}
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	d.GetDeviceHandleFromMigDeviceHandleFunc = func() (nvml.Device, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return nil, notMIGHandle("GetDeviceHandleFromMigDeviceHandle")
+	}
+	d.GetGpuInstanceIdFunc = func() (int, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return 0, notMIGHandle("GetGpuInstanceId")
+	}
+	d.GetComputeInstanceIdFunc = func() (int, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return 0, notMIGHandle("GetComputeInstanceId")
+	}
+	d.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("GetAttributes"); ret != nvml.SUCCESS {
+			return nvml.DeviceAttributes{}, ret
+		}
+		// nvml.h: "This API currently only supports MIG device handles."
+		return nvml.DeviceAttributes{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	d.GetGpuInstanceProfileInfoFunc = func(enum int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("GetGpuInstanceProfileInfo"); ret != nvml.SUCCESS {
+			return nvml.GpuInstanceProfileInfo{}, ret
+		}
+		if ret := d.migCheck(false); ret != nvml.SUCCESS {
+			return nvml.GpuInstanceProfileInfo{}, ret
+		}
+		if enum < 0 || enum >= nvml.GPU_INSTANCE_PROFILE_COUNT {
+			return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
+		}
+		if d.geometry == nil {
+			return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+		}
+		p, ok := d.geometry.ProfileByEnum(enum)
+		if !ok {
+			return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+		}
+		return giProfileInfo(p), nvml.SUCCESS
+	}
+	d.GetGpuInstancePossiblePlacementsFunc = func(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("GetGpuInstancePossiblePlacements"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		if ret := d.migCheck(false); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		p, ret := d.giProfileByInfo(info)
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		out := make([]nvml.GpuInstancePlacement, len(p.Placements))
+		for i, pl := range p.Placements {
+			out[i] = nvml.GpuInstancePlacement{Start: uint32(pl.Start), Size: uint32(pl.Size)}
+		}
+		return out, nvml.SUCCESS
+	}
+	d.GetGpuInstanceRemainingCapacityFunc = func(info *nvml.GpuInstanceProfileInfo) (int, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("GetGpuInstanceRemainingCapacity"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		if ret := d.migCheck(true); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		p, ret := d.giProfileByInfo(info)
+		if ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return d.remainingGIs(p), nvml.SUCCESS
+	}
+	d.CreateGpuInstanceFunc = func(info *nvml.GpuInstanceProfileInfo) (nvml.GpuInstance, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("CreateGpuInstance"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		if ret := d.migCheck(true); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		p, ret := d.giProfileByInfo(info)
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		gi, ret := d.createGI(p, nil)
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		return gi, nvml.SUCCESS
+	}
+	d.CreateGpuInstanceWithPlacementFunc = func(info *nvml.GpuInstanceProfileInfo, pl *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("CreateGpuInstanceWithPlacement"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		if ret := d.migCheck(true); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		p, ret := d.giProfileByInfo(info)
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		if pl == nil {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		gi, ret := d.createGI(p, &mig.Placement{Start: int(pl.Start), Size: int(pl.Size)})
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		return gi, nvml.SUCCESS
+	}
+	d.GetGpuInstancesFunc = func(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstance, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("GetGpuInstances"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		if ret := d.migCheck(true); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		p, ret := d.giProfileByInfo(info)
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		var out []nvml.GpuInstance
+		for _, gi := range d.sortedGIs() {
+			if gi.profile.ID == p.ID {
+				out = append(out, gi)
+			}
+		}
+		return out, nvml.SUCCESS
+	}
+	d.GetGpuInstanceByIdFunc = func(id int) (nvml.GpuInstance, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := d.enter("GetGpuInstanceById"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		if ret := d.migCheck(true); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		if id < 0 {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		gi, ok := d.gis[uint32(id)]
+		if !ok {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		return gi, nvml.SUCCESS
+	}
+}
+
+// enter counts a call on the GPU instance and checks that it still exists.
+func (gi *GpuInstance) enter(method string) nvml.Return {
+	d := gi.d
+	if ret := d.m.enter("GpuInstance", method); ret != nvml.SUCCESS {
+		return ret
+	}
+	switch {
+	case d.lost:
+		return nvml.ERROR_GPU_IS_LOST
+	case gi.destroyed:
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return nvml.SUCCESS
+}
+
+func (gi *GpuInstance) info() nvml.GpuInstanceInfo {
+	return nvml.GpuInstanceInfo{
+		Device:    gi.d,
+		Id:        gi.id,
+		ProfileId: uint32(gi.profile.ID),
+		Placement: nvml.GpuInstancePlacement{Start: uint32(gi.placement.Start), Size: uint32(gi.placement.Size)},
+	}
+}
+
+func (gi *GpuInstance) setFuncs() {
+	m := gi.d.m
+	gi.GetInfoFunc = func() (nvml.GpuInstanceInfo, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := gi.enter("GetInfo"); ret != nvml.SUCCESS {
+			return nvml.GpuInstanceInfo{}, ret
+		}
+		return gi.info(), nvml.SUCCESS
+	}
+	gi.GetComputeInstanceProfileInfoFunc = func(enum, engine int) (nvml.ComputeInstanceProfileInfo, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := gi.enter("GetComputeInstanceProfileInfo"); ret != nvml.SUCCESS {
+			return nvml.ComputeInstanceProfileInfo{}, ret
+		}
+		if enum < 0 || enum >= nvml.COMPUTE_INSTANCE_PROFILE_COUNT || engine < 0 || engine >= nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT {
+			return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
+		}
+		for i := range gi.profile.ComputeProfiles {
+			if c := &gi.profile.ComputeProfiles[i]; c.Enum == enum {
+				return ciProfileInfo(gi.profile, c), nvml.SUCCESS
+			}
+		}
+		return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	gi.GetComputeInstancePossiblePlacementsFunc = func(info *nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstancePlacement, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := gi.enter("GetComputeInstancePossiblePlacements"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		c, ret := gi.ciProfileByInfo(info)
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		starts := ciStarts(gi.profile, c)
+		out := make([]nvml.ComputeInstancePlacement, len(starts))
+		for i, s := range starts {
+			out[i] = nvml.ComputeInstancePlacement{Start: uint32(s), Size: uint32(c.Slices)}
+		}
+		return out, nvml.SUCCESS
+	}
+	gi.GetComputeInstanceRemainingCapacityFunc = func(info *nvml.ComputeInstanceProfileInfo) (int, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := gi.enter("GetComputeInstanceRemainingCapacity"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		c, ret := gi.ciProfileByInfo(info)
+		if ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return gi.remainingCIs(c), nvml.SUCCESS
+	}
+	gi.CreateComputeInstanceFunc = func(info *nvml.ComputeInstanceProfileInfo) (nvml.ComputeInstance, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := gi.enter("CreateComputeInstance"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		c, ret := gi.ciProfileByInfo(info)
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		ci, ret := gi.createCI(c, nil)
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		return ci, nvml.SUCCESS
+	}
+	gi.CreateComputeInstanceWithPlacementFunc = func(info *nvml.ComputeInstanceProfileInfo, pl *nvml.ComputeInstancePlacement) (nvml.ComputeInstance, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := gi.enter("CreateComputeInstanceWithPlacement"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		c, ret := gi.ciProfileByInfo(info)
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		if pl == nil || int(pl.Size) != c.Slices {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		start := int(pl.Start)
+		ci, ret := gi.createCI(c, &start)
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		return ci, nvml.SUCCESS
+	}
+	gi.GetComputeInstancesFunc = func(info *nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstance, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := gi.enter("GetComputeInstances"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		c, ret := gi.ciProfileByInfo(info)
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		var out []nvml.ComputeInstance
+		for _, id := range sortedKeys(gi.cis) {
+			if ci := gi.cis[id]; ci.profile.ID == c.ID {
+				out = append(out, ci)
+			}
+		}
+		return out, nvml.SUCCESS
+	}
+	gi.GetComputeInstanceByIdFunc = func(id int) (nvml.ComputeInstance, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := gi.enter("GetComputeInstanceById"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		if id < 0 {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		ci, ok := gi.cis[uint32(id)]
+		if !ok {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		return ci, nvml.SUCCESS
+	}
+	gi.DestroyFunc = func() nvml.Return {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := gi.enter("Destroy"); ret != nvml.SUCCESS {
+			return ret
+		}
+		if len(gi.cis) > 0 {
+			return nvml.ERROR_IN_USE
+		}
+		gi.destroyed = true
+		delete(gi.d.gis, gi.id)
+		return nvml.SUCCESS
+	}
+	fillDefaults(m, &gi.GpuInstance, "GpuInstance", func() bool { return gi.d.lost })
+}
+
+// enter counts a call on the compute instance and checks that it still exists.
+func (ci *ComputeInstance) enter(method string) nvml.Return {
+	d := ci.gi.d
+	if ret := d.m.enter("ComputeInstance", method); ret != nvml.SUCCESS {
+		return ret
+	}
+	switch {
+	case d.lost:
+		return nvml.ERROR_GPU_IS_LOST
+	case ci.destroyed:
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return nvml.SUCCESS
+}
+
+func (ci *ComputeInstance) setFuncs() {
+	m := ci.gi.d.m
+	ci.GetInfoFunc = func() (nvml.ComputeInstanceInfo, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := ci.enter("GetInfo"); ret != nvml.SUCCESS {
+			return nvml.ComputeInstanceInfo{}, ret
+		}
+		return nvml.ComputeInstanceInfo{
+			Device:      ci.gi.d,
+			GpuInstance: ci.gi,
+			Id:          ci.id,
+			ProfileId:   uint32(ci.profile.ID),
+			Placement:   nvml.ComputeInstancePlacement{Start: uint32(ci.start), Size: uint32(ci.profile.Slices)},
+		}, nvml.SUCCESS
+	}
+	ci.DestroyFunc = func() nvml.Return {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := ci.enter("Destroy"); ret != nvml.SUCCESS {
+			return ret
+		}
+		ci.destroyed = true
+		delete(ci.gi.cis, ci.id)
+		return nvml.SUCCESS
+	}
+	fillDefaults(m, &ci.ComputeInstance, "ComputeInstance", func() bool { return ci.gi.d.lost })
+}
+
+// enter counts a call on the MIG device handle and checks that its compute instance still exists.
+func (md *MigDevice) enter(method string) nvml.Return {
+	d := md.ci.gi.d
+	if ret := d.m.enter("MigDevice", method); ret != nvml.SUCCESS {
+		return ret
+	}
+	switch {
+	case d.lost:
+		return nvml.ERROR_GPU_IS_LOST
+	case md.ci.destroyed:
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return nvml.SUCCESS
+}
+
+// profileName is the MIG device's profile name: "3g.20gb", or "1c.3g.20gb" for a compute
+// instance smaller than its GPU instance.
+func (md *MigDevice) profileName() string {
+	gp := md.ci.gi.profile
+	if md.ci.profile.Slices == gp.ComputeSlices {
+		return gp.Name
+	}
+	return strconv.Itoa(md.ci.profile.Slices) + "c." + gp.Name
+}
+
+func (md *MigDevice) setFuncs() {
+	ci := md.ci
+	gi := ci.gi
+	d := gi.d
+	m := d.m
+	simple := func(method string) nvml.Return { return md.enter(method) }
+	md.IsMigDeviceHandleFunc = func() (bool, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("IsMigDeviceHandle"); ret != nvml.SUCCESS {
+			return false, ret
+		}
+		return true, nvml.SUCCESS
+	}
+	md.GetDeviceHandleFromMigDeviceHandleFunc = func() (nvml.Device, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetDeviceHandleFromMigDeviceHandle"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		return d, nvml.SUCCESS
+	}
+	md.GetGpuInstanceIdFunc = func() (int, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetGpuInstanceId"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return int(gi.id), nvml.SUCCESS
+	}
+	md.GetComputeInstanceIdFunc = func() (int, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetComputeInstanceId"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return int(ci.id), nvml.SUCCESS
+	}
+	md.GetUUIDFunc = func() (string, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetUUID"); ret != nvml.SUCCESS {
+			return "", ret
+		}
+		return md.uuid, nvml.SUCCESS
+	}
+	md.GetNameFunc = func() (string, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetName"); ret != nvml.SUCCESS {
+			return "", ret
+		}
+		return d.model.productName + " MIG " + md.profileName(), nvml.SUCCESS
+	}
+	md.GetIndexFunc = func() (int, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetIndex"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return slices.Index(d.migDevicesLocked(), md), nvml.SUCCESS
+	}
+	md.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetAttributes"); ret != nvml.SUCCESS {
+			return nvml.DeviceAttributes{}, ret
+		}
+		p := gi.profile
+		return nvml.DeviceAttributes{
+			MultiprocessorCount:       uint32(ci.profile.Multiprocessors),
+			SharedCopyEngineCount:     uint32(p.CopyEngines),
+			SharedDecoderCount:        uint32(p.Decoders),
+			SharedEncoderCount:        uint32(p.Encoders),
+			SharedJpegCount:           uint32(p.JpegEngines),
+			SharedOfaCount:            uint32(p.OfaEngines),
+			GpuInstanceSliceCount:     uint32(p.ComputeSlices),
+			ComputeInstanceSliceCount: uint32(ci.profile.Slices),
+			MemorySizeMB:              p.MemoryMiB,
+		}, nvml.SUCCESS
+	}
+	md.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetMemoryInfo"); ret != nvml.SUCCESS {
+			return nvml.Memory{}, ret
+		}
+		total := gi.profile.MemoryMiB << 20
+		return nvml.Memory{Total: total, Free: total}, nvml.SUCCESS
+	}
+	md.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetMemoryInfo_v2"); ret != nvml.SUCCESS {
+			return nvml.Memory_v2{}, ret
+		}
+		total := gi.profile.MemoryMiB << 20
+		return nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: total, Free: total}, nvml.SUCCESS
+	}
+	md.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetPciInfo"); ret != nvml.SUCCESS {
+			return nvml.PciInfo{}, ret
+		}
+		return pciInfo(d.slot.busID, d.model.pciDeviceID, d.model.pciSubsystemID), nvml.SUCCESS
+	}
+	md.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetArchitecture"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return d.model.arch, nvml.SUCCESS
+	}
+	md.GetBrandFunc = func() (nvml.BrandType, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetBrand"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return d.model.brand, nvml.SUCCESS
+	}
+	md.GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetCudaComputeCapability"); ret != nvml.SUCCESS {
+			return 0, 0, ret
+		}
+		return d.model.ccMajor, d.model.ccMinor, nvml.SUCCESS
+	}
+	md.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetMaxMigDeviceCount"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return 0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	fillDefaults(m, &md.Device, "MigDevice", func() bool { return d.lost })
+}
