@@ -302,8 +302,9 @@ func (inst *Installation) GPUDeviceNodes() ([]int, error) {
 type MIGCaps struct {
 	// Major is the nvidia-caps character device major, from ProcDevicesPath.
 	Major int64
-	// Minors maps a capability ("gpu0/gi1/access", "gpu0/gi1/ci0/access", "config") to its minor.
-	Minors map[string]int64
+	// minors is the content of MIGMinorsPath; lines are looked up on demand, because the file
+	// has a line for every possible capability of every GPU (over a thousand on 8 GPUs).
+	minors []byte
 	inst   *Installation
 }
 
@@ -322,11 +323,13 @@ func (inst *Installation) MIGCaps() (*MIGCaps, error) {
 	if err != nil {
 		return nil, fmt.Errorf("MIG capabilities: %w", err)
 	}
-	minors, err := parseMIGMinors(data)
-	if err != nil {
-		return nil, fmt.Errorf("MIG capabilities: %s: %w", MIGMinorsPath, err)
-	}
-	return &MIGCaps{Major: major, Minors: minors, inst: inst}, nil
+	return &MIGCaps{Major: major, minors: data, inst: inst}, nil
+}
+
+// Minor returns the minor of a capability ("gpu0/gi1/access", "gpu0/gi1/ci0/access", "config")
+// and whether MIGMinorsPath lists it; a malformed line for that capability is an error.
+func (c *MIGCaps) Minor(capability string) (int64, bool, error) {
+	return findMinor(c.minors, capability)
 }
 
 // GIKey and CIKey name the access capabilities of a GPU instance and of a compute instance.
@@ -344,7 +347,10 @@ func CIKey(gpuMinor, gi, ci int) string {
 func (c *MIGCaps) DeviceNodes(gpuMinor, gi, ci int) ([]*specs.DeviceNode, error) {
 	var nodes []*specs.DeviceNode
 	for _, key := range []string{GIKey(gpuMinor, gi), CIKey(gpuMinor, gi, ci)} {
-		minor, ok := c.Minors[key]
+		minor, ok, err := c.Minor(key)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", MIGMinorsPath, err)
+		}
 		if !ok {
 			return nil, fmt.Errorf("MIG capability %q not in %s (GPU minor %d, GI %d, CI %d)", key, MIGMinorsPath, gpuMinor, gi, ci)
 		}
@@ -385,26 +391,23 @@ func charDeviceMajor(data []byte, name string) (int64, error) {
 	return 0, fmt.Errorf("no character device %q (is the nvidia driver loaded with MIG support?)", name)
 }
 
-// parseMIGMinors parses lines "<capability> <minor>".
-func parseMIGMinors(data []byte) (map[string]int64, error) {
-	minors := map[string]int64{}
-	s := bufio.NewScanner(bytes.NewReader(data))
-	for n := 1; s.Scan(); n++ {
-		line := strings.TrimSpace(s.Text())
-		if line == "" {
+// findMinor finds the line "<capability> <minor>" of mig-minors content.
+func findMinor(data []byte, capability string) (int64, bool, error) {
+	for n := 1; len(data) > 0; n++ {
+		var line []byte
+		line, data, _ = bytes.Cut(data, []byte("\n"))
+		line = bytes.TrimSpace(line)
+		rest, ok := bytes.CutPrefix(line, []byte(capability))
+		if !ok || len(rest) == 0 || (rest[0] != ' ' && rest[0] != '\t') {
 			continue
 		}
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			return nil, fmt.Errorf("line %d: %q: want \"<capability> <minor>\"", n, line)
-		}
-		m, err := strconv.ParseInt(f[1], 10, 64)
+		m, err := strconv.ParseInt(string(bytes.TrimSpace(rest)), 10, 64)
 		if err != nil || m < 0 {
-			return nil, fmt.Errorf("line %d: %q: minor must be a non-negative integer", n, line)
+			return 0, false, fmt.Errorf("line %d: %q: minor must be a non-negative integer", n, line)
 		}
-		minors[f[0]] = m
+		return m, true, nil
 	}
-	return minors, s.Err()
+	return 0, false, nil
 }
 
 func firstLine(b []byte) string {

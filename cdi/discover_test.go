@@ -63,8 +63,11 @@ func TestDiscover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if caps.Major != cditest.CapsMajor || caps.Minors["config"] != 1 || caps.Minors["gpu2/gi14/ci7/access"] != 3+270+126+8 {
-		t.Errorf("MIGCaps: major %d, config %d, gpu2/gi14/ci7 %d", caps.Major, caps.Minors["config"], caps.Minors["gpu2/gi14/ci7/access"])
+	if caps.Major != cditest.CapsMajor {
+		t.Errorf("MIGCaps major = %d, want %d", caps.Major, cditest.CapsMajor)
+	}
+	if m, ok, err := caps.Minor(cdi.CIKey(2, 14, 7)); err != nil || !ok || m != 3+270+126+8 {
+		t.Errorf("Minor(gpu2/gi14/ci7) = %d, %v, %v; want %d", m, ok, err, 3+270+126+8)
 	}
 }
 

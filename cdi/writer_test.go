@@ -1,8 +1,8 @@
 package cdi_test
 
 import (
-	"fmt"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"

@@ -84,7 +84,7 @@ func New(tb testing.TB, l Layout) *DriverRoot {
 	return r
 }
 
-// Build lays out l in dir, which should be empty, and returns the root.
+// Build lays out l in dir, which is created if missing and should be empty, and returns the root.
 func Build(dir string, l Layout) (*DriverRoot, error) {
 	if l.DriverVersion == "" {
 		l.DriverVersion = DefaultVersion
@@ -106,6 +106,9 @@ func Build(dir string, l Layout) (*DriverRoot, error) {
 	}
 	if l.HostDriverRoot == "" {
 		l.HostDriverRoot = "/"
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
 	hr, err := cdi.NewHostRoot(dir, cdi.WithProcRoot(dir), cdi.WithHostDriverRoot(l.HostDriverRoot))
 	if err != nil {
