@@ -1,0 +1,535 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/internal/atomicfile"
+)
+
+const (
+	// FileName is the name of the checkpoint file inside the store directory.
+	FileName = "checkpoint.json"
+	// FileMode is the mode of the checkpoint file.
+	FileMode fs.FileMode = 0o600
+	// DirMode is the mode Open gives the store directory.
+	DirMode fs.FileMode = 0o700
+	// DefaultBootIDPath is where Linux exposes the current boot ID.
+	DefaultBootIDPath = "/proc/sys/kernel/random/boot_id"
+	// DefaultMaxCorrupt is how many moved-aside corrupt checkpoints Open keeps by default.
+	DefaultMaxCorrupt = 5
+
+	corruptInfix = ".corrupt-"
+	// corruptTimeFormat is fixed-width so that names sort in time order.
+	corruptTimeFormat = "20060102T150405.000000000Z"
+)
+
+// WriteFunc atomically replaces path with data created with mode perm. The default is
+// atomicfile.Write; tests replace it to inject failures.
+type WriteFunc func(path string, data []byte, perm fs.FileMode) error
+
+// Option configures Open.
+type Option func(*config)
+
+type config struct {
+	logger     klog.Logger
+	bootIDPath string
+	bootID     string
+	now        func() time.Time
+	maxCorrupt int
+	write      WriteFunc
+}
+
+// WithLogger sets the logger for what Open finds (corruption, migration, reboot, leftovers).
+// The default is klog.Background().
+func WithLogger(logger klog.Logger) Option { return func(c *config) { c.logger = logger } }
+
+// WithBootIDPath reads the boot ID from path instead of DefaultBootIDPath.
+func WithBootIDPath(path string) Option { return func(c *config) { c.bootIDPath = path } }
+
+// WithBootID uses id as the current boot ID instead of reading one. id must not be empty.
+func WithBootID(id string) Option { return func(c *config) { c.bootID = id } }
+
+// WithClock sets the time source for UpdatedAt stamps and corrupt-file names.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// WithMaxCorrupt keeps at most n moved-aside corrupt checkpoints, deleting the oldest; n < 1
+// keeps one, the one just moved.
+func WithMaxCorrupt(n int) Option { return func(c *config) { c.maxCorrupt = n } }
+
+// WithWriteFunc replaces the atomic file writer.
+func WithWriteFunc(w WriteFunc) Option { return func(c *config) { c.write = w } }
+
+// LoadReport says what Open found, so the caller can decide how much to rebuild from hardware
+// and CDI files.
+type LoadReport struct {
+	// Path is the checkpoint file.
+	Path string
+	// Fresh is true when there was no checkpoint file: a first start, or one after the state
+	// directory was wiped.
+	Fresh bool
+	// Corrupt is true when a checkpoint existed but could not be used (unreadable, bad JSON,
+	// truncated, checksum mismatch, invalid content). The store starts empty; the caller must
+	// rebuild state from hardware and CDI files.
+	Corrupt bool
+	// MovedTo is where the unusable checkpoint was moved, byte for byte.
+	MovedTo string
+	// Reason is why the checkpoint was unusable; it wraps ErrCorrupt or the read error.
+	Reason error
+	// Migrated is the schema version the checkpoint was migrated from, 0 when none was needed.
+	Migrated int
+	// MigrationBackup is where the pre-migration file was kept, byte for byte.
+	MigrationBackup string
+	// Rebooted is true when the checkpoint was last written in a different boot.
+	Rebooted bool
+	// PreviousBootID is the boot ID recorded in the checkpoint, empty when unknown.
+	PreviousBootID string
+	// BootID is the current boot ID.
+	BootID string
+	// CleanedTemp are leftover temporary files of an interrupted write that Open removed.
+	CleanedTemp []string
+}
+
+// Store is the checkpoint of one kubelet plugin. It is safe for concurrent use; updates are
+// linearizable, group-committed, and each is durable (fsynced) before Update returns.
+type Store struct {
+	path   string
+	bootID string
+	now    func() time.Time
+	write  WriteFunc
+
+	mu    sync.RWMutex // guards state
+	state State        // committed: equal to what is on disk; written only by the leader
+	// enc caches the JSON encoding of committed claims by UID, so that an update re-encodes
+	// only the claims it changed. Missing entries are encoded on demand. Leader only.
+	enc map[string][]byte
+
+	// Group commit: concurrent Updates queue up; one of them, the leader, applies the queue
+	// and writes once for all of it.
+	qmu     sync.Mutex
+	queue   []*request
+	leading bool // a leader is running or leadership is being handed to queue[0]
+}
+
+// request is one queued Update.
+type request struct {
+	fn   func(*State) error
+	done chan error // buffered: receives errLead at most once, then the result
+}
+
+// errLead tells a queued request that it is now the leader.
+var errLead = errors.New("checkpoint: lead the next batch")
+
+// Open opens or creates the checkpoint in dir (created with DirMode if missing). It removes
+// leftover temporary files, migrates an older schema, and moves an unusable checkpoint aside
+// (starting empty and saying so in the report) instead of failing. It fails only when the
+// directory cannot be prepared, the boot ID cannot be read, the checkpoint was written by a newer
+// schema, an unusable checkpoint cannot be moved aside, or a migrated one cannot be rewritten.
+func Open(dir string, opts ...Option) (*Store, LoadReport, error) {
+	cfg := config{
+		logger:     klog.Background(),
+		bootIDPath: DefaultBootIDPath,
+		now:        time.Now,
+		maxCorrupt: DefaultMaxCorrupt,
+		write:      atomicfile.Write,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cfg.maxCorrupt = max(cfg.maxCorrupt, 1)
+	logger := cfg.logger.WithName("checkpoint")
+	path := filepath.Join(dir, FileName)
+	report := LoadReport{Path: path}
+
+	bootID, err := readBootID(cfg)
+	if err != nil {
+		return nil, report, err
+	}
+	report.BootID = bootID
+	if err := prepareDir(dir, logger); err != nil {
+		return nil, report, err
+	}
+	if removed, err := atomicfile.Clean(dir); err != nil {
+		logger.Error(err, "Removing leftover temporary files failed", "dir", dir)
+	} else if len(removed) > 0 {
+		report.CleanedTemp = removed
+		logger.Info("Removed leftovers of an interrupted checkpoint write", "dir", dir, "files", removed)
+	}
+
+	s := &Store{path: path, bootID: bootID, now: cfg.now, write: cfg.write, state: State{Claims: map[string]ClaimState{}}}
+
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		report.Fresh = true
+		logger.V(1).Info("No checkpoint, starting empty", "path", path, "bootID", bootID)
+		return s, report, nil
+	case err != nil:
+		err = fmt.Errorf("read checkpoint %s: %w", path, err)
+	default:
+		var d decoded
+		d, err = decode(path, b)
+		if uv := (*UnsupportedVersionError)(nil); errors.As(err, &uv) {
+			logger.Error(err, "Checkpoint written by a newer driver; refusing to start", "path", path, "version", uv.Version)
+			return nil, report, err
+		}
+		if err == nil {
+			s.state = d.state
+			report.PreviousBootID = d.bootID
+			report.Rebooted = d.bootID != "" && d.bootID != bootID
+			if report.Rebooted {
+				logger.Info("Node rebooted since the checkpoint was written", "path", path,
+					"previousBootID", d.bootID, "bootID", bootID, "claims", len(d.state.Claims))
+			}
+			if d.version != CurrentVersion {
+				if err := s.migrate(b, d.version, &report, logger); err != nil {
+					return nil, report, err
+				}
+			}
+			if err := fixFileMode(path, logger); err != nil {
+				return nil, report, err
+			}
+			return s, report, nil
+		}
+	}
+
+	// Unusable: keep it for a human, start empty.
+	report.Corrupt = true
+	report.Reason = err
+	moved, merr := moveAside(path, cfg.now(), cfg.maxCorrupt, logger)
+	if merr != nil {
+		return nil, report, fmt.Errorf("checkpoint %s is unusable (%v) and could not be moved aside: %w", path, err, merr)
+	}
+	report.MovedTo = moved
+	logger.Error(err, "Checkpoint unusable; moved aside, starting with empty state, caller must rebuild from hardware and CDI files",
+		"path", path, "movedTo", moved, "bootID", bootID)
+	return s, report, nil
+}
+
+func readBootID(cfg config) (string, error) {
+	if cfg.bootID != "" {
+		return cfg.bootID, nil
+	}
+	b, err := os.ReadFile(cfg.bootIDPath)
+	if err != nil {
+		return "", fmt.Errorf("read boot ID: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" {
+		return "", fmt.Errorf("read boot ID: %s is empty", cfg.bootIDPath)
+	}
+	return id, nil
+}
+
+func prepareDir(dir string, logger klog.Logger) error {
+	if err := os.MkdirAll(dir, DirMode); err != nil {
+		return fmt.Errorf("create checkpoint directory %s: %w", dir, err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("stat checkpoint directory %s: %w", dir, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("checkpoint directory %s: not a directory", dir)
+	}
+	if st.Mode().Perm() != DirMode {
+		if err := os.Chmod(dir, DirMode); err != nil {
+			return fmt.Errorf("chmod checkpoint directory %s to %v: %w", dir, DirMode, err)
+		}
+		logger.V(1).Info("Tightened checkpoint directory mode", "dir", dir, "from", st.Mode().Perm(), "to", DirMode)
+	}
+	return nil
+}
+
+func fixFileMode(path string, logger klog.Logger) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("stat checkpoint %s: %w", path, err)
+	}
+	if st.Mode().Perm() != FileMode {
+		if err := os.Chmod(path, FileMode); err != nil {
+			return fmt.Errorf("chmod checkpoint %s to %v: %w", path, FileMode, err)
+		}
+		logger.V(1).Info("Tightened checkpoint file mode", "path", path, "from", st.Mode().Perm(), "to", FileMode)
+	}
+	return nil
+}
+
+// migrate keeps the old file next to the checkpoint and rewrites the checkpoint in the current
+// schema.
+func (s *Store) migrate(old []byte, from int, report *LoadReport, logger klog.Logger) error {
+	backup := fmt.Sprintf("%s.v%d", s.path, from)
+	if err := s.write(backup, old, FileMode); err != nil {
+		return fmt.Errorf("keep version %d checkpoint as %s before migrating: %w", from, backup, err)
+	}
+	b, err := encode(s.state, s.bootID)
+	if err != nil {
+		return err
+	}
+	if err := s.write(s.path, b, FileMode); err != nil {
+		return fmt.Errorf("write checkpoint %s migrated from version %d: %w", s.path, from, err)
+	}
+	report.Migrated = from
+	report.MigrationBackup = backup
+	logger.Info("Migrated checkpoint", "path", s.path, "from", from, "to", CurrentVersion, "backup", backup,
+		"claims", len(s.state.Claims))
+	return nil
+}
+
+// moveAside renames an unusable checkpoint (file or whatever is in its place) to
+// <path>.corrupt-<UTC time>[-N] and prunes the oldest copies beyond keep. Names order copies
+// oldest first; a copy made within the same clock tick as an existing one gets the next N.
+func moveAside(path string, now time.Time, keep int, logger klog.Logger) (string, error) {
+	dir, prefix := filepath.Dir(path), filepath.Base(path)+corruptInfix
+	listCopies := func() ([]string, error) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("list corrupt checkpoint copies in %s: %w", dir, err)
+		}
+		var names []string
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), prefix) {
+				names = append(names, e.Name())
+			}
+		}
+		slices.SortFunc(names, compareCorruptNames)
+		return names, nil
+	}
+	existing, err := listCopies()
+	if err != nil {
+		return "", err
+	}
+	stamp := now.UTC().Format(corruptTimeFormat)
+	name, next := prefix+stamp, -1
+	for _, e := range existing {
+		if ts, n := splitCorruptName(e); ts == stamp {
+			next = max(next, n+1)
+		}
+	}
+	if next >= 0 {
+		name = fmt.Sprintf("%s-%d", name, max(next, 1))
+	}
+	dst := filepath.Join(dir, name)
+	if err := os.Rename(path, dst); err != nil {
+		return "", fmt.Errorf("rename %s to %s: %w", path, dst, err)
+	}
+	if err := atomicfile.SyncDir(dir); err != nil {
+		return dst, err
+	}
+	all, err := listCopies()
+	if err != nil {
+		logger.Error(err, "Pruning old corrupt checkpoint copies failed")
+		return dst, nil
+	}
+	for _, old := range all[:max(len(all)-keep, 0)] {
+		p := filepath.Join(dir, old)
+		if err := os.RemoveAll(p); err != nil {
+			logger.Error(err, "Removing old corrupt checkpoint copy failed", "path", p)
+			continue
+		}
+		logger.V(1).Info("Removed old corrupt checkpoint copy", "path", p, "keep", keep)
+	}
+	return dst, nil
+}
+
+// compareCorruptNames orders corrupt-copy names oldest first: by timestamp, then by the numeric
+// suffix added on a name clash.
+func compareCorruptNames(a, b string) int {
+	ta, na := splitCorruptName(a)
+	tb, nb := splitCorruptName(b)
+	if c := strings.Compare(ta, tb); c != 0 {
+		return c
+	}
+	return na - nb
+}
+
+// splitCorruptName returns the timestamp and clash suffix (0 when none) of a corrupt-copy name.
+func splitCorruptName(name string) (string, int) {
+	rest := name[strings.Index(name, corruptInfix)+len(corruptInfix):]
+	if len(rest) <= len(corruptTimeFormat) {
+		return rest, 0
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(rest[len(corruptTimeFormat):], "-"))
+	if err != nil || n < 0 {
+		return rest, 0
+	}
+	return rest[:len(corruptTimeFormat)], n
+}
+
+// Path returns the checkpoint file.
+func (s *Store) Path() string { return s.path }
+
+// BootID returns the current boot ID, the one stamped on claims changed by this Store.
+func (s *Store) BootID() string { return s.bootID }
+
+// Get returns a copy of the claim with the given UID.
+func (s *Store) Get(uid string) (ClaimState, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, ok := s.state.Claims[uid]
+	if !ok {
+		return ClaimState{}, false
+	}
+	return c.Clone(), true
+}
+
+// List returns copies of all claims, ordered by UID.
+func (s *Store) List() []ClaimState {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]ClaimState, 0, len(s.state.Claims))
+	for _, uid := range slices.Sorted(maps.Keys(s.state.Claims)) {
+		out = append(out, s.state.Claims[uid].Clone())
+	}
+	return out
+}
+
+// Update runs fn on a copy of the state and, if fn succeeds and the result is valid, writes it
+// durably (fsynced) and makes it the store's state before returning. Claims that fn added or
+// changed get BootID and UpdatedAt stamped. If fn, validation or the write fails, this update
+// changes nothing, in memory or on disk, and the error is returned; a panic in fn is returned as an
+// error. When fn changes nothing, nothing is written.
+//
+// Updates are linearizable: each fn sees the result of every update that returned before it
+// started. Concurrent updates are group-committed: while one write is in flight the next ones
+// queue, then are applied in arrival order on top of each other and written with a single fsync.
+// If that write fails, every update of the batch fails. fn must not call Update, Put or Delete.
+func (s *Store) Update(fn func(*State) error) error {
+	r := &request{fn: fn, done: make(chan error, 1)}
+	s.qmu.Lock()
+	s.queue = append(s.queue, r)
+	lead := !s.leading
+	s.leading = true
+	s.qmu.Unlock()
+	if !lead {
+		if err := <-r.done; !errors.Is(err, errLead) {
+			return err
+		}
+	}
+	s.qmu.Lock()
+	batch := s.queue
+	s.queue = nil
+	s.qmu.Unlock()
+
+	s.commit(batch)
+
+	s.qmu.Lock()
+	if len(s.queue) > 0 {
+		s.queue[0].done <- errLead
+	} else {
+		s.leading = false
+	}
+	s.qmu.Unlock()
+	return <-r.done
+}
+
+// commit applies a batch of updates in order and writes the result once. Only the leader calls it.
+func (s *Store) commit(batch []*request) {
+	results := make([]error, len(batch))
+	work := s.state            // only the leader replaces s.state, so reading it unlocked is safe
+	dirty := map[string]bool{} // claims whose cached encoding is stale
+	changed := false
+	var now time.Time
+	for i, r := range batch {
+		next := work.Clone()
+		if err := callUpdate(r.fn, &next); err != nil {
+			results[i] = err
+			continue
+		}
+		if err := next.Validate(); err != nil {
+			results[i] = fmt.Errorf("update checkpoint %s: %w", s.path, err)
+			continue
+		}
+		next.normalize()
+		if len(next.Claims) != len(work.Claims) {
+			changed = true
+		}
+		for uid, c := range next.Claims {
+			if old, ok := work.Claims[uid]; ok && reflect.DeepEqual(old, c) {
+				continue
+			}
+			changed = true
+			if now.IsZero() {
+				now = s.now().UTC().Round(0)
+			}
+			c.BootID, c.UpdatedAt = s.bootID, now
+			next.Claims[uid] = c
+			dirty[uid] = true
+		}
+		work = next
+	}
+	if changed {
+		enc := make(map[string][]byte, len(work.Claims))
+		for uid := range work.Claims {
+			if b, ok := s.enc[uid]; ok && !dirty[uid] {
+				enc[uid] = b
+			}
+		}
+		err := s.writeState(work, enc)
+		if err == nil {
+			s.mu.Lock()
+			s.state, s.enc = work, enc
+			s.mu.Unlock()
+		}
+		for i := range results {
+			if results[i] == nil {
+				results[i] = err
+			}
+		}
+	}
+	for i, r := range batch {
+		r.done <- results[i]
+	}
+}
+
+// writeState writes st, reusing and completing enc, the per-claim encodings.
+func (s *Store) writeState(st State, enc map[string][]byte) error {
+	b, err := encodeCached(st, enc, s.bootID)
+	if err != nil {
+		return fmt.Errorf("update checkpoint %s: %w", s.path, err)
+	}
+	if err := s.write(s.path, b, FileMode); err != nil {
+		return fmt.Errorf("update checkpoint %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// callUpdate runs fn, turning a panic into an error so that one bad caller cannot wedge the
+// queue of the others.
+func callUpdate(fn func(*State) error, st *State) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("checkpoint update function panicked: %v", p)
+		}
+	}()
+	return fn(st)
+}
+
+// Put records c under c.UID, replacing any previous state of that claim.
+func (s *Store) Put(c ClaimState) error {
+	c = c.Clone()
+	return s.Update(func(st *State) error {
+		st.Claims[c.UID] = c
+		return nil
+	})
+}
+
+// Delete forgets the claim with the given UID. Deleting an unknown claim is not an error.
+func (s *Store) Delete(uid string) error {
+	return s.Update(func(st *State) error {
+		delete(st.Claims, uid)
+		return nil
+	})
+}

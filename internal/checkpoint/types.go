@@ -1,0 +1,215 @@
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Phase is where a claim stands in its prepare/unprepare life cycle. The plugin core records a
+// phase before it touches hardware and advances it after, so that reconciliation after a crash
+// knows whether to finish or roll back.
+type Phase string
+
+const (
+	// PrepareStarted means prepare began and may have done part of its work (MIG instances
+	// created, host actions applied, CDI spec written). Devices lists what was done so far; after
+	// a crash the claim is rolled back from that list.
+	PrepareStarted Phase = "PrepareStarted"
+	// PrepareCompleted means every device of the claim is ready and its CDI device IDs were, or
+	// are about to be, returned to kubelet.
+	PrepareCompleted Phase = "PrepareCompleted"
+	// UnprepareStarted means unprepare began; after a crash it is finished, never reverted.
+	UnprepareStarted Phase = "UnprepareStarted"
+)
+
+// Valid reports whether p is one of the phases defined by this package.
+func (p Phase) Valid() bool {
+	switch p {
+	case PrepareStarted, PrepareCompleted, UnprepareStarted:
+		return true
+	}
+	return false
+}
+
+// State is the whole checkpoint: every claim the plugin has prepared or is preparing on this node.
+type State struct {
+	// Claims maps a ResourceClaim UID to its state. The key equals ClaimState.UID.
+	Claims map[string]ClaimState `json:"claims"`
+}
+
+// ClaimState is the recorded state of one ResourceClaim on this node.
+type ClaimState struct {
+	// UID is the ResourceClaim's metadata.uid; the key of the claim in State.Claims.
+	UID string `json:"uid"`
+	// Namespace and Name identify the claim for logs and for API lookups during reconciliation.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Phase is the claim's life-cycle phase.
+	Phase Phase `json:"phase"`
+	// Devices are the allocated devices of our driver, in allocation-result order. While Phase is
+	// PrepareStarted it holds the devices whose preparation has begun, each with the undo
+	// information recorded so far.
+	Devices []PreparedDevice `json:"devices,omitempty"`
+	// BootID is the kernel boot ID current when the claim was last changed. Store stamps it on
+	// every change. A claim whose BootID differs from Store.BootID was prepared before a reboot:
+	// its dynamic MIG instances, host settings and tmpfs CDI specs are gone and must be rebuilt or
+	// forgotten. Empty for claims migrated from version 1, which did not record it.
+	BootID string `json:"bootID,omitempty"`
+	// UpdatedAt is when the claim was last changed, stamped by Store in UTC. Zero for claims
+	// migrated from version 1.
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// PreparedDevice is one device of a claim and everything needed to undo its preparation or to
+// recreate its CDI spec without asking the API server.
+type PreparedDevice struct {
+	// Request is the name of the claim request the device was allocated for ("gpu", or
+	// "gpu/sub" for a subrequest of a request with firstAvailable).
+	Request string `json:"request"`
+	// Pool is the ResourceSlice pool of the device.
+	Pool string `json:"pool"`
+	// Device is the DRA device name published in the ResourceSlice ("gpu-0", "gpu-0-mig-1g5gb-0").
+	Device string `json:"device"`
+	// CDIDeviceIDs are the fully qualified CDI device IDs returned to kubelet for this device.
+	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
+	// GPUUUID is the UUID of the physical GPU the device lives on (the parent GPU for MIG), so
+	// that rollback finds the hardware even if device names or indexes changed.
+	GPUUUID string `json:"gpuUUID,omitempty"`
+	// MIG is set when the device is a MIG device.
+	MIG *MIGInstance `json:"mig,omitempty"`
+	// Sharing is the sharing package's undo record for this device (time-slice applied, MPS
+	// daemon started, compute mode changed...), opaque to the checkpoint. It must be valid JSON;
+	// Store stores it compacted. Nil when no host action was applied.
+	Sharing json.RawMessage `json:"sharing,omitempty"`
+}
+
+// MIGInstance identifies one MIG device precisely enough to destroy it or, after a reboot,
+// recreate it at the same place.
+type MIGInstance struct {
+	// ParentUUID is the UUID of the physical GPU holding the instance.
+	ParentUUID string `json:"parentUUID"`
+	// Profile is the canonical profile name ("1g.5gb", "1c.3g.20gb"), for humans and logs.
+	Profile string `json:"profile,omitempty"`
+	// GIProfileID and CIProfileID are the NVML profile Ids (GpuInstanceProfileInfo.Id,
+	// ComputeInstanceProfileInfo.Id), not the profile enums.
+	GIProfileID int `json:"giProfileID"`
+	CIProfileID int `json:"ciProfileID"`
+	// Placement is the GPU instance's placement in memory slices.
+	Placement Placement `json:"placement"`
+	// GIID and CIID are the GPU-instance and compute-instance IDs NVML assigned. They are
+	// meaningful only within the boot recorded in ClaimState.BootID.
+	GIID int `json:"giID"`
+	CIID int `json:"ciID"`
+	// UUID is the MIG device UUID ("MIG-..."), empty until known.
+	UUID string `json:"uuid,omitempty"`
+	// Created is true when this driver created the instance for the claim (dynamic MIG) and must
+	// destroy it on unprepare; false when the instance pre-existed (static MIG) and must be kept.
+	Created bool `json:"created"`
+}
+
+// Placement is where a GPU instance sits on its GPU, in memory slices as NVML counts them.
+type Placement struct {
+	// Start is the index of the first memory slice.
+	Start int `json:"start"`
+	// Size is the number of memory slices.
+	Size int `json:"size"`
+}
+
+// Clone returns a deep copy of s; the copy shares no memory with s.
+func (s State) Clone() State {
+	out := State{Claims: make(map[string]ClaimState, len(s.Claims))}
+	for uid, c := range s.Claims {
+		out.Claims[uid] = c.Clone()
+	}
+	return out
+}
+
+// Clone returns a deep copy of c.
+func (c ClaimState) Clone() ClaimState {
+	out := c
+	if c.Devices != nil {
+		out.Devices = make([]PreparedDevice, len(c.Devices))
+		for i, d := range c.Devices {
+			out.Devices[i] = d.Clone()
+		}
+	}
+	return out
+}
+
+// Clone returns a deep copy of d.
+func (d PreparedDevice) Clone() PreparedDevice {
+	out := d
+	out.CDIDeviceIDs = slices.Clone(d.CDIDeviceIDs)
+	out.Sharing = slices.Clone(d.Sharing)
+	if d.MIG != nil {
+		m := *d.MIG
+		out.MIG = &m
+	}
+	return out
+}
+
+// Validate checks the invariants every stored state satisfies and names the offending field.
+func (s State) Validate() error {
+	for _, uid := range slices.Sorted(maps.Keys(s.Claims)) {
+		c := s.Claims[uid]
+		path := "claims[" + strconv.Quote(uid) + "]"
+		if uid == "" {
+			return fmt.Errorf("%s: empty claim UID", path)
+		}
+		if c.UID != uid {
+			return fmt.Errorf("%s.uid: %q does not match its key", path, c.UID)
+		}
+		if !c.Phase.Valid() {
+			return fmt.Errorf("%s.phase: %q is not one of %s, %s, %s", path, c.Phase,
+				PrepareStarted, PrepareCompleted, UnprepareStarted)
+		}
+		for i, d := range c.Devices {
+			dpath := path + ".devices[" + strconv.Itoa(i) + "]"
+			if d.Device == "" {
+				return fmt.Errorf("%s.device: empty device name", dpath)
+			}
+			if d.MIG != nil && d.MIG.ParentUUID == "" {
+				return fmt.Errorf("%s.mig.parentUUID: empty", dpath)
+			}
+			if d.Sharing != nil && !json.Valid(d.Sharing) {
+				return fmt.Errorf("%s.sharing: not valid JSON", dpath)
+			}
+		}
+	}
+	return nil
+}
+
+// normalize makes the in-memory form of s identical to what decoding its JSON encoding yields:
+// empty slices become nil, Sharing is compacted and a JSON null Sharing becomes nil. It must run
+// after Validate.
+func (s *State) normalize() {
+	if s.Claims == nil {
+		s.Claims = map[string]ClaimState{}
+	}
+	for uid, c := range s.Claims {
+		if len(c.Devices) == 0 {
+			c.Devices = nil
+		}
+		for i := range c.Devices {
+			d := &c.Devices[i]
+			if len(d.CDIDeviceIDs) == 0 {
+				d.CDIDeviceIDs = nil
+			}
+			if d.Sharing != nil {
+				var buf bytes.Buffer
+				if err := json.Compact(&buf, d.Sharing); err == nil {
+					d.Sharing = buf.Bytes()
+				}
+				if len(d.Sharing) == 0 || string(d.Sharing) == "null" {
+					d.Sharing = nil
+				}
+			}
+		}
+		s.Claims[uid] = c
+	}
+}
