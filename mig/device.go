@@ -250,7 +250,9 @@ func Compare(table, live *Model) []Difference {
 					break
 				}
 			}
-			cf := func(name string) string { return fmt.Sprintf("profiles[%s].computeProfiles[%dc].%s", tp.Name, tc.Slices, name) }
+			cf := func(name string) string {
+				return fmt.Sprintf("profiles[%s].computeProfiles[%dc].%s", tp.Name, tc.Slices, name)
+			}
 			if lc == nil {
 				d = append(d, Difference{Field: fmt.Sprintf("profiles[%s].computeProfiles[%dc]", tp.Name, tc.Slices), Table: "present", Live: absent})
 				continue

@@ -1,0 +1,135 @@
+package mig
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestPlanExamples(t *testing.T) {
+	m := mustLookup(t, "A100-SXM4-40GB")
+	tests := []struct {
+		current  []Instance
+		requests []string
+		want     []Instance
+	}{
+		// A lone 1g goes to slice 6: slices 0-3 stay free for 4g/3g and 4-5 for a 2g.
+		{nil, []string{"1g.5gb"}, []Instance{At("1g.5gb", 6)}},
+		// Beside a 3g at 0, a 2g goes to 4 (not 6, which only 1g.10gb could use... and 2g cannot).
+		{[]Instance{At("3g.20gb", 0)}, []string{"2g.10gb"}, []Instance{At("2g.10gb", 4)}},
+		// The balanced layout fits completely.
+		{nil, []string{"3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"}, nil},
+	}
+	for _, tt := range tests {
+		got, err := Plan(m, tt.current, tt.requests)
+		if err != nil {
+			t.Errorf("Plan(%v, %v): %v", tt.current, tt.requests, err)
+			continue
+		}
+		for i := range got {
+			got[i].Placement.Size = 0
+		}
+		if tt.want != nil {
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Plan(%v) (-want +got):\n%s", tt.requests, diff)
+			}
+		}
+	}
+	_, err := Plan(m, []Instance{At("1g.5gb", 0), At("1g.5gb", 4)}, []string{"4g.20gb"})
+	var ve *ValidationError
+	if !errors.As(err, &ve) || ve.Kind != ConflictNoFit {
+		t.Errorf("Plan 4g beside 1g@0: %v", err)
+	}
+	if _, err := Plan(m, []Instance{{Profile: "1g.5gb"}}, []string{"1g.5gb"}); err == nil {
+		t.Error("Plan accepted an unplaced current instance")
+	}
+}
+
+// bruteScore is the planner's documented objective, computed independently: for each placement
+// size, largest first, the number of (profile, placement) pairs that fit in the free slices.
+func bruteScore(m *Model, layout []Instance) []int {
+	used := make([]bool, m.MemorySlices)
+	for _, in := range layout {
+		for s := in.Placement.Start; s < in.Placement.End(); s++ {
+			used[s] = true
+		}
+	}
+	var sizes []int
+	for _, p := range m.Profiles {
+		if !slices.Contains(sizes, p.Placements[0].Size) {
+			sizes = append(sizes, p.Placements[0].Size)
+		}
+	}
+	slices.Sort(sizes)
+	slices.Reverse(sizes)
+	score := make([]int, len(sizes))
+	for _, p := range m.Profiles {
+		for _, pl := range p.Placements {
+			free := true
+			for s := pl.Start; s < pl.End(); s++ {
+				free = free && !used[s]
+			}
+			if free {
+				score[slices.Index(sizes, pl.Size)]++
+			}
+		}
+	}
+	return score
+}
+
+// TestPlanAgainstBruteForce: on every catalog model, for random current layouts and requests, the
+// planner succeeds exactly when some assignment is valid, and its choice has the best score.
+func TestPlanAgainstBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, m := range Models() {
+		layouts, err := Layouts(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layouts = append(layouts, nil) // the empty GPU
+		for trial := 0; trial < 150; trial++ {
+			current := layouts[rng.IntN(len(layouts))]
+			var requests []string
+			for n := 1 + rng.IntN(3); n > 0; n-- {
+				requests = append(requests, m.Profiles[rng.IntN(len(m.Profiles))].Name)
+			}
+			// Brute force: every combination of allowed placements.
+			var best []int
+			var rec func(k int, acc []Instance)
+			rec = func(k int, acc []Instance) {
+				if k == len(requests) {
+					if _, err := Validate(m, acc); err == nil {
+						if s := bruteScore(m, acc); best == nil || slices.Compare(s, best) > 0 {
+							best = s
+						}
+					}
+					return
+				}
+				p, _ := m.Profile(requests[k])
+				for _, pl := range p.Placements {
+					pl := pl
+					rec(k+1, append(slices.Clone(acc), Instance{Profile: p.Name, Placement: &pl}))
+				}
+			}
+			rec(0, slices.Clone(current))
+
+			got, err := Plan(m, current, requests)
+			if (err == nil) != (best != nil) {
+				t.Fatalf("%s current %s requests %v: plan err %v, brute force feasible %v", m.Name, FormatLayout(current), requests, err, best != nil)
+			}
+			if err != nil {
+				continue
+			}
+			full := append(slices.Clone(current), got...)
+			if _, err := Validate(m, full); err != nil {
+				t.Fatalf("%s: plan result %s invalid: %v", m.Name, FormatLayout(full), err)
+			}
+			if s := bruteScore(m, full); !slices.Equal(s, best) {
+				t.Fatalf("%s current %s requests %v: plan %s scores %v, best %v", m.Name, FormatLayout(current), requests, FormatLayout(got), s, best)
+			}
+		}
+	}
+}
