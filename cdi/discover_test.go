@@ -327,3 +327,28 @@ func TestHostRoot(t *testing.T) {
 		}
 	}
 }
+
+func TestDiscoverSearchPaths(t *testing.T) {
+	root := cditest.New(t, cditest.Layout{GPUs: 1, LibDir: "/opt/nvidia/lib", Firmware: []string{}})
+	if _, err := cdi.Discover(root); err == nil || !strings.Contains(err.Error(), "libcuda.so.580.95.05 not found in library search paths") {
+		t.Fatalf("Discover with the driver outside the default paths = %v", err)
+	}
+	if err := root.WriteFile("/opt/nvidia/bin/nvidia-smi", "x"); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := cdi.Discover(root, cdi.WithLibrarySearchPaths("/nonexistent", "/opt/nvidia/lib"),
+		cdi.WithBinarySearchPaths("/opt/nvidia/bin", "/usr/bin"), cdi.WithBinaries(cdi.NvidiaSMI, cdi.MPSServer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bins []string
+	for _, b := range inst.Binaries {
+		bins = append(bins, b.Path)
+	}
+	if diff := cmp.Diff([]string{"/opt/nvidia/bin/nvidia-smi", "/usr/bin/nvidia-cuda-mps-server"}, bins); diff != "" {
+		t.Errorf("binaries (-want +got):\n%s", diff)
+	}
+	if len(inst.Libraries) != len(cditest.DefaultLibraries()) || inst.Root() != cdi.DriverRoot(root) {
+		t.Errorf("libraries %v, root %v", inst.Libraries, inst.Root())
+	}
+}
