@@ -15,8 +15,8 @@
 //     k8s.gpu.nvidia.com/claim whose devices are named "<claimUID>-<device>", so the IDs the
 //     kubelet passes to the runtime are "k8s.gpu.nvidia.com/claim=<claimUID>-<device>".
 //   - Writer stores each claim's spec atomically as
-//     "<dir>/k8s.gpu.nvidia.com-claim_<claimUID>.json" (mode 0644), removes it, and lists the
-//     claims that have one.
+//     "<dir>/k8s.gpu.nvidia.com-claim_<claimUID>.json" (mode 0644), removes it, lists the
+//     claims that have one and prunes those no longer prepared.
 //
 // # Spec content
 //
@@ -50,7 +50,7 @@
 //
 //	// start-up: drop leftovers of a crash, then reconcile
 //	w.CleanTemp()
-//	uids, _ := w.List() // remove the specs of claims that are no longer prepared
+//	w.Prune(preparedUIDs) // specs of claims the checkpoint no longer holds (w.List shows all)
 //
 //	// NodePrepareResources
 //	cs, _ := gen.Generate(cdi.ClaimDevices{ClaimUID: uid, Devices: devices})

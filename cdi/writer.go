@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gpudra/gpudra/internal/atomicfile"
@@ -162,6 +163,27 @@ func (w *Writer) List() ([]string, error) {
 		}
 	}
 	return uids, nil
+}
+
+// Prune removes the specs of every claim that List returns and keep does not contain, and returns
+// their UIDs: after a restart, keep is the set of claims the plugin's checkpoint still holds as
+// prepared. It stops at the first failed removal.
+func (w *Writer) Prune(keep []string) ([]string, error) {
+	uids, err := w.List()
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, uid := range uids {
+		if slices.Contains(keep, uid) {
+			continue
+		}
+		if err := w.Remove(uid); err != nil {
+			return removed, err
+		}
+		removed = append(removed, uid)
+	}
+	return removed, nil
 }
 
 // CleanTemp removes temporary files that an interrupted Write of this writer's specs left in the

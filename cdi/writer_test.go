@@ -138,6 +138,18 @@ func TestWriteListReadRemove(t *testing.T) {
 	if got, _ := w.List(); !cmp.Equal(got, []string{uidGPU}) {
 		t.Errorf("List after Remove = %v, want [%s]", got, uidGPU)
 	}
+	writeClaim(t, g, w, uidMPS, 2)
+	writeClaim(t, g, w, uidTS, 3)
+	pruned, err := w.Prune([]string{uidMPS, uidHook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{uidGPU, uidTS}, pruned); diff != "" {
+		t.Errorf("Prune removed (-want +got):\n%s", diff)
+	}
+	if got, _ := w.List(); !cmp.Equal(got, []string{uidMPS}) {
+		t.Errorf("List after Prune = %v, want [%s]", got, uidMPS)
+	}
 	for name := range others {
 		if _, err := os.Stat(filepath.Join(w.Dir(), name)); err != nil {
 			t.Errorf("foreign file %s touched: %v", name, err)
