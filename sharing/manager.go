@@ -1,0 +1,309 @@
+package sharing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/sharing/v1beta1"
+)
+
+// Manager turns allocated claims into sharing setups: it resolves their opaque configs,
+// checks them against the other prepared claims of the node, makes the host changes through
+// its TimeSlicer, ComputeModeSetter and MPSDaemons, and undoes them. Prepare and Undo of one
+// Manager are serialized. Build one with NewManager.
+type Manager struct {
+	driver      string
+	decoder     *v1beta1.Decoder
+	mpsRoot     string
+	timeSlicer  TimeSlicer
+	computeMode ComputeModeSetter
+	daemons     MPSDaemons
+	registry    *Registry
+
+	mu sync.Mutex
+}
+
+// Option configures NewManager.
+type Option func(*Manager)
+
+// WithDriverName sets the driver whose configs and devices the manager handles
+// (default DefaultDriverName).
+func WithDriverName(name string) Option { return func(m *Manager) { m.driver = name } }
+
+// WithMPSRoot sets the host directory under which each MPS daemon gets <id>/{pipe,log,shm}
+// (default /var/lib/kubelet/plugins/<driver>/mps).
+func WithMPSRoot(dir string) Option { return func(m *Manager) { m.mpsRoot = dir } }
+
+// WithTimeSlicer sets how time slices are read and set (for example an NvidiaSMI).
+func WithTimeSlicer(t TimeSlicer) Option { return func(m *Manager) { m.timeSlicer = t } }
+
+// WithComputeModeSetter sets how compute modes are read and set (for example an NVMLComputeMode).
+func WithComputeModeSetter(c ComputeModeSetter) Option { return func(m *Manager) { m.computeMode = c } }
+
+// WithMPSDaemons sets how MPS control daemons are run (for example an MPSControl).
+func WithMPSDaemons(d MPSDaemons) Option { return func(m *Manager) { m.daemons = d } }
+
+// WithDecoder sets the config decoder (default v1beta1.NewDecoder()).
+func WithDecoder(d *v1beta1.Decoder) Option { return func(m *Manager) { m.decoder = d } }
+
+// NewManager returns a manager with an empty registry. Host interfaces that are not given
+// make Prepare fail for the strategies that need them, with an error naming the option.
+func NewManager(opts ...Option) *Manager {
+	m := &Manager{driver: DefaultDriverName, registry: NewRegistry()}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.decoder == nil {
+		m.decoder = v1beta1.NewDecoder()
+	}
+	if m.mpsRoot == "" {
+		m.mpsRoot = filepath.Join("/var/lib/kubelet/plugins", m.driver, "mps")
+	}
+	return m
+}
+
+// Registry returns the manager's registry of prepared claims.
+func (m *Manager) Registry() *Registry { return m.registry }
+
+// Restore rebuilds the registry from the records of the claims that are prepared (read from
+// a checkpoint at start-up), so that conflicts and shared host settings are tracked across
+// restarts. It makes no host change.
+func (m *Manager) Restore(records []Record) error { return m.registry.Restore(records) }
+
+// Prepare sets up sharing for one allocated claim and returns its record: per device the
+// container edits to put into its CDI spec, and the host changes made, to be checkpointed and
+// passed to Undo on unprepare. lookup maps the claim's allocation results to devices.
+//
+// Prepare is idempotent per claim UID: a claim already prepared (also one used by several
+// pods or containers) gets its existing record back without host changes. A claim that
+// conflicts with a prepared claim fails with an error naming both. When a host change fails,
+// the changes made so far are undone before the error is returned.
+func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim, lookup DeviceLookup) (*Record, error) {
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
+	ctx = klog.NewContext(ctx, logger)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	if rec, ok := m.registry.Get(claim.UID); ok {
+		logger.V(3).Info("Claim already prepared, reusing its sharing setup")
+		return &rec, nil
+	}
+	p, err := m.plan(ctx, claim, lookup)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.registry.Check(p.rec, p.daemons); err != nil {
+		return nil, err
+	}
+	if err := m.apply(ctx, p); err != nil {
+		if uerr := m.undoSteps(ctx, p.rec); uerr != nil {
+			err = fmt.Errorf("%w; rolling back: %w", err, uerr)
+		}
+		return nil, fmt.Errorf("claim %s: %w", ClaimString(claim), err)
+	}
+	m.registry.add(p.rec)
+	logger.V(2).Info("Prepared sharing", "devices", len(p.rec.Devices), "hostChanges", len(p.rec.Steps))
+	return p.rec.DeepCopy(), nil
+}
+
+// Undo reverses the host changes of a record, newest first, and forgets the claim. A change
+// that another prepared claim still holds (a shared device's time slice, compute mode or MPS
+// daemon) is left for the last claim to undo. Undo works from the record alone, so it also
+// works after a restart (call Restore first, so that shared settings are known). When a step
+// fails, the others are still tried and the claim stays registered, so Undo can be retried.
+func (m *Manager) Undo(ctx context.Context, rec *Record) error {
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(rec.Namespace, rec.Name), "claimUID", rec.ClaimUID)
+	ctx = klog.NewContext(ctx, logger)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.undoSteps(ctx, rec); err != nil {
+		return fmt.Errorf("claim %s/%s (%s): %w", rec.Namespace, rec.Name, rec.ClaimUID, err)
+	}
+	m.registry.remove(rec.ClaimUID)
+	logger.V(2).Info("Undid sharing setup", "hostChanges", len(rec.Steps))
+	return nil
+}
+
+// UndoClaim is Undo for a claim of the registry; an unknown claim is not an error.
+func (m *Manager) UndoClaim(ctx context.Context, uid types.UID) error {
+	rec, ok := m.registry.Get(uid)
+	if !ok {
+		return nil
+	}
+	return m.Undo(ctx, &rec)
+}
+
+func (m *Manager) apply(ctx context.Context, p *plan) error {
+	rec := p.rec
+	done := map[string]bool{}
+	for _, d := range rec.Devices {
+		if d.TimeSlice == nil || done[d.UUID] {
+			continue
+		}
+		done[d.UUID] = true
+		// Time-slicing needs several contexts on the GPU: compute mode DEFAULT.
+		if err := m.acquireComputeMode(ctx, rec, d.UUID, ComputeModeDefault); err != nil {
+			return err
+		}
+		if err := m.acquireTimeSlice(ctx, rec, d.UUID, *d.TimeSlice); err != nil {
+			return err
+		}
+	}
+	for _, spec := range p.daemons {
+		for _, uuid := range spec.DeviceUUIDs {
+			if err := m.acquireComputeMode(ctx, rec, uuid, ComputeModeExclusiveProcess); err != nil {
+				return err
+			}
+		}
+		if err := m.acquireDaemon(ctx, rec, spec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// join adds to rec the step another claim holds for resource, if any, so that the shared
+// setting is undone by whichever claim lets go of it last.
+func (m *Manager) join(ctx context.Context, rec *Record, resource string) bool {
+	other, step := m.registry.holder(resource, rec.ClaimUID)
+	if step == nil {
+		return false
+	}
+	klog.FromContext(ctx).V(3).Info("Sharing host setting with another claim", "resource", resource, "otherClaim", klog.KRef(other.Namespace, other.Name))
+	rec.Steps = append(rec.Steps, *step)
+	return true
+}
+
+func (m *Manager) acquireComputeMode(ctx context.Context, rec *Record, uuid string, mode ComputeMode) error {
+	resource := "computeMode/" + uuid
+	if m.join(ctx, rec, resource) {
+		return nil
+	}
+	if m.computeMode == nil {
+		return errors.New("setting the compute mode needs a ComputeModeSetter (WithComputeModeSetter)")
+	}
+	cur, err := m.computeMode.ComputeMode(ctx, uuid)
+	if err != nil {
+		return fmt.Errorf("reading compute mode of %s: %w", uuid, err)
+	}
+	step := Step{Action: ActionSetComputeMode, Resource: resource, UUID: uuid, ComputeMode: &mode, PreviousComputeMode: &cur}
+	if cur != mode {
+		if err := m.computeMode.SetComputeMode(ctx, uuid, mode); err != nil {
+			return fmt.Errorf("setting compute mode of %s to %s: %w", uuid, mode, err)
+		}
+		step.Changed = true
+		klog.FromContext(ctx).V(2).Info("Set compute mode", "device", uuid, "mode", mode, "previous", cur)
+	}
+	rec.Steps = append(rec.Steps, step)
+	return nil
+}
+
+func (m *Manager) acquireTimeSlice(ctx context.Context, rec *Record, uuid string, value int) error {
+	resource := "timeSlice/" + uuid
+	if m.join(ctx, rec, resource) {
+		return nil
+	}
+	if m.timeSlicer == nil {
+		return errors.New("time-slicing needs a TimeSlicer (WithTimeSlicer)")
+	}
+	cur, known, err := m.timeSlicer.TimeSlice(ctx, uuid)
+	if err != nil {
+		return fmt.Errorf("reading time slice of %s: %w", uuid, err)
+	}
+	step := Step{Action: ActionSetTimeSlice, Resource: resource, UUID: uuid, TimeSlice: &value}
+	if known {
+		step.PreviousTimeSlice = &cur
+	}
+	if !known || cur != value {
+		if err := m.timeSlicer.SetTimeSlice(ctx, uuid, value); err != nil {
+			return fmt.Errorf("setting time slice of %s to %d: %w", uuid, value, err)
+		}
+		step.Changed = true
+		klog.FromContext(ctx).V(2).Info("Set time slice", "device", uuid, "timeSlice", value, "previous", step.PreviousTimeSlice)
+	}
+	rec.Steps = append(rec.Steps, step)
+	return nil
+}
+
+func (m *Manager) acquireDaemon(ctx context.Context, rec *Record, spec MPSDaemonSpec) error {
+	resource := "mpsDaemon/" + spec.ID
+	if m.join(ctx, rec, resource) {
+		return nil
+	}
+	if m.daemons == nil {
+		return errors.New("MPS needs MPSDaemons (WithMPSDaemons)")
+	}
+	// The step is recorded before Start, so that a Start that fails half-way is cleaned up.
+	rec.Steps = append(rec.Steps, Step{Action: ActionStartMPSDaemon, Resource: resource, Daemon: &spec, Changed: true})
+	if err := m.daemons.Start(ctx, spec); err != nil {
+		return fmt.Errorf("starting MPS control daemon %s for %v: %w", spec.ID, spec.DeviceUUIDs, err)
+	}
+	if err := m.daemons.Ready(ctx, spec); err != nil {
+		return fmt.Errorf("MPS control daemon %s for %v not ready: %w", spec.ID, spec.DeviceUUIDs, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Started MPS control daemon", "daemon", spec.ID, "devices", spec.DeviceUUIDs, "pipeDir", spec.PipeDir)
+	return nil
+}
+
+func (m *Manager) undoSteps(ctx context.Context, rec *Record) error {
+	logger := klog.FromContext(ctx)
+	var errs []error
+	for i := len(rec.Steps) - 1; i >= 0; i-- {
+		s := rec.Steps[i]
+		if other, _ := m.registry.holder(s.Resource, rec.ClaimUID); other != nil {
+			logger.V(3).Info("Host setting still used by another claim, leaving it", "resource", s.Resource, "otherClaim", klog.KRef(other.Namespace, other.Name))
+			continue
+		}
+		if !s.Changed {
+			continue
+		}
+		if err := m.undoStep(ctx, s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) undoStep(ctx context.Context, s Step) error {
+	logger := klog.FromContext(ctx)
+	switch s.Action {
+	case ActionSetComputeMode:
+		if m.computeMode == nil || s.PreviousComputeMode == nil {
+			return fmt.Errorf("cannot restore compute mode of %s: no ComputeModeSetter or no previous mode", s.UUID)
+		}
+		if err := m.computeMode.SetComputeMode(ctx, s.UUID, *s.PreviousComputeMode); err != nil {
+			return fmt.Errorf("restoring compute mode of %s to %s: %w", s.UUID, *s.PreviousComputeMode, err)
+		}
+		logger.V(2).Info("Restored compute mode", "device", s.UUID, "mode", *s.PreviousComputeMode)
+	case ActionSetTimeSlice:
+		if m.timeSlicer == nil {
+			return fmt.Errorf("cannot restore time slice of %s: no TimeSlicer", s.UUID)
+		}
+		prev := 0
+		if s.PreviousTimeSlice != nil {
+			prev = *s.PreviousTimeSlice
+		}
+		if err := m.timeSlicer.SetTimeSlice(ctx, s.UUID, prev); err != nil {
+			return fmt.Errorf("restoring time slice of %s to %d: %w", s.UUID, prev, err)
+		}
+		logger.V(2).Info("Restored time slice", "device", s.UUID, "timeSlice", prev)
+	case ActionStartMPSDaemon:
+		if m.daemons == nil || s.Daemon == nil {
+			return fmt.Errorf("cannot stop MPS control daemon of step %s: no MPSDaemons or no daemon spec", s.Resource)
+		}
+		if err := m.daemons.Stop(ctx, *s.Daemon); err != nil {
+			return fmt.Errorf("stopping MPS control daemon %s: %w", s.Daemon.ID, err)
+		}
+		logger.V(2).Info("Stopped MPS control daemon", "daemon", s.Daemon.ID)
+	default:
+		return fmt.Errorf("unknown step action %q: supported values: %q, %q, %q", s.Action, ActionSetComputeMode, ActionSetTimeSlice, ActionStartMPSDaemon)
+	}
+	return nil
+}

@@ -1,0 +1,319 @@
+package sharing
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/sharing/v1beta1"
+)
+
+const (
+	// MPSPipeContainerPath is where containers see the MPS pipe directory.
+	MPSPipeContainerPath = "/tmp/nvidia-mps"
+	// MPSShmContainerPath is where containers see the MPS daemon's shared memory directory.
+	MPSShmContainerPath = "/dev/shm"
+
+	envPipeDir       = "CUDA_MPS_PIPE_DIRECTORY"
+	envThreadPercent = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	envPinnedLimit   = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+)
+
+// plan is the host-independent outcome of a claim's configuration.
+type plan struct {
+	rec     *Record
+	daemons []MPSDaemonSpec
+}
+
+// Plan resolves the claim's configuration (see Resolve) and computes, without touching the
+// host, what Prepare would set up: per device the strategy, time slice, MPS daemon, pinned
+// memory limit and container edits. The returned record has no steps.
+func (m *Manager) Plan(ctx context.Context, claim *resourceapi.ResourceClaim, lookup DeviceLookup) (*Record, error) {
+	p, err := m.plan(ctx, claim, lookup)
+	if err != nil {
+		return nil, err
+	}
+	return p.rec, nil
+}
+
+func (m *Manager) plan(ctx context.Context, claim *resourceapi.ResourceClaim, lookup DeviceLookup) (*plan, error) {
+	logger := klog.FromContext(ctx)
+	dcs, err := m.Resolve(claim, lookup)
+	if err != nil {
+		return nil, err
+	}
+	rec := &Record{Version: RecordVersion, ClaimUID: claim.UID, Namespace: claim.Namespace, Name: claim.Name,
+		Devices: make([]PreparedDevice, len(dcs))}
+	cs := ClaimString(claim)
+
+	// Index of each device among the devices its config entry applies to, for
+	// defaultPerDevicePinnedMemoryLimit keys that are indices.
+	groupIndex := make([]int, len(dcs))
+	groupSize := map[int]int{}
+	for i, dc := range dcs {
+		groupIndex[i] = groupSize[dc.ConfigIndex]
+		groupSize[dc.ConfigIndex]++
+	}
+
+	var mpsDevices []int
+	for i, dc := range dcs {
+		pd := &rec.Devices[i]
+		*pd = PreparedDevice{Request: dc.Request, Pool: dc.Pool, Device: dc.DeviceName, UUID: dc.Device.UUID,
+			ParentUUID: dc.Device.ParentUUID, Strategy: dc.Config.Strategy(), ShareID: dc.ShareID, AdminAccess: dc.AdminAccess}
+		where := fmt.Sprintf("claim %s: device %s of request %q, %s", cs, dc.Device, dc.Request, dc.Source(claim))
+		if dc.AdminAccess {
+			logger.V(2).Info("Admin access device gets no sharing setup", "claim", klog.KObj(claim), "device", dc.DeviceName, "request", dc.Request)
+			pd.Strategy = v1beta1.StrategyExclusive
+			continue
+		}
+		fractional := dc.AllocatedMemoryBytes > 0
+		switch pd.Strategy {
+		case v1beta1.StrategyTimeSlicing:
+			if dc.Device.IsMIG {
+				return nil, fmt.Errorf("%s: TimeSlicing is set per physical GPU and cannot be applied to a MIG device; use MPS", where)
+			}
+			if fractional {
+				return nil, fmt.Errorf("%s: the device was allocated %d bytes of its memory, which TimeSlicing cannot enforce; use strategy MPS or no sharing config", where, dc.AllocatedMemoryBytes)
+			}
+			v := dc.Config.(*v1beta1.GpuConfig).Interval().Int()
+			pd.TimeSlice = &v
+		case v1beta1.StrategyExclusive:
+			if fractional {
+				logger.V(2).Info("Device allocated a memory fraction runs under MPS to enforce it", "claim", klog.KObj(claim),
+					"device", dc.DeviceName, "allocatedBytes", dc.AllocatedMemoryBytes)
+				pd.Strategy = v1beta1.StrategyMPS
+				mpsDevices = append(mpsDevices, i)
+			}
+		case v1beta1.StrategyMPS:
+			mpsDevices = append(mpsDevices, i)
+		}
+		if pd.Strategy != v1beta1.StrategyMPS {
+			continue
+		}
+		limit, err := pinnedLimit(dc, groupIndex[i], dcs)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		pd.PinnedMemoryLimitMiB = limit
+	}
+
+	daemons, err := m.planDaemons(claim, dcs, rec, mpsDevices)
+	if err != nil {
+		return nil, err
+	}
+	return &plan{rec: rec, daemons: daemons}, nil
+}
+
+// pinnedLimit is the device's pinned memory limit in MiB (0: none): the config's per-device
+// entry (by UUID or by index among the devices of the config entry), else its default, capped
+// by an allocated memory fraction.
+func pinnedLimit(dc DeviceConfig, index int, all []DeviceConfig) (int64, error) {
+	var limit int64
+	if mps := dc.Config.MPS(); mps != nil {
+		if mps.DefaultPinnedDeviceMemoryLimit != nil {
+			v, err := v1beta1.LimitMiB(*mps.DefaultPinnedDeviceMemoryLimit)
+			if err != nil {
+				return 0, fmt.Errorf("defaultPinnedDeviceMemoryLimit: %w", err)
+			}
+			limit = v
+		}
+		var byKey string
+		for _, k := range sortedKeys(mps.DefaultPerDevicePinnedMemoryLimit) {
+			uuid, idx, err := v1beta1.ParseDeviceKey(k)
+			if err != nil {
+				return 0, fmt.Errorf("defaultPerDevicePinnedMemoryLimit[%s]: %w", k, err)
+			}
+			if uuid == "" && idx >= countConfig(all, dc.ConfigIndex) {
+				return 0, fmt.Errorf("defaultPerDevicePinnedMemoryLimit[%s]: the config applies to %d device(s), indices 0..%d",
+					k, countConfig(all, dc.ConfigIndex), countConfig(all, dc.ConfigIndex)-1)
+			}
+			if uuid != "" && !configHasUUID(all, dc.ConfigIndex, uuid) {
+				return 0, fmt.Errorf("defaultPerDevicePinnedMemoryLimit[%s]: no device with that UUID is allocated under this config", k)
+			}
+			if uuid != dc.Device.UUID && (uuid != "" || idx != index) {
+				continue
+			}
+			if byKey != "" {
+				return 0, fmt.Errorf("defaultPerDevicePinnedMemoryLimit: keys %q and %q both name this device; keep one", byKey, k)
+			}
+			byKey = k
+			v, err := v1beta1.LimitMiB(mps.DefaultPerDevicePinnedMemoryLimit[k])
+			if err != nil {
+				return 0, fmt.Errorf("defaultPerDevicePinnedMemoryLimit[%s]: %w", k, err)
+			}
+			limit = v
+		}
+	}
+	if dc.AllocatedMemoryBytes > 0 {
+		alloc := dc.AllocatedMemoryBytes >> 20
+		if alloc < 1 {
+			return 0, fmt.Errorf("the device was allocated %d bytes of memory; MPS limits start at 1Mi", dc.AllocatedMemoryBytes)
+		}
+		if limit > alloc {
+			return 0, fmt.Errorf("pinned memory limit %dMi exceeds the %dMi of device memory allocated to the claim", limit, alloc)
+		}
+		if limit == 0 {
+			limit = alloc
+		}
+	}
+	return limit, nil
+}
+
+func countConfig(all []DeviceConfig, idx int) int {
+	n := 0
+	for _, d := range all {
+		if d.ConfigIndex == idx {
+			n++
+		}
+	}
+	return n
+}
+
+func configHasUUID(all []DeviceConfig, idx int, uuid string) bool {
+	for _, d := range all {
+		if d.ConfigIndex == idx && d.Device.UUID == uuid {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// planDaemons assigns MPS devices to daemons: devices the claim has to itself share one
+// daemon named after the claim; a device allocated with a share ID gets the per-device shared
+// daemon that every claim on it joins. A container can talk to one daemon only, so a claim
+// whose MPS devices would need two daemons is an error.
+func (m *Manager) planDaemons(claim *resourceapi.ResourceClaim, dcs []DeviceConfig, rec *Record, mpsDevices []int) ([]MPSDaemonSpec, error) {
+	if len(mpsDevices) == 0 {
+		return nil, nil
+	}
+	cs := ClaimString(claim)
+	var own, shared []int
+	for _, i := range mpsDevices {
+		if dcs[i].ShareID != "" {
+			shared = append(shared, i)
+		} else {
+			own = append(own, i)
+		}
+	}
+	if len(shared) > 1 || (len(shared) == 1 && len(own) > 0) {
+		a, b := mpsDevices[0], mpsDevices[1]
+		return nil, fmt.Errorf("claim %s: devices %s (request %q) and %s (request %q) would be served by different MPS control daemons, and a container can use only one: a shared device (share ID) needs a claim of its own",
+			cs, dcs[a].Device, dcs[a].Request, dcs[b].Device, dcs[b].Request)
+	}
+
+	var spec MPSDaemonSpec
+	if len(shared) == 1 {
+		d := dcs[shared[0]]
+		sum := sha256.Sum256([]byte(d.Device.UUID))
+		spec = m.daemonSpec("shared-"+hex.EncodeToString(sum[:6]), []string{d.Device.UUID}, d.Device.ComputeCapabilityMajor)
+		spec.Shared = true
+	} else {
+		uuids := make([]string, len(own))
+		minCC := 0
+		for n, i := range own {
+			uuids[n] = dcs[i].Device.UUID
+			if cc := dcs[i].Device.ComputeCapabilityMajor; n == 0 || cc < minCC {
+				minCC = cc
+			}
+		}
+		spec = m.daemonSpec(string(claim.UID), uuids, minCC)
+		// Daemon-wide defaults: one active thread percentage for the daemon.
+		first := -1
+		for _, i := range own {
+			var pct *int
+			if mps := dcs[i].Config.MPS(); mps != nil {
+				pct = mps.DefaultActiveThreadPercentage
+			}
+			if first < 0 {
+				first, spec.ActiveThreadPercentage = i, pct
+				continue
+			}
+			if !equalPtr(pct, spec.ActiveThreadPercentage) {
+				return nil, fmt.Errorf("claim %s: requests %q (%s) and %q (%s) set different MPS defaultActiveThreadPercentage (%s and %s), but the claim's devices share one MPS control daemon; use one value",
+					cs, dcs[first].Request, dcs[first].Source(claim), dcs[i].Request, dcs[i].Source(claim), ptrString(spec.ActiveThreadPercentage), ptrString(pct))
+			}
+		}
+		for n, i := range own {
+			if l := rec.Devices[i].PinnedMemoryLimitMiB; l > 0 {
+				if spec.PinnedMemoryLimits == nil {
+					spec.PinnedMemoryLimits = map[string]string{}
+				}
+				spec.PinnedMemoryLimits[strconv.Itoa(n)] = v1beta1.FormatLimit(l)
+			}
+		}
+	}
+
+	// Container edits: identical for every MPS device of the claim, so that a container that
+	// gets any subset of them sees one consistent daemon.
+	env := []string{envPipeDir + "=" + MPSPipeContainerPath}
+	var pct *int
+	if spec.Shared {
+		if mps := dcs[shared[0]].Config.MPS(); mps != nil {
+			pct = mps.DefaultActiveThreadPercentage
+		}
+	} else {
+		pct = spec.ActiveThreadPercentage
+	}
+	if pct != nil {
+		env = append(env, envThreadPercent+"="+strconv.Itoa(*pct))
+	}
+	var limits []string
+	for n, i := range mpsDevices {
+		if l := rec.Devices[i].PinnedMemoryLimitMiB; l > 0 {
+			limits = append(limits, strconv.Itoa(n)+"="+v1beta1.FormatLimit(l))
+		}
+	}
+	if len(limits) > 0 {
+		env = append(env, envPinnedLimit+"="+strings.Join(limits, ","))
+	}
+	for _, i := range mpsDevices {
+		rec.Devices[i].MPSDaemonID = spec.ID
+		rec.Devices[i].Edits = cdispec.ContainerEdits{
+			Env: slices.Clone(env),
+			Mounts: []*cdispec.Mount{
+				{HostPath: spec.PipeDir, ContainerPath: MPSPipeContainerPath, Options: []string{"rw", "nosuid", "nodev", "bind"}},
+				{HostPath: spec.ShmDir, ContainerPath: MPSShmContainerPath, Options: []string{"rw", "nosuid", "nodev", "bind"}},
+			},
+		}
+	}
+	return []MPSDaemonSpec{spec}, nil
+}
+
+func (m *Manager) daemonSpec(id string, uuids []string, ccMajor int) MPSDaemonSpec {
+	dir := filepath.Join(m.mpsRoot, id)
+	return MPSDaemonSpec{ID: id, DeviceUUIDs: uuids, Dir: dir,
+		PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm"),
+		ClientLimit: MPSClientLimit(ccMajor)}
+}
+
+func equalPtr[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func ptrString(p *int) string {
+	if p == nil {
+		return "unset"
+	}
+	return strconv.Itoa(*p)
+}

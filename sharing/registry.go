@@ -1,0 +1,194 @@
+package sharing
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpudra/gpudra/sharing/v1beta1"
+)
+
+// Registry knows the prepared claims of a node and refuses a claim whose sharing setup is
+// incompatible with theirs. It is in memory; Restore rebuilds it from checkpointed records.
+// It is safe for concurrent use.
+type Registry struct {
+	mu      sync.Mutex
+	records map[types.UID]*Record
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{records: map[types.UID]*Record{}} }
+
+// Restore replaces the registry's content with records (the prepared claims of a checkpoint).
+func (r *Registry) Restore(records []Record) error {
+	m := make(map[types.UID]*Record, len(records))
+	for i := range records {
+		rec := records[i]
+		if rec.Version != RecordVersion {
+			return fmt.Errorf("record of claim %s/%s (%s): version %d, this program reads version %d", rec.Namespace, rec.Name, rec.ClaimUID, rec.Version, RecordVersion)
+		}
+		if _, dup := m[rec.ClaimUID]; dup {
+			return fmt.Errorf("two records for claim %s/%s (%s)", rec.Namespace, rec.Name, rec.ClaimUID)
+		}
+		m[rec.ClaimUID] = &rec
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = m
+	return nil
+}
+
+// Get returns the record of a prepared claim.
+func (r *Registry) Get(uid types.UID) (Record, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.records[uid]
+	if !ok {
+		return Record{}, false
+	}
+	return *rec.DeepCopy(), true
+}
+
+// List returns the records of all prepared claims, ordered by claim UID.
+func (r *Registry) List() []Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Record, 0, len(r.records))
+	for _, rec := range r.records {
+		out = append(out, *rec.DeepCopy())
+	}
+	slices.SortFunc(out, func(a, b Record) int { return compareStrings(string(a.ClaimUID), string(b.ClaimUID)) })
+	return out
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (r *Registry) add(rec *Record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records[rec.ClaimUID] = rec
+}
+
+func (r *Registry) remove(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.records, uid)
+}
+
+// holder returns a step of another claim that holds resource.
+func (r *Registry) holder(resource string, except types.UID) (*Record, *Step) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, uid := range sortedUIDs(r.records) {
+		if uid == except {
+			continue
+		}
+		rec := r.records[uid]
+		for i := range rec.Steps {
+			if rec.Steps[i].Resource == resource {
+				return rec, &rec.Steps[i]
+			}
+		}
+	}
+	return nil, nil
+}
+
+func sortedUIDs(m map[types.UID]*Record) []types.UID {
+	uids := make([]types.UID, 0, len(m))
+	for uid := range m {
+		uids = append(uids, uid)
+	}
+	slices.Sort(uids)
+	return uids
+}
+
+// Check returns an error naming both claims when rec's devices cannot be set up next to
+// those of an already prepared claim:
+//   - a device (or a MIG device of a GPU and the whole GPU) used by two claims, unless both
+//     allocations carry a share ID;
+//   - on a shared device: different strategies, different time slice intervals, or more
+//     claims than the MPS client limit.
+//
+// Records of the same claim never conflict (one claim used by several pods is prepared once),
+// and admin access devices never conflict.
+func (r *Registry) Check(rec *Record, daemons []MPSDaemonSpec) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, uid := range sortedUIDs(r.records) {
+		other := r.records[uid]
+		if uid == rec.ClaimUID {
+			continue
+		}
+		for _, n := range rec.Devices {
+			for _, o := range other.Devices {
+				if err := conflict(rec, &n, other, &o); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, d := range daemons {
+		if !d.Shared {
+			continue
+		}
+		users := 1
+		for _, other := range r.records {
+			if other.ClaimUID != rec.ClaimUID && slices.ContainsFunc(other.Devices, func(p PreparedDevice) bool { return p.MPSDaemonID == d.ID }) {
+				users++
+			}
+		}
+		if users > d.ClientLimit {
+			return fmt.Errorf("claim %s/%s (%s): MPS control daemon %s on %v would serve %d claims, more than the device's limit of %d MPS clients",
+				rec.Namespace, rec.Name, rec.ClaimUID, d.ID, d.DeviceUUIDs, users, d.ClientLimit)
+		}
+	}
+	return nil
+}
+
+func describe(p *PreparedDevice) string {
+	switch {
+	case p.Strategy == v1beta1.StrategyTimeSlicing && p.TimeSlice != nil:
+		return fmt.Sprintf("TimeSlicing (time slice %d)", *p.TimeSlice)
+	case p.Strategy == v1beta1.StrategyMPS:
+		return "MPS"
+	}
+	return string(p.Strategy)
+}
+
+func conflict(rec *Record, n *PreparedDevice, other *Record, o *PreparedDevice) error {
+	if n.AdminAccess || o.AdminAccess {
+		return nil
+	}
+	claims := func(what string) error {
+		return fmt.Errorf("claim %s/%s (%s): device %q (%s) of request %q with %s conflicts with claim %s/%s (%s), prepared with device %q (%s) of request %q with %s: %s",
+			rec.Namespace, rec.Name, rec.ClaimUID, n.Device, n.UUID, n.Request, describe(n),
+			other.Namespace, other.Name, other.ClaimUID, o.Device, o.UUID, o.Request, describe(o), what)
+	}
+	switch {
+	case n.UUID == o.UUID:
+	case n.ParentUUID != "" && n.ParentUUID == o.UUID, o.ParentUUID != "" && o.ParentUUID == n.UUID:
+		return claims("a GPU used whole cannot also serve one of its MIG devices")
+	default:
+		return nil
+	}
+	if n.ShareID == "" || o.ShareID == "" {
+		return claims("the device is allocated to both claims, but not as a shared device (no share ID)")
+	}
+	if n.Strategy != o.Strategy {
+		return claims("claims sharing a device must use the same sharing strategy")
+	}
+	if !equalPtr(n.TimeSlice, o.TimeSlice) {
+		return claims("a GPU has one time slice; claims sharing it must ask for the same interval")
+	}
+	return nil
+}
