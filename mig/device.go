@@ -134,7 +134,7 @@ func ModelFromDevice(dev nvml.Device) (*Model, error) {
 		}
 		p.ComputeProfiles = cps
 		m.Profiles = append(m.Profiles, p)
-		if enum > 64 { // guard against a device that never says INVALID_ARGUMENT
+		if enum > 4*giEnumCount { // guard against a device that never says INVALID_ARGUMENT
 			break
 		}
 	}
