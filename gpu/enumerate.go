@@ -361,16 +361,17 @@ func profileName(cat *mig.Model, gp nvml.GpuInstanceProfileInfo, enum int, cp nv
 }
 
 // memoryGB is the "<GB>gb" of a profile name for a profile NVML reports but the catalog does
-// not know: the instance's share of the GPU's memory, rounded up to eighths, in GB of the GPU's
-// total, rounded up. It matches the names NVIDIA uses for the catalog's models.
+// not know: the instance's share of the GPU's memory rounded up to eighths, times the GPU's
+// memory in GiB, rounded up. It reproduces NVIDIA's names for most models (1g.5gb, 3g.20gb,
+// 3g.40gb); the catalog's names win wherever it knows the model.
 func memoryGB(profileMiB, gpuBytes uint64) uint64 {
-	const gb = 1000 * 1000 * 1000
+	const gib = 1 << 30
 	if gpuBytes == 0 {
-		return (profileMiB<<20 + gb - 1) / gb
+		return (profileMiB<<20 + gib - 1) / gib
 	}
 	eighths := (profileMiB<<20*8 + gpuBytes - 1) / gpuBytes
-	totalGB := (gpuBytes + gb/2) / gb
-	return (eighths*totalGB + 7) / 8
+	totalGiB := (gpuBytes + gib/2) / gib
+	return (eighths*totalGiB + 7) / 8
 }
 
 func enumSuffix(enum int) string {

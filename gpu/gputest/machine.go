@@ -45,8 +45,6 @@ type config struct {
 	faults        []*fault
 	mig           map[int][]string // GPU index → layout
 	migAll        []string         // layout for every MIG-capable GPU, nil if none
-	migEnabled    map[int]bool     // MIG mode on without instances
-	migConfig     string
 }
 
 // WithDriverVersion sets the driver version SystemGetDriverVersion reports (default

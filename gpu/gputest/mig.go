@@ -143,15 +143,17 @@ func (d *Device) migDevicesLocked() []*MigDevice {
 }
 
 // giID numbers GPU instances the way the hardware appears to: as nodes of a binary tree over
-// the memory slices (the whole GPU is 0, its halves 1 and 2, quarters 3–6, eighths 7–14 on an
-// 8-slice GPU). This matches the 15 GPU instances per GPU that the nvidia-caps minors allow.
-// It falls back to the lowest free id for geometries that do not fit the tree.
+// the memory slices, numbered from the top slice down (on an 8-slice GPU the whole GPU is 0, the
+// halves at 4 and 0 are 1 and 2, quarters at 6, 4, 2, 0 are 3–6, eighths 7–14). This matches
+// the 15 GPU instances per GPU that the nvidia-caps minors allow and NVIDIA's published
+// examples (a 3g.20gb at 4:4 is GPU instance 1, at 0:4 instance 2); it is inferred, not
+// documented. Geometries that do not fit the tree get the lowest free id above it.
 func (d *Device) giID(pl mig.Placement) uint32 {
 	total := d.geometry.MemorySlices
 	if total > 0 && pl.Size > 0 && total%pl.Size == 0 && pl.Start%pl.Size == 0 {
-		ratio := total / pl.Size
-		if ratio&(ratio-1) == 0 {
-			id := uint32(ratio - 1 + pl.Start/pl.Size)
+		nodes := total / pl.Size // nodes at this level of the tree
+		if nodes&(nodes-1) == 0 {
+			id := uint32(nodes - 1 + (nodes - 1 - pl.Start/pl.Size))
 			if _, used := d.gis[id]; !used {
 				return id
 			}
