@@ -1,0 +1,218 @@
+package gpudra
+
+import (
+	"fmt"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/mig"
+)
+
+// Counter names of a GPU's counter set in dynamic MIG mode. Memory slices are the unit NVML
+// places GPU instances on; the others encode the rules that placements alone do not.
+const (
+	// CounterComputeSlices counts compute slices (GPCs): 7 on A100/H100/B200, 4 on A30.
+	CounterComputeSlices = "compute-slices"
+	// CounterMediaShared is consumed by every profile that uses the shared media engines (all but
+	// "-me" profiles); a "+me.all" profile consumes all of it, so it excludes every profile except
+	// "-me" ones, as NVML documents.
+	CounterMediaShared = "media-shared"
+)
+
+// CounterSetName is the name of the counter set of the GPU with the given minor.
+func CounterSetName(minor int) string { return fmt.Sprintf("gpu-%d-counter-set", minor) }
+
+// MemorySliceCounter is the counter of one memory slice.
+func MemorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i) }
+
+// WithDynamicMIG publishes, for each MIG-capable GPU, every GPU-instance profile at every
+// placement the MIG catalog allows as a partitionable device, plus the full GPU while MIG mode is
+// off. A counter set per GPU makes the scheduler pick only sets of devices that form a valid MIG
+// layout; the kubelet plugin creates the instances at prepare time. GPUs without MIG keep being
+// published as full GPUs.
+func WithDynamicMIG(lookup func(productName string) (*mig.Model, error)) Option {
+	return func(b *Builder) {
+		if lookup == nil {
+			lookup = mig.Lookup
+		}
+		b.migLookup = lookup
+	}
+}
+
+// ConsumableMemory makes full GPUs shareable by memory: each GPU allows multiple allocations, and
+// a claim asks for part of it with capacity.requests.memory. A claim that asks for nothing gets
+// Default (the whole GPU when Default is zero), so exclusive claims keep working.
+type ConsumableMemory struct {
+	// Step is the granularity of memory requests; requests are rounded up to it. Default 1Gi.
+	Step resource.Quantity
+	// Default is what a claim without a memory request consumes. Zero means the whole GPU.
+	Default resource.Quantity
+}
+
+// WithConsumableMemory publishes full GPUs (not MIG devices, not GPUs partitioned by dynamic MIG)
+// with consumable memory capacity.
+func WithConsumableMemory(c ConsumableMemory) Option {
+	return func(b *Builder) { b.consumable = &c }
+}
+
+func (c *ConsumableMemory) apply(d *resourceapi.Device, memBytes uint64) {
+	step := c.Step
+	if step.IsZero() {
+		step = resource.MustParse("1Gi")
+	}
+	total := int64(memBytes) / step.Value() * step.Value()
+	def := c.Default
+	if def.IsZero() || def.Value() > total {
+		def = *resource.NewQuantity(total, resource.BinarySI)
+	}
+	maxQ := resource.NewQuantity(total, resource.BinarySI)
+	d.AllowMultipleAllocations = ptrTo(true)
+	memCap := d.Capacity[CapMemory]
+	memCap.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+		Default: &def,
+		ValidRange: &resourceapi.CapacityRequestPolicyRange{
+			Min:  &step,
+			Max:  maxQ,
+			Step: &step,
+		},
+	}
+	d.Capacity[CapMemory] = memCap
+	// Every other capacity needs a policy too, or each share would consume all of it. SMs are not
+	// partitioned by memory shares: a share consumes none unless it asks.
+	for name, c := range d.Capacity {
+		if name == CapMemory || c.RequestPolicy != nil {
+			continue
+		}
+		zero := resource.MustParse("0")
+		c.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+			Default:    &zero,
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &zero, Max: ptrTo(c.Value.DeepCopy())},
+		}
+		d.Capacity[name] = c
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// dynamicMIGDevices returns the partitionable devices and the counter set of one MIG-capable GPU,
+// or nil devices when the GPU's model is not in the catalog (it is then published statically).
+func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourceapi.Device, resourceapi.CounterSet, error) {
+	model, err := b.migLookup(g.ProductName)
+	if err != nil {
+		return nil, resourceapi.CounterSet{}, nil //nolint:nilerr // unknown models fall back to static publishing
+	}
+	setName := CounterSetName(g.Minor)
+	counters := map[string]resourceapi.Counter{}
+	full := map[string]resourceapi.Counter{}
+	set := func(name string, v int64) {
+		counters[name] = resourceapi.Counter{Value: *resource.NewQuantity(v, resource.DecimalSI)}
+		full[name] = counters[name]
+	}
+	for i := 0; i < model.MemorySlices; i++ {
+		set(MemorySliceCounter(i), 1)
+	}
+	set(CounterComputeSlices, int64(model.ComputeSlices))
+	set(CounterMediaShared, int64(model.MemorySlices))
+	limited := map[string]int{} // profile → instance counter name, where placements alone allow more
+	for _, p := range model.Profiles {
+		if p.InstanceCount < maxDisjoint(p.Placements) {
+			name := instanceCounterName(p.Name)
+			set(name, int64(p.InstanceCount))
+			limited[p.Name] = p.InstanceCount
+		}
+	}
+	if len(counters) > resourceapi.ResourceSliceMaxCountersPerCounterSet {
+		return nil, resourceapi.CounterSet{}, fmt.Errorf("model %s needs %d counters, more than the API allows (%d)",
+			model.Name, len(counters), resourceapi.ResourceSliceMaxCountersPerCounterSet)
+	}
+	cs := resourceapi.CounterSet{Name: setName, Counters: counters}
+
+	var devs []resourceapi.Device
+	if !g.MIGEnabled {
+		d := b.gpuDevice(inv, g)
+		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: setName, Counters: full}}
+		devs = append(devs, d)
+	}
+	for _, p := range model.Profiles {
+		consumed := map[string]resourceapi.Counter{
+			CounterComputeSlices: qty(int64(p.ComputeSlices)),
+		}
+		switch mediaKind(p.Name) {
+		case "all":
+			consumed[CounterMediaShared] = qty(int64(model.MemorySlices))
+		case "none":
+		default:
+			consumed[CounterMediaShared] = qty(1)
+		}
+		if _, ok := limited[p.Name]; ok {
+			consumed[instanceCounterName(p.Name)] = qty(1)
+		}
+		for _, pl := range p.Placements {
+			c := make(map[string]resourceapi.Counter, len(consumed)+pl.Size)
+			for k, v := range consumed {
+				c[k] = v
+			}
+			for i := pl.Start; i < pl.End(); i++ {
+				c[MemorySliceCounter(i)] = qty(1)
+			}
+			attrs := b.commonAttributes(inv, g)
+			attrs[AttrType] = str(DeviceTypeMIG)
+			attrs[AttrProfile] = str(p.Name)
+			attrs[AttrParentUUID] = str(g.UUID)
+			attrs[AttrParentIndex] = intAttr(g.Index)
+			devs = append(devs, resourceapi.Device{
+				Name:       MIGDeviceName(g.Minor, p.Name, p.ID, pl.Start, ""),
+				Attributes: attrs,
+				Capacity: migCapacity(p.MemoryMiB<<20, p.Multiprocessors, p.CopyEngines, p.Decoders, p.Encoders,
+					p.JpegEngines, p.OfaEngines),
+				ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: setName, Counters: c}},
+			})
+		}
+	}
+	return devs, cs, nil
+}
+
+func qty(v int64) resourceapi.Counter {
+	return resourceapi.Counter{Value: *resource.NewQuantity(v, resource.DecimalSI)}
+}
+
+// instanceCounterName is the counter limiting the number of instances of a profile
+// ("1g.5gb+me" → "instances-1g5gb-me").
+func instanceCounterName(profile string) string {
+	p := strings.NewReplacer(".", "", "+", "-", ",", "-").Replace(strings.ToLower(profile))
+	return "instances-" + p
+}
+
+// mediaKind tells how a profile uses the GPU's shared media engines: "none" for "-me" profiles,
+// "all" for "+me.all", "shared" otherwise.
+func mediaKind(profile string) string {
+	switch {
+	case strings.Contains(profile, "+me.all"):
+		return "all"
+	case strings.Contains(profile, "-me"):
+		return "none"
+	}
+	return "shared"
+}
+
+// maxDisjoint is the largest number of pairwise non-overlapping placements (greedy by end, which
+// is optimal for intervals).
+func maxDisjoint(ps []mig.Placement) int {
+	sorted := append([]mig.Placement(nil), ps...)
+	for i := 1; i < len(sorted); i++ {
+		for j := i; j > 0 && sorted[j].End() < sorted[j-1].End(); j-- {
+			sorted[j], sorted[j-1] = sorted[j-1], sorted[j]
+		}
+	}
+	n, end := 0, -1
+	for _, p := range sorted {
+		if p.Start >= end {
+			n++
+			end = p.End()
+		}
+	}
+	return n
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/gpu"
+)
+
+func runInventory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("inventory", stderr)
+	var nf nodeFlags
+	nf.register(fs)
+	output := fs.String("o", "table", "output format: table, yaml or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := oneOf("o", *output, "table", "yaml", "json"); err != nil {
+		return err
+	}
+	n, err := nf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer n.close()
+	switch *output {
+	case "json":
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(n.inv)
+	case "yaml":
+		b, err := yaml.Marshal(n.inv)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(b)
+		return err
+	}
+	return printInventory(stdout, n.inv)
+}
+
+func gib(b uint64) string { return fmt.Sprintf("%.1fGiB", float64(b)/(1<<30)) }
+
+func printInventory(w io.Writer, inv *gpu.Inventory) error {
+	fmt.Fprintf(w, "driver %s, CUDA %s, %d GPUs\n\n", inv.DriverVersion, inv.CUDADriverVersion, len(inv.GPUs))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tMINOR\tPRODUCT\tARCH\tCC\tMEMORY\tPCI BUS ID\tNUMA\tMIG\tMIG MEMORY USED/FREE\tUUID")
+	for _, g := range inv.GPUs {
+		migState := "n/a"
+		usage := "-"
+		if g.MIGCapable {
+			migState = "disabled"
+			if g.MIGEnabled {
+				migState = fmt.Sprintf("enabled (%d devices)", len(g.MIGDevices))
+				var used uint64
+				for _, m := range g.MIGDevices {
+					used += m.MemoryBytes
+				}
+				free := uint64(0)
+				if g.MemoryBytes > used {
+					free = g.MemoryBytes - used
+				}
+				usage = gib(used) + "/" + gib(free)
+			}
+			if g.MIGPending != g.MIGEnabled {
+				migState += " (pending change)"
+			}
+		}
+		numa := "-"
+		if g.NUMANode >= 0 {
+			numa = fmt.Sprint(g.NUMANode)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.Minor, g.ProductName, g.Architecture,
+			g.CudaComputeCapability, gib(g.MemoryBytes), g.PCIBusID, numa, migState, usage, g.UUID)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var migs int
+	for _, g := range inv.GPUs {
+		migs += len(g.MIGDevices)
+	}
+	if migs == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GPU\tPROFILE\tGI\tCI\tPLACEMENT\tMEMORY\tSMS\tUUID")
+	for _, g := range inv.GPUs {
+		for _, m := range g.MIGDevices {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d:%d\t%s\t%d\t%s\n", g.Index, m.Profile, m.GIID, m.CIID,
+				m.Placement.Start, m.Placement.Size, gib(m.MemoryBytes), m.Multiprocessors, m.UUID)
+		}
+	}
+	return tw.Flush()
+}

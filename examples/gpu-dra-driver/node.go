@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/gpu/gputest"
+)
+
+const defaultMachine = "dgx-a100-40gb"
+
+// nodeFlags are the flags every node-facing command shares.
+type nodeFlags struct {
+	nvmlMode         string
+	machine          string
+	migConfig        string
+	nodeName         string
+	dynamicMIG       bool
+	consumableMemory bool
+}
+
+func (n *nodeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&n.nvmlMode, "nvml", "fake", "NVML backend: fake (an embedded fake machine) or real (libnvidia-ml, read-only enumeration)")
+	fs.StringVar(&n.machine, "machine", defaultMachine, "fake machine: "+strings.Join(gputest.Machines(), ", "))
+	fs.StringVar(&n.migConfig, "mig-config", "", "fake machines: start with this mig-parted config (a name like all-balanced, or a file)")
+	fs.StringVar(&n.nodeName, "node-name", "node-1", "node name; also the pool name")
+	fs.BoolVar(&n.dynamicMIG, "dynamic-mig", false, "publish every MIG placement as a partitionable device (shared counters)")
+	fs.BoolVar(&n.consumableMemory, "consumable-memory", false, "let several claims share a full GPU by memory (consumable capacity)")
+}
+
+// node is an opened NVML backend and what was enumerated on it.
+type node struct {
+	nvml  nvml.Interface
+	inv   *gpu.Inventory
+	close func()
+}
+
+func (n *nodeFlags) open(ctx context.Context) (*node, error) {
+	if err := oneOf("nvml", n.nvmlMode, "fake", "real"); err != nil {
+		return nil, err
+	}
+	var sess *gpu.Session
+	var err error
+	switch n.nvmlMode {
+	case "real":
+		if n.migConfig != "" {
+			return nil, fmt.Errorf("--mig-config applies to fake machines only; with --nvml=real the GPUs' current MIG layout is read")
+		}
+		sess, err = gpu.OpenReal()
+	default:
+		var opts []gputest.Option
+		if n.migConfig != "" {
+			opts = append(opts, migConfigOption(n.migConfig))
+		}
+		m, merr := gputest.New(n.machine, opts...)
+		if merr != nil {
+			return nil, merr
+		}
+		sess, err = gpu.Open(m)
+	}
+	if err != nil {
+		return nil, err
+	}
+	inv, err := sess.Enumerate(ctx)
+	if err != nil {
+		_ = sess.Close()
+		return nil, err
+	}
+	return &node{nvml: sess.Interface(), inv: inv, close: func() { _ = sess.Close() }}, nil
+}
+
+func (n *nodeFlags) builderOptions() []gpudra.Option {
+	var opts []gpudra.Option
+	if n.nvmlMode == "real" {
+		opts = append(opts, gpudra.WithPCIeRoot(gpudra.SysfsPCIeRoot))
+	}
+	return opts
+}

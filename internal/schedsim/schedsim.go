@@ -1,0 +1,176 @@
+// Package schedsim allocates ResourceClaims against ResourceSlices with the Kubernetes
+// scheduler's own allocator (k8s.io/dynamic-resource-allocation/structured), the way
+// kube-scheduler's DRA plugin does for one node: claims are defaulted as the API server would,
+// results are recorded so later claims see earlier allocations, and features are enabled as in a
+// Kubernetes 1.36 scheduler. It backs the integration tests, benchmarks and the reference
+// driver's demo; it is not a scheduler.
+package schedsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+)
+
+// ErrUnschedulable means the allocator found no devices for a claim on the node.
+var ErrUnschedulable = errors.New("claim cannot be allocated on this node")
+
+// DefaultFeatures are the allocator features a Kubernetes 1.36 scheduler enables by default
+// (GA and beta-on gates): admin access, prioritized lists, partitionable devices, device taints,
+// consumable capacity, binding conditions and device status.
+func DefaultFeatures() structured.Features {
+	return structured.Features{
+		AdminAccess:            true,
+		PrioritizedList:        true,
+		PartitionableDevices:   true,
+		DeviceTaints:           true,
+		ConsumableCapacity:     true,
+		DeviceBindingAndStatus: true,
+	}
+}
+
+// Simulator allocates claims for one node and remembers what it allocated. It is safe for
+// concurrent use; allocations are serialized as in the scheduler.
+type Simulator struct {
+	mu       sync.Mutex
+	features structured.Features
+	node     *corev1.Node
+	classes  map[string]*resourceapi.DeviceClass
+	slices   []*resourceapi.ResourceSlice
+	cache    *cel.Cache
+	state    structured.AllocatedState
+}
+
+// Option configures a Simulator.
+type Option func(*Simulator)
+
+// WithFeatures replaces DefaultFeatures.
+func WithFeatures(f structured.Features) Option { return func(s *Simulator) { s.features = f } }
+
+// New returns a simulator for the node with the given name.
+func New(nodeName string, classes []*resourceapi.DeviceClass, slices []*resourceapi.ResourceSlice, opts ...Option) *Simulator {
+	s := &Simulator{
+		features: DefaultFeatures(),
+		node:     &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"kubernetes.io/hostname": nodeName}}},
+		classes:  map[string]*resourceapi.DeviceClass{},
+		slices:   slices,
+		state: structured.AllocatedState{
+			AllocatedDevices:         sets.New[structured.DeviceID](),
+			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+		},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	s.cache = cel.NewCache(100, cel.Features{EnableConsumableCapacity: s.features.ConsumableCapacity, EnableListTypeAttributes: s.features.ListTypeAttributes})
+	for _, c := range classes {
+		s.classes[c.Name] = c
+	}
+	return s
+}
+
+// List implements structured.DeviceClassLister.
+func (s *Simulator) List() ([]*resourceapi.DeviceClass, error) {
+	out := make([]*resourceapi.DeviceClass, 0, len(s.classes))
+	for _, c := range s.classes {
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Get implements structured.DeviceClassLister.
+func (s *Simulator) Get(name string) (*resourceapi.DeviceClass, error) {
+	c, ok := s.classes[name]
+	if !ok {
+		return nil, fmt.Errorf("device class %q not found", name)
+	}
+	return c, nil
+}
+
+// Allocate allocates one claim, records the result, and returns the claim with
+// status.allocation set (the input is not modified). It returns ErrUnschedulable when the
+// claim does not fit, and other errors for invalid input (bad CEL, unknown class).
+func (s *Simulator) Allocate(ctx context.Context, claim *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) {
+	claim = claim.DeepCopy()
+	Default(claim)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	alloc, err := structured.NewAllocator(ctx, s.features, s.state, s, s.slices, s.cache)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s/%s: create allocator: %w", claim.Namespace, claim.Name, err)
+	}
+	results, err := alloc.Allocate(ctx, s.node, []*resourceapi.ResourceClaim{claim})
+	if err != nil {
+		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	if len(results) == 0 {
+		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, ErrUnschedulable)
+	}
+	claim.Status.Allocation = &results[0]
+	s.record(&results[0], true)
+	return claim, nil
+}
+
+// Release forgets the allocation of a claim returned by Allocate.
+func (s *Simulator) Release(claim *resourceapi.ResourceClaim) {
+	if claim == nil || claim.Status.Allocation == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.record(claim.Status.Allocation, false)
+}
+
+func (s *Simulator) record(a *resourceapi.AllocationResult, add bool) {
+	for _, r := range a.Devices.Results {
+		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		if r.ShareID == nil {
+			if add {
+				s.state.AllocatedDevices.Insert(id)
+			} else {
+				s.state.AllocatedDevices.Delete(id)
+			}
+			continue
+		}
+		shared := structured.MakeSharedDeviceID(id, r.ShareID)
+		consumed := structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity)
+		if add {
+			s.state.AllocatedSharedDeviceIDs.Insert(shared)
+			s.state.AggregatedCapacity.Insert(consumed)
+		} else {
+			s.state.AllocatedSharedDeviceIDs.Delete(shared)
+			s.state.AggregatedCapacity.Remove(consumed)
+		}
+	}
+}
+
+// Default fills in what the API server defaults in a claim: exact-count requests of one device.
+func Default(claim *resourceapi.ResourceClaim) {
+	for i := range claim.Spec.Devices.Requests {
+		r := &claim.Spec.Devices.Requests[i]
+		if r.Exactly != nil {
+			defaultExact(&r.Exactly.AllocationMode, &r.Exactly.Count)
+		}
+		for j := range r.FirstAvailable {
+			defaultExact(&r.FirstAvailable[j].AllocationMode, &r.FirstAvailable[j].Count)
+		}
+	}
+}
+
+func defaultExact(mode *resourceapi.DeviceAllocationMode, count *int64) {
+	if *mode == "" {
+		*mode = resourceapi.DeviceAllocationModeExactCount
+	}
+	if *mode == resourceapi.DeviceAllocationModeExactCount && *count == 0 {
+		*count = 1
+	}
+}

@@ -1,0 +1,66 @@
+package gpudra
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+const (
+	// DefaultDriverName is the DRA driver name manifests written for NVIDIA's DRA driver expect.
+	DefaultDriverName = "gpu.nvidia.com"
+	// GPUDeviceClassName selects full GPUs.
+	GPUDeviceClassName = "gpu.nvidia.com"
+	// MIGDeviceClassName selects MIG devices.
+	MIGDeviceClassName = "mig.nvidia.com"
+	// DeviceTypeGPU and DeviceTypeMIG are the values of the "type" attribute.
+	DeviceTypeGPU = "gpu"
+	DeviceTypeMIG = "mig"
+)
+
+// GPUDeviceName is the DRA device name of a full GPU. It uses the minor number, which is stable
+// for the same hardware across driver restarts, unlike the NVML index.
+func GPUDeviceName(minor int) string { return "gpu-" + strconv.Itoa(minor) }
+
+// MIGDeviceName is the DRA device name of the MIG device with the given GPU-instance profile and
+// placement on the GPU with the given minor. The same placement has the same name whether it is
+// published as an existing (static) MIG device or as a dynamic partition. ciSuffix is empty for a
+// compute instance that spans the whole GPU instance; otherwise it distinguishes the compute
+// instances that share one GPU instance (e.g. "ci1").
+//
+// The profile is lowered to a DNS label: dots are dropped and "+" becomes "-"
+// ("1g.10gb+me" → "1g10gb-me").
+func MIGDeviceName(parentMinor int, profile string, giProfileID, placementStart int, ciSuffix string) string {
+	p := strings.ToLower(profile)
+	p = strings.ReplaceAll(p, ".", "")
+	p = strings.ReplaceAll(p, "+", "-")
+	p = strings.ReplaceAll(p, ",", "-")
+	name := fmt.Sprintf("gpu-%d-mig-%s-%d-%d", parentMinor, p, giProfileID, placementStart)
+	if ciSuffix != "" {
+		name += "-" + ciSuffix
+	}
+	return name
+}
+
+var migNameRE = regexp.MustCompile(`^gpu-(\d+)-mig-([a-z0-9-]+?)-(\d+)-(\d+)(?:-(ci\d+))?$`)
+
+// MIGName is a MIG device name split into its parts.
+type MIGName struct {
+	ParentMinor    int
+	Profile        string // the DNS-label form, e.g. "1g10gb-me"
+	GIProfileID    int
+	PlacementStart int
+	CISuffix       string
+}
+
+// ParseMIGDeviceName splits a name made by MIGDeviceName. It is used to roll back dynamic MIG
+// devices from names alone, e.g. after a crash.
+func ParseMIGDeviceName(name string) (MIGName, error) {
+	m := migNameRE.FindStringSubmatch(name)
+	if m == nil {
+		return MIGName{}, fmt.Errorf("device name %q is not a MIG device name (want gpu-<minor>-mig-<profile>-<profileID>-<start>)", name)
+	}
+	atoi := func(s string) int { n, _ := strconv.Atoi(s); return n }
+	return MIGName{ParentMinor: atoi(m[1]), Profile: m[2], GIProfileID: atoi(m[3]), PlacementStart: atoi(m[4]), CISuffix: m[5]}, nil
+}

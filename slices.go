@@ -1,0 +1,314 @@
+package gpudra
+
+import (
+	"fmt"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/mig"
+)
+
+// Attribute and capacity names published in the driver's domain. They are part of the
+// compatibility contract: DeviceClasses and claims written for NVIDIA's DRA driver use them.
+const (
+	AttrType                  resourceapi.QualifiedName = "type"
+	AttrUUID                  resourceapi.QualifiedName = "uuid"
+	AttrProductName           resourceapi.QualifiedName = "productName"
+	AttrBrand                 resourceapi.QualifiedName = "brand"
+	AttrArchitecture          resourceapi.QualifiedName = "architecture"
+	AttrCudaComputeCapability resourceapi.QualifiedName = "cudaComputeCapability"
+	AttrDriverVersion         resourceapi.QualifiedName = "driverVersion"
+	AttrCudaDriverVersion     resourceapi.QualifiedName = "cudaDriverVersion"
+	AttrIndex                 resourceapi.QualifiedName = "index"
+	AttrMinor                 resourceapi.QualifiedName = "minor"
+	AttrProfile               resourceapi.QualifiedName = "profile"
+	AttrParentUUID            resourceapi.QualifiedName = "parentUUID"
+	AttrParentIndex           resourceapi.QualifiedName = "parentIndex"
+
+	CapMemory          resourceapi.QualifiedName = "memory"
+	CapMultiprocessors resourceapi.QualifiedName = "multiprocessors"
+	CapCopyEngines     resourceapi.QualifiedName = "copyEngines"
+	CapDecoders        resourceapi.QualifiedName = "decoders"
+	CapEncoders        resourceapi.QualifiedName = "encoders"
+	CapJpegEngines     resourceapi.QualifiedName = "jpegEngines"
+	CapOfaEngines      resourceapi.QualifiedName = "ofaEngines"
+)
+
+// Standard attributes defined by Kubernetes (resource.kubernetes.io/...).
+const (
+	StdAttrPCIBusID = resourceapi.QualifiedName(deviceattribute.StandardDeviceAttributePCIBusID)
+	StdAttrPCIeRoot = resourceapi.QualifiedName(deviceattribute.StandardDeviceAttributePCIeRoot)
+	StdAttrNUMANode = resourceapi.QualifiedName(deviceattribute.StandardDeviceAttributeNUMANode)
+)
+
+// PCIeRootFunc resolves the PCIe root ("pci0000:00") of a PCI bus ID. It returns "" when the root
+// is unknown; the attribute is then left out.
+type PCIeRootFunc func(pciBusID string) string
+
+// SysfsPCIeRoot resolves PCIe roots through the host's sysfs, as the Kubernetes standard attribute
+// helpers do. Errors (no such device, not Linux) leave the attribute out.
+func SysfsPCIeRoot(pciBusID string) string {
+	a, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(pciBusID)
+	if err != nil || a.Value.StringValue == nil {
+		return ""
+	}
+	return *a.Value.StringValue
+}
+
+// Builder turns an inventory into the resources a driver publishes. It is safe for concurrent
+// use once constructed.
+type Builder struct {
+	driverName     string
+	maxDevices     int
+	pcieRoot       PCIeRootFunc
+	taints         func(device string) []resourceapi.DeviceTaint
+	migLookup      func(productName string) (*mig.Model, error)
+	consumable     *ConsumableMemory
+}
+
+// Option configures a Builder.
+type Option func(*Builder)
+
+// WithDriverName overrides the driver name (default gpu.nvidia.com). The attribute domain is the
+// driver name.
+func WithDriverName(name string) Option { return func(b *Builder) { b.driverName = name } }
+
+// WithMaxDevicesPerSlice lowers the number of devices per ResourceSlice below the API limits
+// (128, or 64 when devices use taints or counters). Values above the limit are capped.
+func WithMaxDevicesPerSlice(n int) Option { return func(b *Builder) { b.maxDevices = n } }
+
+// WithPCIeRoot sets how PCIe roots are resolved for the resource.kubernetes.io/pcieRoot attribute.
+// Without it the attribute is left out.
+func WithPCIeRoot(f PCIeRootFunc) Option { return func(b *Builder) { b.pcieRoot = f } }
+
+// WithDeviceTaints adds taints (for example from health monitoring) to devices by name.
+func WithDeviceTaints(f func(device string) []resourceapi.DeviceTaint) Option {
+	return func(b *Builder) { b.taints = f }
+}
+
+// NewBuilder returns a Builder with production defaults.
+func NewBuilder(opts ...Option) *Builder {
+	b := &Builder{driverName: DefaultDriverName}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
+}
+
+// DriverName returns the driver name the builder publishes for.
+func (b *Builder) DriverName() string { return b.driverName }
+
+// Devices returns every device the builder would publish for the inventory, in publishing
+// order: GPUs by index, MIG devices of a GPU by placement.
+func (b *Builder) Devices(inv *gpu.Inventory) ([]resourceapi.Device, error) {
+	pub, err := b.build(inv)
+	if err != nil {
+		return nil, err
+	}
+	return pub.devices, nil
+}
+
+// Build returns the DriverResources for one node's pool (named poolName, usually the node name).
+// Devices are chunked into slices within the API limits; shared counters, when any, come first
+// in slices of their own.
+func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*resourceslice.DriverResources, error) {
+	if poolName == "" {
+		return nil, fmt.Errorf("pool name is empty: pass the node name")
+	}
+	pub, err := b.build(inv)
+	if err != nil {
+		return nil, err
+	}
+	pool := resourceslice.Pool{}
+	for start := 0; start < len(pub.counterSets); start += resourceapi.ResourceSliceMaxCounterSets {
+		end := min(start+resourceapi.ResourceSliceMaxCounterSets, len(pub.counterSets))
+		pool.Slices = append(pool.Slices, resourceslice.Slice{SharedCounters: pub.counterSets[start:end]})
+	}
+	limit := b.sliceLimit(pub.devices)
+	for start := 0; start < len(pub.devices); start += limit {
+		end := min(start+limit, len(pub.devices))
+		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: pub.devices[start:end]})
+	}
+	if len(pool.Slices) == 0 {
+		// An empty pool is published as one empty slice: "no devices" differs from "no pool".
+		pool.Slices = []resourceslice.Slice{{}}
+	}
+	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{poolName: pool}}, nil
+}
+
+func (b *Builder) sliceLimit(devices []resourceapi.Device) int {
+	limit := resourceapi.ResourceSliceMaxDevices
+	for i := range devices {
+		if len(devices[i].Taints) > 0 || len(devices[i].ConsumesCounters) > 0 {
+			limit = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
+			break
+		}
+	}
+	if b.maxDevices > 0 && b.maxDevices < limit {
+		limit = b.maxDevices
+	}
+	return limit
+}
+
+type published struct {
+	devices     []resourceapi.Device
+	counterSets []resourceapi.CounterSet
+}
+
+func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
+	if inv == nil {
+		return nil, fmt.Errorf("inventory is nil")
+	}
+	pub := &published{}
+	seen := map[string]string{}
+	add := func(d resourceapi.Device, owner string) error {
+		if prev, dup := seen[d.Name]; dup {
+			return fmt.Errorf("device name %q is used by both %s and %s", d.Name, prev, owner)
+		}
+		seen[d.Name] = owner
+		if b.taints != nil {
+			d.Taints = append(d.Taints, b.taints(d.Name)...)
+		}
+		pub.devices = append(pub.devices, d)
+		return nil
+	}
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		owner := fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID)
+		if b.migLookup != nil && g.MIGCapable {
+			devs, cs, err := b.dynamicMIGDevices(inv, g)
+			if err != nil {
+				return nil, fmt.Errorf("GPU %d (%s): %w", g.Index, g.UUID, err)
+			}
+			if devs != nil {
+				pub.counterSets = append(pub.counterSets, cs)
+				for _, d := range devs {
+					if err := add(d, owner); err != nil {
+						return nil, err
+					}
+				}
+				continue
+			}
+		}
+		if g.MIGEnabled {
+			for j := range g.MIGDevices {
+				if err := add(b.migDevice(inv, g, &g.MIGDevices[j]), owner); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		if err := add(b.gpuDevice(inv, g), owner); err != nil {
+			return nil, err
+		}
+	}
+	return pub, nil
+}
+
+func (b *Builder) commonAttributes(inv *gpu.Inventory, g *gpu.GPU) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		AttrProductName:  str(g.ProductName),
+		AttrBrand:        str(g.Brand),
+		AttrArchitecture: str(g.Architecture),
+	}
+	setVersion(attrs, AttrCudaComputeCapability, g.CudaComputeCapability)
+	setVersion(attrs, AttrDriverVersion, inv.DriverVersion)
+	setVersion(attrs, AttrCudaDriverVersion, inv.CUDADriverVersion)
+	if g.PCIBusID != "" {
+		attrs[StdAttrPCIBusID] = str(g.PCIBusID)
+		if b.pcieRoot != nil {
+			if root := b.pcieRoot(g.PCIBusID); root != "" {
+				attrs[StdAttrPCIeRoot] = str(root)
+			}
+		}
+	}
+	if g.NUMANode >= 0 {
+		attrs[StdAttrNUMANode] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(g.NUMANode))}
+	}
+	return attrs
+}
+
+func (b *Builder) gpuDevice(inv *gpu.Inventory, g *gpu.GPU) resourceapi.Device {
+	attrs := b.commonAttributes(inv, g)
+	attrs[AttrType] = str(DeviceTypeGPU)
+	attrs[AttrUUID] = str(g.UUID)
+	attrs[AttrIndex] = intAttr(g.Index)
+	attrs[AttrMinor] = intAttr(g.Minor)
+	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+		CapMemory: {Value: *resource.NewQuantity(int64(g.MemoryBytes), resource.BinarySI)},
+	}
+	if g.Multiprocessors > 0 {
+		capacity[CapMultiprocessors] = count(g.Multiprocessors)
+	}
+	d := resourceapi.Device{Name: GPUDeviceName(g.Minor), Attributes: attrs, Capacity: capacity}
+	if b.consumable != nil && b.migLookup == nil || b.consumable != nil && !g.MIGCapable {
+		b.consumable.apply(&d, g.MemoryBytes)
+	}
+	return d
+}
+
+func (b *Builder) migDevice(inv *gpu.Inventory, g *gpu.GPU, m *gpu.MIGDevice) resourceapi.Device {
+	attrs := b.commonAttributes(inv, g)
+	attrs[AttrType] = str(DeviceTypeMIG)
+	attrs[AttrUUID] = str(m.UUID)
+	attrs[AttrProfile] = str(m.Profile)
+	attrs[AttrParentUUID] = str(g.UUID)
+	attrs[AttrParentIndex] = intAttr(g.Index)
+	return resourceapi.Device{
+		Name:       MIGDeviceName(g.Minor, giProfileName(m.Profile), m.GIProfileID, m.Placement.Start, ciSuffix(m)),
+		Attributes: attrs,
+		Capacity:   migCapacity(m.MemoryBytes, m.Multiprocessors, m.CopyEngines, m.Decoders, m.Encoders, m.JpegEngines, m.OfaEngines),
+	}
+}
+
+// giProfileName drops the compute-instance part of a profile ("1c.3g.20gb" → "3g.20gb") so that
+// the device name carries the GPU-instance profile, as in dynamic mode.
+func giProfileName(profile string) string {
+	parts := strings.SplitN(profile, ".", 2)
+	if len(parts) == 2 && strings.HasSuffix(parts[0], "c") {
+		return parts[1]
+	}
+	return profile
+}
+
+// ciSuffix distinguishes compute instances that do not span their whole GPU instance.
+func ciSuffix(m *gpu.MIGDevice) string {
+	if giProfileName(m.Profile) == m.Profile {
+		return ""
+	}
+	return fmt.Sprintf("ci%d", m.CIID)
+}
+
+func migCapacity(memBytes uint64, sms, ce, dec, enc, jpeg, ofa int) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
+	return map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+		CapMemory:          {Value: *resource.NewQuantity(int64(memBytes), resource.BinarySI)},
+		CapMultiprocessors: count(sms),
+		CapCopyEngines:     count(ce),
+		CapDecoders:        count(dec),
+		CapEncoders:        count(enc),
+		CapJpegEngines:     count(jpeg),
+		CapOfaEngines:      count(ofa),
+	}
+}
+
+func str(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }
+
+func intAttr(n int) resourceapi.DeviceAttribute {
+	return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(n))}
+}
+
+func count(n int) resourceapi.DeviceCapacity {
+	return resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(n), resource.DecimalSI)}
+}
+
+func setVersion(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, name resourceapi.QualifiedName, v string) {
+	if v != "" {
+		attrs[name] = resourceapi.DeviceAttribute{VersionValue: &v}
+	}
+}
