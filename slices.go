@@ -64,12 +64,12 @@ func SysfsPCIeRoot(pciBusID string) string {
 // Builder turns an inventory into the resources a driver publishes. It is safe for concurrent
 // use once constructed.
 type Builder struct {
-	driverName     string
-	maxDevices     int
-	pcieRoot       PCIeRootFunc
-	taints         func(device string) []resourceapi.DeviceTaint
-	migLookup      func(productName string) (*mig.Model, error)
-	consumable     *ConsumableMemory
+	driverName string
+	maxDevices int
+	pcieRoot   PCIeRootFunc
+	taints     func(device string) []resourceapi.DeviceTaint
+	migLookup  func(productName string) (*mig.Model, error)
+	consumable *ConsumableMemory
 }
 
 // Option configures a Builder.
