@@ -16,7 +16,8 @@
 // instances present fails with ERROR_IN_USE. Methods the fake does not model answer
 // ERROR_NOT_SUPPORTED rather than panicking.
 //
-// Options start GPUs with MIG layouts (WithMIG, WithMIGAll), change the driver and CUDA versions,
+// Options start GPUs with MIG layouts (WithMIG, WithMIGAll) or in a mig-parted configuration by
+// name or file (WithMIGConfig, WithMIGConfigFile), change the driver and CUDA versions,
 // and inject NVML failures on the Nth call of any method (WithFault, WithFaultAfter); Calls
 // counts calls per method. InjectXID and InjectGPULost deliver events through NVML event sets.
 // A Machine is safe for concurrent use.

@@ -1,7 +1,11 @@
 package gputest
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,8 +46,100 @@ func WithMIGAll(profiles ...string) Option {
 	}
 }
 
+// WithMIGConfig starts the machine in a mig-parted configuration: a built-in name such as
+// "all-balanced", "all-1g.5gb", "all-enabled" or "all-disabled" (see mig.BuiltinConfigs), or the
+// path of a mig-parted "version: v1" file holding exactly one configuration. The configuration is
+// checked against the machine first (mig.CheckConfig), so a layout the GPUs cannot hold is an
+// error at New; GPUs without MIG are left alone. WithMIG and WithMIGAll override it per GPU.
+// Compute-instance forms ("1c.3g.20gb") get whole-GPU-instance compute instances here.
+func WithMIGConfig(nameOrFile string) Option {
+	return func(c *config) error {
+		if nameOrFile == "" {
+			return fmt.Errorf("gputest: WithMIGConfig: empty name")
+		}
+		data, err := os.ReadFile(nameOrFile)
+		switch {
+		case err == nil:
+			spec, perr := mig.ParseConfig(data)
+			if perr != nil {
+				return fmt.Errorf("gputest: WithMIGConfig %s: %w", nameOrFile, perr)
+			}
+			if len(spec.MigConfigs) != 1 {
+				return fmt.Errorf("gputest: WithMIGConfig %s: the file has %d configurations (%s); use WithMIGConfigFile to pick one",
+					nameOrFile, len(spec.MigConfigs), strings.Join(slices.Sorted(maps.Keys(spec.MigConfigs)), ", "))
+			}
+			for name := range spec.MigConfigs {
+				c.migSpec, c.migSpecName, c.migSpecSource = spec, name, nameOrFile
+			}
+			return nil
+		case errors.Is(err, fs.ErrNotExist) && !strings.ContainsRune(nameOrFile, os.PathSeparator):
+			spec := mig.BuiltinConfigs()
+			if _, ok := spec.MigConfigs[nameOrFile]; !ok {
+				return fmt.Errorf("gputest: WithMIGConfig: %q is neither a file nor a built-in mig-parted configuration (built-in: %s)",
+					nameOrFile, strings.Join(slices.Sorted(maps.Keys(spec.MigConfigs)), ", "))
+			}
+			c.migSpec, c.migSpecName, c.migSpecSource = spec, nameOrFile, "built-in configurations"
+			return nil
+		default:
+			return fmt.Errorf("gputest: WithMIGConfig: %w", err)
+		}
+	}
+}
+
+// WithMIGConfigFile starts the machine in configuration name of the mig-parted file at path.
+func WithMIGConfigFile(path, name string) Option {
+	return func(c *config) error {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("gputest: WithMIGConfigFile: %w", err)
+		}
+		spec, err := mig.ParseConfig(data)
+		if err != nil {
+			return fmt.Errorf("gputest: WithMIGConfigFile %s: %w", path, err)
+		}
+		c.migSpec, c.migSpecName, c.migSpecSource = spec, name, path
+		return nil
+	}
+}
+
+// configLayouts turns the machine's mig-parted configuration into per-GPU layouts.
+func (m *Machine) configLayouts(c *config, layouts map[int][]string) error {
+	gpus := make([]mig.GPUInfo, len(m.devices))
+	for i, d := range m.devices {
+		gpus[i] = mig.GPUInfo{Index: i, Model: d.geometry, ProductName: d.model.productName,
+			PCIDeviceID: d.model.pciDeviceID, PCISubsystemID: d.model.pciSubsystemID}
+		if d.geometry == nil {
+			gpus[i].ProductName, gpus[i].PCIDeviceID = "", 0 // not MIG-capable for CheckConfig
+		}
+	}
+	plans, err := mig.CheckConfig(c.migSpec, c.migSpecName, gpus)
+	if err != nil {
+		return fmt.Errorf("gputest: machine %s, %s: %w", m.spec.name, c.migSpecSource, err)
+	}
+	for _, p := range plans {
+		if !p.MigEnabled {
+			continue
+		}
+		l := []string{}
+		for _, in := range p.Layout {
+			if in.Placement != nil {
+				l = append(l, fmt.Sprintf("%s@%d", in.Profile, in.Placement.Start))
+			} else {
+				l = append(l, in.Profile)
+			}
+		}
+		layouts[p.Index] = l
+	}
+	return nil
+}
+
 func (m *Machine) applyMIG(c *config) error {
 	layouts := map[int][]string{}
+	if c.migSpec != nil {
+		if err := m.configLayouts(c, layouts); err != nil {
+			return err
+		}
+	}
 	if c.migAll != nil {
 		for i := range m.devices {
 			layouts[i] = c.migAll

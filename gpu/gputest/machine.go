@@ -8,6 +8,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/google/uuid"
+
+	"github.com/gpudra/gpudra/mig"
 )
 
 // Machine is a fake NVML library for one machine. It implements nvml.Interface on go-nvml's
@@ -45,6 +47,9 @@ type config struct {
 	faults        []*fault
 	mig           map[int][]string // GPU index → layout
 	migAll        []string         // layout for every MIG-capable GPU, nil if none
+	migSpec       *mig.ConfigSpec  // mig-parted configuration, nil if none
+	migSpecName   string           // the configuration's name in migSpec
+	migSpecSource string           // where migSpec came from, for errors
 }
 
 // WithDriverVersion sets the driver version SystemGetDriverVersion reports (default
