@@ -1,0 +1,359 @@
+package mig
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Manager creates and destroys MIG instances on one GPU through NVML. It is not safe for
+// concurrent use on the same GPU; use one Manager per GPU and serialise calls.
+type Manager struct {
+	dev   nvml.Device
+	model *Model
+	label string
+}
+
+// NewManager returns a Manager for dev. m is the GPU's model; when nil it is looked up from the
+// device's product name. The GPU is named in errors by its UUID when NVML reports one.
+func NewManager(dev nvml.Device, m *Model) (*Manager, error) {
+	label := "(unknown)"
+	if uuid, ret := dev.GetUUID(); ret == nvml.SUCCESS {
+		label = uuid
+	}
+	if m == nil {
+		name, ret := dev.GetName()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("get name of GPU %s: %w", label, ret)
+		}
+		var err error
+		if m, err = Lookup(name); err != nil {
+			return nil, fmt.Errorf("GPU %s: %w", label, err)
+		}
+	}
+	return &Manager{dev: dev, model: m, label: label}, nil
+}
+
+// Model returns the model the Manager validates layouts against.
+func (mg *Manager) Model() *Model { return mg.model }
+
+// ResetRequiredError says MIG mode was requested but only takes effect after a GPU reset (or the
+// GPU is busy); no instance was created.
+type ResetRequiredError struct {
+	// GPU names the GPU (its UUID).
+	GPU string
+	// Status is NVML's activation status, when it gave one.
+	Status nvml.Return
+}
+
+// Error implements error.
+func (e *ResetRequiredError) Error() string {
+	return fmt.Sprintf("MIG mode on GPU %s is pending and needs a GPU reset to take effect (activation status: %v)", e.GPU, e.Status)
+}
+
+// EnableMIG turns MIG mode on if it is off. It reports resetRequired when the new mode is pending
+// until a reset (NVML's activation status ERROR_RESET_REQUIRED or ERROR_IN_USE, or the current mode
+// still off afterwards).
+func (mg *Manager) EnableMIG() (resetRequired bool, err error) {
+	cur, pending, ret := mg.dev.GetMigMode()
+	if ret != nvml.SUCCESS {
+		return false, fmt.Errorf("get MIG mode of GPU %s: %w", mg.label, ret)
+	}
+	if cur == nvml.DEVICE_MIG_ENABLE {
+		return false, nil
+	}
+	if pending == nvml.DEVICE_MIG_ENABLE {
+		return true, nil
+	}
+	ret, status := mg.dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	if ret != nvml.SUCCESS {
+		return false, fmt.Errorf("enable MIG mode on GPU %s: %w", mg.label, ret)
+	}
+	if status == nvml.ERROR_RESET_REQUIRED || status == nvml.ERROR_IN_USE {
+		return true, nil
+	}
+	cur, _, ret = mg.dev.GetMigMode()
+	if ret != nvml.SUCCESS {
+		return false, fmt.Errorf("get MIG mode of GPU %s after enabling it: %w", mg.label, ret)
+	}
+	return cur != nvml.DEVICE_MIG_ENABLE, nil
+}
+
+// Current returns the GPU instances that exist now, as placed Instances in catalog profile order.
+func (mg *Manager) Current() ([]Instance, error) {
+	var out []Instance
+	for i := range mg.model.Profiles {
+		p := &mg.model.Profiles[i]
+		info, ret := mg.dev.GetGpuInstanceProfileInfo(p.Enum)
+		if ret == nvml.ERROR_NOT_SUPPORTED {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("get profile info of %s on GPU %s: %w", p.Name, mg.label, ret)
+		}
+		gis, ret := mg.dev.GetGpuInstances(&info)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("list %s GPU instances on GPU %s: %w", p.Name, mg.label, ret)
+		}
+		for _, gi := range gis {
+			gii, ret := gi.GetInfo()
+			if ret != nvml.SUCCESS {
+				return nil, fmt.Errorf("get info of a %s GPU instance on GPU %s: %w", p.Name, mg.label, ret)
+			}
+			pl := Placement{Start: int(gii.Placement.Start), Size: int(gii.Placement.Size)}
+			out = append(out, Instance{Profile: p.Name, Placement: &pl})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Instance) int { return a.Placement.Start - b.Placement.Start })
+	return out, nil
+}
+
+// Created describes one instance Apply made or found.
+type Created struct {
+	// Instance is the profile and placement.
+	Instance Instance
+	// GPUInstanceID and ComputeInstanceID are NVML's ids.
+	GPUInstanceID, ComputeInstanceID int
+	// Reused is true when the GPU instance already existed at that placement (Apply is
+	// idempotent); its full-size compute instance was reused too, or created if missing.
+	Reused bool
+}
+
+// undo is what Apply must destroy on failure.
+type undo struct {
+	gi nvml.GpuInstance // nil when the GPU instance was reused
+	ci nvml.ComputeInstance
+}
+
+// Apply makes the layout exist on the GPU: it enables MIG mode if needed (a *ResetRequiredError
+// when that needs a reset), validates the layout together with the instances that already exist
+// (placing unplaced instances as Plan does), then for each instance creates the GPU instance at its
+// placement (CreateGpuInstanceWithPlacement with the profile info NVML returns for the profile's
+// enum) and a compute instance spanning it. An instance whose profile already exists at that
+// placement is reused, not duplicated. On any failure everything this call created is destroyed
+// (compute instances first, in reverse order) and the NVML error is returned wrapped with the
+// step, profile, placement and GPU.
+func (mg *Manager) Apply(layout []Instance) (_ []Created, err error) {
+	reset, err := mg.EnableMIG()
+	if err != nil {
+		return nil, err
+	}
+	if reset {
+		return nil, &ResetRequiredError{GPU: mg.label}
+	}
+	current, err := mg.Current()
+	if err != nil {
+		return nil, err
+	}
+	// Split the request into instances that already exist and new ones.
+	taken := make([]bool, len(current))
+	reuse := make([]bool, len(layout))
+	for i, in := range layout {
+		if in.Placement == nil {
+			continue
+		}
+		p, ok := mg.model.Profile(in.Profile)
+		if !ok {
+			continue // Validate reports it
+		}
+		for j, c := range current {
+			if !taken[j] && c.Profile == p.Name && c.Placement.Start == in.Placement.Start {
+				taken[j], reuse[i] = true, true
+				break
+			}
+		}
+	}
+	var fresh []Instance
+	for i, in := range layout {
+		if !reuse[i] {
+			fresh = append(fresh, in)
+		}
+	}
+	planned, err := Validate(mg.model, append(slices.Clone(current), fresh...))
+	if err != nil {
+		return nil, fmt.Errorf("apply %s on GPU %s: %w", FormatLayout(layout), mg.label, err)
+	}
+	planned = planned[len(current):]
+
+	var undos []undo
+	defer func() {
+		if err == nil {
+			return
+		}
+		var rerrs []error
+		for i := len(undos) - 1; i >= 0; i-- {
+			u := undos[i]
+			if u.ci != nil {
+				if ret := u.ci.Destroy(); ret != nvml.SUCCESS {
+					rerrs = append(rerrs, fmt.Errorf("roll back: destroy compute instance: %w", ret))
+				}
+			}
+			if u.gi != nil {
+				if ret := u.gi.Destroy(); ret != nvml.SUCCESS {
+					rerrs = append(rerrs, fmt.Errorf("roll back: destroy GPU instance: %w", ret))
+				}
+			}
+		}
+		if len(rerrs) > 0 {
+			err = errors.Join(append([]error{err}, rerrs...)...)
+		}
+	}()
+
+	out := make([]Created, 0, len(layout))
+	k := 0
+	for i, in := range layout {
+		var target Instance
+		if reuse[i] {
+			p, _ := mg.model.Profile(in.Profile)
+			pl := Placement{Start: in.Placement.Start, Size: p.MemorySlices()}
+			target = Instance{Profile: p.Name, Placement: &pl}
+		} else {
+			target = planned[k]
+			k++
+		}
+		c, u, err := mg.create(target, reuse[i])
+		if u.gi != nil || u.ci != nil {
+			undos = append(undos, u)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// create makes (or finds) one GPU instance and its full compute instance.
+func (mg *Manager) create(in Instance, reuse bool) (Created, undo, error) {
+	var u undo
+	p, _ := mg.model.Profile(in.Profile)
+	c := Created{Instance: in, Reused: reuse}
+	where := fmt.Sprintf("%s at %d on GPU %s", p.Name, in.Placement.Start, mg.label)
+	info, ret := mg.dev.GetGpuInstanceProfileInfo(p.Enum)
+	if ret != nvml.SUCCESS {
+		return c, u, fmt.Errorf("get GPU instance profile info for %s: %w", where, ret)
+	}
+	var gi nvml.GpuInstance
+	if reuse {
+		gis, ret := mg.dev.GetGpuInstances(&info)
+		if ret != nvml.SUCCESS {
+			return c, u, fmt.Errorf("list GPU instances for %s: %w", where, ret)
+		}
+		for _, g := range gis {
+			gii, ret := g.GetInfo()
+			if ret != nvml.SUCCESS {
+				return c, u, fmt.Errorf("get GPU instance info for %s: %w", where, ret)
+			}
+			if int(gii.Placement.Start) == in.Placement.Start {
+				gi = g
+				break
+			}
+		}
+		if gi == nil {
+			return c, u, fmt.Errorf("GPU instance %s disappeared", where)
+		}
+	} else {
+		pl := nvml.GpuInstancePlacement{Start: uint32(in.Placement.Start), Size: uint32(in.Placement.Size)}
+		gi, ret = mg.dev.CreateGpuInstanceWithPlacement(&info, &pl)
+		if ret != nvml.SUCCESS {
+			return c, u, fmt.Errorf("create GPU instance %s: %w", where, ret)
+		}
+		u.gi = gi
+	}
+	gii, ret := gi.GetInfo()
+	if ret != nvml.SUCCESS {
+		return c, u, fmt.Errorf("get GPU instance info for %s: %w", where, ret)
+	}
+	c.GPUInstanceID = int(gii.Id)
+	ciEnum := ciEnumFor(p.ComputeSlices)
+	ciInfo, ret := gi.GetComputeInstanceProfileInfo(ciEnum, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	if ret != nvml.SUCCESS {
+		return c, u, fmt.Errorf("get compute instance profile info (%d slices) for %s: %w", p.ComputeSlices, where, ret)
+	}
+	if reuse {
+		cis, ret := gi.GetComputeInstances(&ciInfo)
+		if ret != nvml.SUCCESS {
+			return c, u, fmt.Errorf("list compute instances of %s: %w", where, ret)
+		}
+		if len(cis) > 0 {
+			cii, ret := cis[0].GetInfo()
+			if ret != nvml.SUCCESS {
+				return c, u, fmt.Errorf("get compute instance info of %s: %w", where, ret)
+			}
+			c.ComputeInstanceID = int(cii.Id)
+			return c, u, nil
+		}
+	}
+	ci, ret := gi.CreateComputeInstance(&ciInfo)
+	if ret != nvml.SUCCESS {
+		return c, u, fmt.Errorf("create compute instance (%d slices) in GPU instance %s: %w", p.ComputeSlices, where, ret)
+	}
+	u.ci = ci
+	cii, ret := ci.GetInfo()
+	if ret != nvml.SUCCESS {
+		return c, u, fmt.Errorf("get compute instance info of %s: %w", where, ret)
+	}
+	c.ComputeInstanceID = int(cii.Id)
+	return c, u, nil
+}
+
+// Remove destroys the GPU instances of the layout (matched by profile and placement start; every
+// instance must be placed) and all their compute instances, compute instances first. Instances
+// that do not exist are skipped, so Remove is idempotent. It stops at the first NVML failure.
+func (mg *Manager) Remove(layout []Instance) error {
+	for _, in := range layout {
+		if in.Placement == nil {
+			return fmt.Errorf("remove %s from GPU %s: no placement given", in.Profile, mg.label)
+		}
+	}
+	for i := len(layout) - 1; i >= 0; i-- {
+		in := layout[i]
+		p, ok := mg.model.Profile(in.Profile)
+		if !ok {
+			return fmt.Errorf("remove from GPU %s: unknown profile %q (profiles of %s: %v)", mg.label, in.Profile, mg.model.Name, mg.model.ProfileNames())
+		}
+		where := fmt.Sprintf("%s at %d on GPU %s", p.Name, in.Placement.Start, mg.label)
+		info, ret := mg.dev.GetGpuInstanceProfileInfo(p.Enum)
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("get GPU instance profile info for %s: %w", where, ret)
+		}
+		gis, ret := mg.dev.GetGpuInstances(&info)
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("list GPU instances for %s: %w", where, ret)
+		}
+		for _, gi := range gis {
+			gii, ret := gi.GetInfo()
+			if ret != nvml.SUCCESS {
+				return fmt.Errorf("get GPU instance info for %s: %w", where, ret)
+			}
+			if int(gii.Placement.Start) != in.Placement.Start {
+				continue
+			}
+			for _, cp := range slices.Backward(p.ComputeProfiles) {
+				ciInfo, ret := gi.GetComputeInstanceProfileInfo(cp.Enum, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+				if ret == nvml.ERROR_NOT_SUPPORTED {
+					continue
+				}
+				if ret != nvml.SUCCESS {
+					return fmt.Errorf("get compute instance profile info (%d slices) for %s: %w", cp.Slices, where, ret)
+				}
+				cis, ret := gi.GetComputeInstances(&ciInfo)
+				if ret != nvml.SUCCESS {
+					return fmt.Errorf("list compute instances of %s: %w", where, ret)
+				}
+				for _, ci := range slices.Backward(cis) {
+					if ret := ci.Destroy(); ret != nvml.SUCCESS {
+						return fmt.Errorf("destroy compute instance of %s: %w", where, ret)
+					}
+				}
+			}
+			if ret := gi.Destroy(); ret != nvml.SUCCESS {
+				return fmt.Errorf("destroy GPU instance %s: %w", where, ret)
+			}
+			break
+		}
+	}
+	return nil
+}
