@@ -1,0 +1,479 @@
+package sharing_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpudra/gpudra/sharing"
+	"github.com/gpudra/gpudra/sharing/sharingtest"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+func ctxFor(t *testing.T) context.Context {
+	_, ctx := ktesting.NewTestContext(t)
+	return ctx
+}
+
+// TestPrepareUndo prepares each strategy on a fake host, checks the host during, and checks
+// that Undo leaves the host state exactly as before.
+func TestPrepareUndo(t *testing.T) {
+	mps50 := `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":50,"defaultPinnedDeviceMemoryLimit":"8Gi","defaultPerDevicePinnedMemoryLimit":{"1":"4Gi"}}}}`
+	tests := []struct {
+		name      string
+		setup     func(h *sharingtest.FakeHost)
+		claim     *resourceapi.ResourceClaim
+		wantCalls []string
+		during    func(t *testing.T, s sharingtest.HostState)
+	}{
+		{
+			name:      "exclusive",
+			claim:     newClaim("u1", results(result("gpu", "gpu-0"))),
+			wantCalls: nil,
+		},
+		{
+			name:  "time-slicing",
+			claim: newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(tsLong, "gpu")),
+			wantCalls: []string{"ComputeMode " + uuidA, "TimeSlice " + uuidA, "SetTimeSlice " + uuidA + " 3",
+				"SetTimeSlice " + uuidA + " 0"},
+			during: func(t *testing.T, s sharingtest.HostState) {
+				if s.TimeSlices[uuidA] != 3 {
+					t.Errorf("time slice during = %d, want 3", s.TimeSlices[uuidA])
+				}
+			},
+		},
+		{
+			name:  "time-slicing from a non-default compute mode and time slice",
+			setup: func(h *sharingtest.FakeHost) { h.SetComputeModeState(uuidA, sharing.ComputeModeProhibited); h.SetTimeSliceState(uuidA, 2) },
+			claim: newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")),
+			wantCalls: []string{"ComputeMode " + uuidA, "SetComputeMode " + uuidA + " DEFAULT", "TimeSlice " + uuidA, "SetTimeSlice " + uuidA + " 1",
+				"SetTimeSlice " + uuidA + " 2", "SetComputeMode " + uuidA + " PROHIBITED"},
+		},
+		{
+			name:      "time-slicing already at the wanted value changes nothing",
+			claim:     newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(tsDefault, "gpu")),
+			wantCalls: []string{"ComputeMode " + uuidA, "TimeSlice " + uuidA},
+		},
+		{
+			name:  "MPS on two GPUs",
+			claim: newClaim("u1", results(result("gpu", "gpu-0"), result("gpu", "gpu-1")), claimCfg(mps50, "gpu")),
+			wantCalls: []string{"ComputeMode " + uuidA, "SetComputeMode " + uuidA + " EXCLUSIVE_PROCESS", "ComputeMode " + uuidB, "SetComputeMode " + uuidB + " EXCLUSIVE_PROCESS",
+				"Start u1", "Ready u1",
+				"Stop u1", "SetComputeMode " + uuidB + " DEFAULT", "SetComputeMode " + uuidA + " DEFAULT"},
+			during: func(t *testing.T, s sharingtest.HostState) {
+				d, ok := s.Daemons["u1"]
+				if !ok {
+					t.Fatalf("no daemon u1 during prepare: %v", s.Daemons)
+				}
+				want := sharing.MPSDaemonSpec{ID: "u1", DeviceUUIDs: []string{uuidA, uuidB}, Dir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1",
+					PipeDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1/pipe", LogDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1/log",
+					ShmDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1/shm", ActiveThreadPercentage: new(50),
+					PinnedMemoryLimits: map[string]string{"0": "8192M", "1": "4096M"}, ClientLimit: 48}
+				if diff := cmp.Diff(want, d); diff != "" {
+					t.Errorf("daemon (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name:  "MPS on a MIG device leaves its sibling alone",
+			claim: newClaim("u1", results(result("mig", "gpu-2-mig-1g5gb-0")), claimCfg(mpsMIG, "mig")),
+			wantCalls: []string{"ComputeMode " + uuidM1, "SetComputeMode " + uuidM1 + " EXCLUSIVE_PROCESS", "Start u1", "Ready u1",
+				"Stop u1", "SetComputeMode " + uuidM1 + " DEFAULT"},
+			during: func(t *testing.T, s sharingtest.HostState) {
+				if s.ComputeModes[uuidM2] != sharing.ComputeModeDefault || s.ComputeModes[uuidC] != sharing.ComputeModeDefault {
+					t.Errorf("sibling MIG device or parent changed: %v", s.ComputeModes)
+				}
+			},
+		},
+		{
+			name:  "fractional memory runs under MPS",
+			claim: newClaim("u1", results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))),
+			wantCalls: []string{"ComputeMode " + uuidA, "SetComputeMode " + uuidA + " EXCLUSIVE_PROCESS", "Start shared-4f86766ad33c", "Ready shared-4f86766ad33c",
+				"Stop shared-4f86766ad33c", "SetComputeMode " + uuidA + " DEFAULT"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := ctxFor(t)
+			h := newHost()
+			if tt.setup != nil {
+				tt.setup(h)
+			}
+			before := h.State()
+			m := newManager(t, h)
+			rec, err := m.Prepare(ctx, tt.claim, lookup)
+			if err != nil {
+				t.Fatalf("Prepare: %v", err)
+			}
+			if tt.during != nil {
+				tt.during(t, h.State())
+			}
+			// The record survives a checkpoint.
+			var restored sharing.Record
+			if err := json.Unmarshal(mustJSON(t, rec), &restored); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(*rec, restored); diff != "" {
+				t.Errorf("record JSON round trip (-want +got):\n%s", diff)
+			}
+			if err := m.Undo(ctx, &restored); err != nil {
+				t.Fatalf("Undo: %v", err)
+			}
+			if diff := cmp.Diff(before, h.State()); diff != "" {
+				t.Errorf("host state after Undo (-before +after):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantCalls, h.Calls()); diff != "" {
+				t.Errorf("host calls (-want +got):\n%s", diff)
+			}
+			if len(m.Registry().List()) != 0 {
+				t.Errorf("registry not empty after Undo: %+v", m.Registry().List())
+			}
+		})
+	}
+}
+
+func TestTimeSliceUnknownRestoresDefault(t *testing.T) {
+	ctx := ctxFor(t)
+	h := newHost()
+	h.HideTimeSlice()
+	m := newManager(t, h)
+	rec, err := m.Prepare(ctx, newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(tsDefault, "gpu")), lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Undo(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ComputeMode " + uuidA, "TimeSlice " + uuidA, "SetTimeSlice " + uuidA + " 0", "SetTimeSlice " + uuidA + " 0"}
+	if diff := cmp.Diff(want, h.Calls()); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+}
+
+func TestPrepareRollsBack(t *testing.T) {
+	for _, failing := range []string{"Start u1", "Ready u1", "SetComputeMode " + uuidB + " EXCLUSIVE_PROCESS"} {
+		t.Run(failing, func(t *testing.T) {
+			ctx := ctxFor(t)
+			h := newHost()
+			before := h.State()
+			h.FailOn(failing, errors.New("injected"))
+			m := newManager(t, h)
+			_, err := m.Prepare(ctx, newClaim("u1", results(result("gpu", "gpu-0"), result("gpu", "gpu-1")), claimCfg(mpsGPU, "gpu")), lookup)
+			if err == nil || !strings.Contains(err.Error(), "injected") || !strings.HasPrefix(err.Error(), "claim ns/claim-u1 (u1): ") {
+				t.Fatalf("Prepare error = %v, want the injected error with the claim", err)
+			}
+			if diff := cmp.Diff(before, h.State()); diff != "" {
+				t.Errorf("host state after failed Prepare (-before +after):\n%s", diff)
+			}
+			if len(m.Registry().List()) != 0 {
+				t.Errorf("failed claim registered")
+			}
+		})
+	}
+}
+
+func TestUndoFailureKeepsClaim(t *testing.T) {
+	ctx := ctxFor(t)
+	h := newHost()
+	before := h.State()
+	m := newManager(t, h)
+	rec, err := m.Prepare(ctx, newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")), lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.FailOn("Stop u1", errors.New("busy"))
+	if err := m.Undo(ctx, rec); err == nil || !strings.Contains(err.Error(), "busy") {
+		t.Fatalf("Undo error = %v, want busy", err)
+	}
+	if _, ok := m.Registry().Get("u1"); !ok {
+		t.Fatal("claim forgotten after a failed Undo")
+	}
+	h.FailOn("Stop u1", nil)
+	if err := m.UndoClaim(ctx, "u1"); err != nil {
+		t.Fatalf("retried Undo: %v", err)
+	}
+	if diff := cmp.Diff(before, h.State()); diff != "" {
+		t.Errorf("host state after retried Undo (-before +after):\n%s", diff)
+	}
+}
+
+func TestPrepareIdempotent(t *testing.T) {
+	ctx := ctxFor(t)
+	h := newHost()
+	m := newManager(t, h)
+	claim := newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu"))
+	first, err := m.Prepare(ctx, claim, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ResetCalls()
+	// Seed 002: one claim used by several pods or containers is prepared again, not a conflict.
+	second, err := m.Prepare(ctx, claim, lookup)
+	if err != nil {
+		t.Fatalf("second Prepare: %v", err)
+	}
+	if diff := cmp.Diff(first, second); diff != "" {
+		t.Errorf("second Prepare differs (-first +second):\n%s", diff)
+	}
+	if calls := h.Calls(); len(calls) != 0 {
+		t.Errorf("second Prepare touched the host: %v", calls)
+	}
+}
+
+func TestConflicts(t *testing.T) {
+	tests := []struct {
+		name    string
+		first   *resourceapi.ResourceClaim
+		second  *resourceapi.ResourceClaim
+		wantErr string
+	}{
+		{
+			name:    "exclusive vs shared",
+			first:   newClaim("a", results(result("gpu", "gpu-0"))),
+			second:  newClaim("b", results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")),
+			wantErr: `claim ns/claim-b (b): device "gpu-0" (` + uuidA + `) of request "gpu" with TimeSlicing (time slice 1) conflicts with claim ns/claim-a (a), prepared with device "gpu-0" (` + uuidA + `) of request "gpu" with Exclusive: the device is allocated to both claims, but not as a shared device (no share ID)`,
+		},
+		{
+			name:    "TimeSlicing vs MPS",
+			first:   newClaim("a", results(shared(result("gpu", "gpu-0"), "s1")), claimCfg(tsShort, "gpu")),
+			second:  newClaim("b", results(shared(result("gpu", "gpu-0"), "s2")), claimCfg(mpsGPU, "gpu")),
+			wantErr: `claim ns/claim-b (b): device "gpu-0" (` + uuidA + `) of request "gpu" with MPS conflicts with claim ns/claim-a (a), prepared with device "gpu-0" (` + uuidA + `) of request "gpu" with TimeSlicing (time slice 1): claims sharing a device must use the same sharing strategy`,
+		},
+		{
+			name:    "two intervals",
+			first:   newClaim("a", results(shared(result("gpu", "gpu-0"), "s1")), claimCfg(tsShort, "gpu")),
+			second:  newClaim("b", results(shared(result("gpu", "gpu-0"), "s2")), claimCfg(tsLong, "gpu")),
+			wantErr: `claim ns/claim-b (b): device "gpu-0" (` + uuidA + `) of request "gpu" with TimeSlicing (time slice 3) conflicts with claim ns/claim-a (a), prepared with device "gpu-0" (` + uuidA + `) of request "gpu" with TimeSlicing (time slice 1): a GPU has one time slice; claims sharing it must ask for the same interval`,
+		},
+		{
+			name:    "whole GPU vs its MIG device",
+			first:   newClaim("a", results(result("gpu", "gpu-2"))),
+			second:  newClaim("b", results(result("mig", "gpu-2-mig-1g5gb-0"))),
+			wantErr: `claim ns/claim-b (b): device "gpu-2-mig-1g5gb-0" (` + uuidM1 + `) of request "mig" with Exclusive conflicts with claim ns/claim-a (a), prepared with device "gpu-2" (` + uuidC + `) of request "gpu" with Exclusive: a GPU used whole cannot also serve one of its MIG devices`,
+		},
+		{
+			name:   "MIG devices of one GPU are independent",
+			first:  newClaim("a", results(result("mig", "gpu-2-mig-1g5gb-0")), claimCfg(mpsMIG, "mig")),
+			second: newClaim("b", results(result("mig", "gpu-2-mig-1g5gb-1"))),
+		},
+		{
+			name:   "same interval on a shared GPU",
+			first:  newClaim("a", results(shared(result("gpu", "gpu-0"), "s1")), claimCfg(tsShort, "gpu")),
+			second: newClaim("b", results(shared(result("gpu", "gpu-0"), "s2")), claimCfg(tsShort, "gpu")),
+		},
+		{
+			name:   "different GPUs",
+			first:  newClaim("a", results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")),
+			second: newClaim("b", results(result("gpu", "gpu-1")), claimCfg(tsLong, "gpu")),
+		},
+		{
+			name:  "admin access never conflicts",
+			first: newClaim("a", results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")),
+			second: func() *resourceapi.ResourceClaim {
+				r := result("gpu", "gpu-0")
+				r.AdminAccess = new(true)
+				return newClaim("b", results(r))
+			}(),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := ctxFor(t)
+			h := newHost()
+			m := newManager(t, h)
+			if _, err := m.Prepare(ctx, tt.first, lookup); err != nil {
+				t.Fatalf("first Prepare: %v", err)
+			}
+			afterFirst := h.State()
+			_, err := m.Prepare(ctx, tt.second, lookup)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("second Prepare: %v", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tt.wantErr {
+				t.Fatalf("second Prepare error\n got: %v\nwant: %s", err, tt.wantErr)
+			}
+			if diff := cmp.Diff(afterFirst, h.State()); diff != "" {
+				t.Errorf("refused claim changed the host (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestSharedDevice: two fractional claims on one GPU share its MPS daemon and compute mode;
+// the host goes back to its first state only when the last one is undone, also across a
+// restart (Restore from checkpointed records).
+func TestSharedDevice(t *testing.T) {
+	ctx := ctxFor(t)
+	h := newHost()
+	before := h.State()
+	m := newManager(t, h)
+	a, err := m.Prepare(ctx, newClaim("a", results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))), lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Prepare(ctx, newClaim("b", results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "32Gi"))), lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.Devices[0].Edits.Env, []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=32768M"}; !cmp.Equal(got, want) {
+		t.Errorf("second claim env = %v, want %v", got, want)
+	}
+	during := h.State()
+
+	// Restart: a new manager restored from the checkpoint.
+	m = newManager(t, h)
+	if err := m.Restore([]sharing.Record{*a, *b}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Undo(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(during, h.State()); diff != "" {
+		t.Errorf("undoing the first claim changed the shared setup (-before +after):\n%s", diff)
+	}
+	if err := m.Undo(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, h.State()); diff != "" {
+		t.Errorf("host state after both Undos (-before +after):\n%s", diff)
+	}
+}
+
+func TestMPSClientLimit(t *testing.T) {
+	ctx := ctxFor(t)
+	m := newManager(t, newHost())
+	// The Pascal GPU takes 16 MPS clients.
+	for i := range 16 {
+		uid := string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if _, err := m.Prepare(ctx, newClaim(uid, results(withMemory(shared(result("gpu", "gpu-3"), uid), "1Gi"))), lookup); err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+	}
+	_, err := m.Prepare(ctx, newClaim("zz", results(withMemory(shared(result("gpu", "gpu-3"), "zz"), "1Gi"))), lookup)
+	want := `claim ns/claim-zz (zz): MPS control daemon shared-`
+	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.HasSuffix(err.Error(), "would serve 17 claims, more than the device's limit of 16 MPS clients") {
+		t.Fatalf("17th claim error = %v", err)
+	}
+	if got := sharing.MPSClientLimit(7); got != 48 {
+		t.Errorf("MPSClientLimit(7) = %d, want 48", got)
+	}
+}
+
+func TestPlanErrors(t *testing.T) {
+	mpsPct := func(p string) string {
+		return `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":` + p + `}}}`
+	}
+	perDevice := func(m string) string {
+		return `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultPerDevicePinnedMemoryLimit":` + m + `}}}`
+	}
+	tests := []struct {
+		name    string
+		claim   *resourceapi.ResourceClaim
+		wantErr string
+	}{
+		{
+			name:    "time-slicing a memory fraction",
+			claim:   newClaim("u", results(withMemory(shared(result("gpu", "gpu-0"), "s"), "16Gi")), claimCfg(tsShort, "gpu")),
+			wantErr: `claim ns/claim-u (u): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): the device was allocated 17179869184 bytes of its memory, which TimeSlicing cannot enforce; use strategy MPS or no sharing config`,
+		},
+		{
+			name:    "limit above the allocation",
+			claim:   newClaim("u", results(withMemory(shared(result("gpu", "gpu-0"), "s"), "16Gi")), claimCfg(perDevice(`{"0":"20Gi"}`), "gpu")),
+			wantErr: `claim ns/claim-u (u): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): pinned memory limit 20480Mi exceeds the 16384Mi of device memory allocated to the claim`,
+		},
+		{
+			name:    "per-device index out of range",
+			claim:   newClaim("u", results(result("gpu", "gpu-0")), claimCfg(perDevice(`{"1":"2Gi"}`), "gpu")),
+			wantErr: `claim ns/claim-u (u): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): defaultPerDevicePinnedMemoryLimit[1]: the config applies to 1 device(s), indices 0..0`,
+		},
+		{
+			name:    "per-device UUID not allocated",
+			claim:   newClaim("u", results(result("gpu", "gpu-0")), claimCfg(perDevice(`{"`+uuidB+`":"2Gi"}`), "gpu")),
+			wantErr: `claim ns/claim-u (u): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): defaultPerDevicePinnedMemoryLimit[` + uuidB + `]: no device with that UUID is allocated under this config`,
+		},
+		{
+			name:    "index and UUID name one device",
+			claim:   newClaim("u", results(result("gpu", "gpu-0")), claimCfg(perDevice(`{"0":"2Gi","`+uuidA+`":"3Gi"}`), "gpu")),
+			wantErr: `claim ns/claim-u (u): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): defaultPerDevicePinnedMemoryLimit: keys "0" and "` + uuidA + `" both name this device; keep one`,
+		},
+		{
+			name:    "two thread percentages on one daemon",
+			claim:   newClaim("u", results(result("a", "gpu-0"), result("b", "gpu-1")), claimCfg(mpsPct("10"), "a"), claimCfg(mpsPct("20"), "b")),
+			wantErr: `claim ns/claim-u (u): requests "a" (config[0] (GpuConfig from claim, requests [a])) and "b" (config[1] (GpuConfig from claim, requests [b])) set different MPS defaultActiveThreadPercentage (10 and 20), but the claim's devices share one MPS control daemon; use one value`,
+		},
+		{
+			name:    "two daemons for one claim",
+			claim:   newClaim("u", results(withMemory(shared(result("a", "gpu-0"), "s1"), "1Gi"), withMemory(shared(result("b", "gpu-1"), "s2"), "1Gi"))),
+			wantErr: `claim ns/claim-u (u): devices "gpu-0" (GPU ` + uuidA + `) (request "a") and "gpu-1" (GPU ` + uuidB + `) (request "b") would be served by different MPS control daemons`,
+		},
+	}
+	m := newManager(t, newHost())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := m.Plan(ctxFor(t), tt.claim, lookup)
+			if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) {
+				t.Fatalf("Plan error\n got: %v\nwant: %s", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestMissingHostInterfaces(t *testing.T) {
+	m := sharing.NewManager()
+	_, err := m.Prepare(ctxFor(t), newClaim("u", results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")), lookup)
+	if err == nil || !strings.Contains(err.Error(), "WithComputeModeSetter") {
+		t.Fatalf("Prepare without host = %v, want an error naming WithComputeModeSetter", err)
+	}
+}
+
+// TestGoldenEdits pins the container edits (and the rest of the record) of MPS,
+// time-slicing and fractional claims. Run with -update to rewrite testdata/*.golden.
+func TestGoldenEdits(t *testing.T) {
+	mpsFull := `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":25,"defaultPinnedDeviceMemoryLimit":"16Gi","defaultPerDevicePinnedMemoryLimit":{"` + uuidB + `":"10000Mi"}}}}`
+	tests := map[string]*resourceapi.ResourceClaim{
+		"mps":         newClaim("11111111-2222-3333-4444-555555555555", results(result("gpu", "gpu-0"), result("gpu", "gpu-1")), claimCfg(mpsFull, "gpu")),
+		"mps-mig":     newClaim("11111111-2222-3333-4444-555555555556", results(result("mig", "gpu-2-mig-1g5gb-0")), classCfg(mpsMIG)),
+		"timeslicing": newClaim("11111111-2222-3333-4444-555555555557", results(result("gpu", "gpu-0")), claimCfg(tsMedium(), "gpu")),
+		"fractional":  newClaim("11111111-2222-3333-4444-555555555558", results(withMemory(shared(result("gpu", "gpu-0"), "share-1"), "16Gi"))),
+	}
+	for name, claim := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := newHost()
+			rec, err := newManager(t, h).Prepare(ctxFor(t), claim, lookup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := mustJSON(t, rec)
+			path := filepath.Join("testdata", name+".golden")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("record differs from %s (-want +got):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+func tsMedium() string {
+	return `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Medium"}}}`
+}

@@ -1,0 +1,183 @@
+package sharing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// MPSControl is the MPSDaemons of a real host. Start runs `nvidia-cuda-mps-control -d` from
+// the driver root with CUDA_VISIBLE_DEVICES, CUDA_MPS_PIPE_DIRECTORY and
+// CUDA_MPS_LOG_DIRECTORY set for the daemon, then sends its default limits
+// (set_default_active_thread_percentage, set_default_device_pinned_mem_limit). The daemon
+// outlives this process (so prepared claims survive a plugin restart); it is supervised
+// through its control socket <pipe>/control: Ready waits for the socket to accept a
+// connection, Stop sends "quit" and waits for the socket to go away.
+type MPSControl struct {
+	root         DriverRoot
+	binary       string
+	env          []string
+	readyTimeout time.Duration
+	poll         time.Duration
+}
+
+// MPSControlOption configures NewMPSControl.
+type MPSControlOption func(*MPSControl)
+
+// WithMPSDriverRoot sets the driver root nvidia-cuda-mps-control is found in (default "/").
+func WithMPSDriverRoot(root DriverRoot) MPSControlOption { return func(m *MPSControl) { m.root = root } }
+
+// WithMPSBinary sets the nvidia-cuda-mps-control path, overriding the driver root lookup.
+func WithMPSBinary(path string) MPSControlOption { return func(m *MPSControl) { m.binary = path } }
+
+// WithMPSEnv adds environment variables ("K=V") for nvidia-cuda-mps-control.
+func WithMPSEnv(env ...string) MPSControlOption {
+	return func(m *MPSControl) { m.env = append(m.env, env...) }
+}
+
+// WithMPSReadyTimeout sets how long Ready and Stop wait for the control socket (default 30s).
+func WithMPSReadyTimeout(d time.Duration) MPSControlOption {
+	return func(m *MPSControl) { m.readyTimeout = d }
+}
+
+// NewMPSControl returns an MPSDaemons that runs nvidia-cuda-mps-control.
+func NewMPSControl(opts ...MPSControlOption) *MPSControl {
+	m := &MPSControl{root: "/", readyTimeout: 30 * time.Second, poll: 50 * time.Millisecond}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.binary == "" {
+		m.binary = m.root.findBinary("nvidia-cuda-mps-control")
+	}
+	return m
+}
+
+func (m *MPSControl) daemonEnv(spec MPSDaemonSpec) []string {
+	return m.root.env(append(m.env,
+		"CUDA_VISIBLE_DEVICES="+strings.Join(spec.DeviceUUIDs, ","),
+		"CUDA_MPS_PIPE_DIRECTORY="+spec.PipeDir,
+		"CUDA_MPS_LOG_DIRECTORY="+spec.LogDir)...)
+}
+
+func controlSocket(spec MPSDaemonSpec) string { return filepath.Join(spec.PipeDir, "control") }
+
+// alive says whether the daemon's control socket accepts a connection.
+func alive(spec MPSDaemonSpec) bool {
+	c, err := net.DialTimeout("unix", controlSocket(spec), time.Second)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
+// Start implements MPSDaemons.
+func (m *MPSControl) Start(ctx context.Context, spec MPSDaemonSpec) error {
+	logger := klog.FromContext(ctx).WithValues("daemon", spec.ID)
+	if spec.PipeDir == "" || spec.LogDir == "" || spec.ShmDir == "" {
+		return fmt.Errorf("MPS daemon %s: pipe, log and shm directories must be set", spec.ID)
+	}
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{spec.PipeDir, 0o755}, {spec.LogDir, 0o755}, {spec.ShmDir, 0o1777}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
+		}
+		// MkdirAll applies the umask; the shm directory must be world-writable like /dev/shm.
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
+		}
+	}
+	if alive(spec) {
+		logger.V(2).Info("MPS control daemon already runs")
+	} else {
+		logger.V(2).Info("Starting MPS control daemon", "binary", m.binary, "devices", spec.DeviceUUIDs, "pipeDir", spec.PipeDir)
+		if err := run(ctx, m.binary, m.daemonEnv(spec), "", "-d"); err != nil {
+			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
+		}
+	}
+	if err := m.Ready(ctx, spec); err != nil {
+		return err
+	}
+	var cmds []string
+	if spec.ActiveThreadPercentage != nil {
+		cmds = append(cmds, fmt.Sprintf("set_default_active_thread_percentage %d", *spec.ActiveThreadPercentage))
+	}
+	for _, ordinal := range sortedKeys(spec.PinnedMemoryLimits) {
+		cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit %s %s", ordinal, spec.PinnedMemoryLimits[ordinal]))
+	}
+	if len(cmds) == 0 {
+		return nil
+	}
+	if err := run(ctx, m.binary, m.daemonEnv(spec), strings.Join(cmds, "\n")+"\n"); err != nil {
+		return fmt.Errorf("MPS daemon %s: setting defaults: %w", spec.ID, err)
+	}
+	return nil
+}
+
+// Ready implements MPSDaemons.
+func (m *MPSControl) Ready(ctx context.Context, spec MPSDaemonSpec) error {
+	return m.waitFor(ctx, spec, true)
+}
+
+func (m *MPSControl) waitFor(ctx context.Context, spec MPSDaemonSpec, up bool) error {
+	ctx, cancel := context.WithTimeout(ctx, m.readyTimeout)
+	defer cancel()
+	t := time.NewTicker(m.poll)
+	defer t.Stop()
+	for {
+		if alive(spec) == up {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			state := "accept connections"
+			if !up {
+				state = "go away"
+			}
+			return fmt.Errorf("MPS daemon %s: control socket %s did not %s within %s: %w", spec.ID, controlSocket(spec), state, m.readyTimeout, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Stop implements MPSDaemons.
+func (m *MPSControl) Stop(ctx context.Context, spec MPSDaemonSpec) error {
+	logger := klog.FromContext(ctx).WithValues("daemon", spec.ID)
+	if alive(spec) {
+		logger.V(2).Info("Stopping MPS control daemon")
+		if err := run(ctx, m.binary, m.daemonEnv(spec), "quit\n"); err != nil {
+			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
+		}
+		if err := m.waitFor(ctx, spec, false); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, d := range []string{spec.PipeDir, spec.LogDir, spec.ShmDir} {
+		if d == "" {
+			continue
+		}
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if spec.Dir != "" {
+		// Only an empty directory is removed: it may hold files this package did not write.
+		if err := os.Remove(spec.Dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			logger.V(2).Info("Leaving MPS daemon directory", "dir", spec.Dir, "err", err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("MPS daemon %s: removing directories: %w", spec.ID, err)
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+// Package sharingtest provides FakeHost, an in-memory host for package sharing: it implements
+// TimeSlicer, ComputeModeSetter and MPSDaemons, keeps the resulting host state, records every
+// call, and can be told to fail a call.
+package sharingtest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/gpudra/gpudra/sharing"
+)
+
+// HostState is the state of a FakeHost, comparable with go-cmp.
+type HostState struct {
+	// ComputeModes by device UUID.
+	ComputeModes map[string]sharing.ComputeMode
+	// TimeSlices by GPU UUID.
+	TimeSlices map[string]int
+	// Daemons that run, by ID.
+	Daemons map[string]sharing.MPSDaemonSpec
+}
+
+// FakeHost is an in-memory host. It is safe for concurrent use.
+type FakeHost struct {
+	mu      sync.Mutex
+	state   HostState
+	calls   []string
+	failOn  map[string]error
+	known   bool
+	devices map[string]bool
+}
+
+var (
+	_ sharing.TimeSlicer        = (*FakeHost)(nil)
+	_ sharing.ComputeModeSetter = (*FakeHost)(nil)
+	_ sharing.MPSDaemons        = (*FakeHost)(nil)
+)
+
+// NewFakeHost returns a host with the given devices (GPU and MIG UUIDs), each in compute
+// mode DEFAULT with time slice 0, and no daemon.
+func NewFakeHost(uuids ...string) *FakeHost {
+	f := &FakeHost{
+		state:   HostState{ComputeModes: map[string]sharing.ComputeMode{}, TimeSlices: map[string]int{}, Daemons: map[string]sharing.MPSDaemonSpec{}},
+		failOn:  map[string]error{},
+		known:   true,
+		devices: map[string]bool{},
+	}
+	for _, u := range uuids {
+		f.devices[u] = true
+		f.state.ComputeModes[u] = sharing.ComputeModeDefault
+		if strings.HasPrefix(u, "GPU-") {
+			f.state.TimeSlices[u] = 0
+		}
+	}
+	return f
+}
+
+// SetComputeModeState sets a device's compute mode without recording a call.
+func (f *FakeHost) SetComputeModeState(uuid string, m sharing.ComputeMode) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state.ComputeModes[uuid] = m
+}
+
+// SetTimeSliceState sets a GPU's time slice without recording a call.
+func (f *FakeHost) SetTimeSliceState(uuid string, v int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state.TimeSlices[uuid] = v
+}
+
+// HideTimeSlice makes TimeSlice report that the value cannot be read, as nvidia-smi does.
+func (f *FakeHost) HideTimeSlice() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.known = false
+}
+
+// FailOn makes the call with this exact description (as Calls lists it, e.g.
+// "SetComputeMode GPU-1 EXCLUSIVE_PROCESS" or "Start mps-id") return err.
+func (f *FakeHost) FailOn(call string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failOn[call] = err
+}
+
+// State returns a copy of the host state.
+func (f *FakeHost) State() HostState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return HostState{ComputeModes: maps.Clone(f.state.ComputeModes), TimeSlices: maps.Clone(f.state.TimeSlices), Daemons: maps.Clone(f.state.Daemons)}
+}
+
+// Calls returns the calls made so far, in order.
+func (f *FakeHost) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// ResetCalls forgets the recorded calls.
+func (f *FakeHost) ResetCalls() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = nil
+}
+
+func (f *FakeHost) call(format string, args ...any) error {
+	c := fmt.Sprintf(format, args...)
+	f.calls = append(f.calls, c)
+	return f.failOn[c]
+}
+
+func (f *FakeHost) device(uuid string) error {
+	if !f.devices[uuid] {
+		return fmt.Errorf("no device %s", uuid)
+	}
+	return nil
+}
+
+// TimeSlice implements sharing.TimeSlicer.
+func (f *FakeHost) TimeSlice(_ context.Context, uuid string) (int, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("TimeSlice %s", uuid); err != nil {
+		return 0, false, err
+	}
+	if err := f.device(uuid); err != nil {
+		return 0, false, err
+	}
+	return f.state.TimeSlices[uuid], f.known, nil
+}
+
+// SetTimeSlice implements sharing.TimeSlicer.
+func (f *FakeHost) SetTimeSlice(_ context.Context, uuid string, v int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("SetTimeSlice %s %d", uuid, v); err != nil {
+		return err
+	}
+	if err := f.device(uuid); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(uuid, "GPU-") {
+		return fmt.Errorf("time slices are set on full GPUs, not on %s", uuid)
+	}
+	f.state.TimeSlices[uuid] = v
+	return nil
+}
+
+// ComputeMode implements sharing.ComputeModeSetter.
+func (f *FakeHost) ComputeMode(_ context.Context, uuid string) (sharing.ComputeMode, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("ComputeMode %s", uuid); err != nil {
+		return 0, err
+	}
+	if err := f.device(uuid); err != nil {
+		return 0, err
+	}
+	return f.state.ComputeModes[uuid], nil
+}
+
+// SetComputeMode implements sharing.ComputeModeSetter.
+func (f *FakeHost) SetComputeMode(_ context.Context, uuid string, m sharing.ComputeMode) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("SetComputeMode %s %s", uuid, m); err != nil {
+		return err
+	}
+	if err := f.device(uuid); err != nil {
+		return err
+	}
+	f.state.ComputeModes[uuid] = m
+	return nil
+}
+
+// Start implements sharing.MPSDaemons. Like the real daemon setup, it needs every device in
+// compute mode EXCLUSIVE_PROCESS.
+func (f *FakeHost) Start(_ context.Context, spec sharing.MPSDaemonSpec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("Start %s", spec.ID); err != nil {
+		return err
+	}
+	for _, u := range spec.DeviceUUIDs {
+		if err := f.device(u); err != nil {
+			return err
+		}
+		if f.state.ComputeModes[u] != sharing.ComputeModeExclusiveProcess {
+			return fmt.Errorf("device %s is in compute mode %s, want EXCLUSIVE_PROCESS", u, f.state.ComputeModes[u])
+		}
+	}
+	f.state.Daemons[spec.ID] = spec
+	return nil
+}
+
+// Ready implements sharing.MPSDaemons.
+func (f *FakeHost) Ready(_ context.Context, spec sharing.MPSDaemonSpec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("Ready %s", spec.ID); err != nil {
+		return err
+	}
+	if _, ok := f.state.Daemons[spec.ID]; !ok {
+		return fmt.Errorf("MPS control daemon %s does not run", spec.ID)
+	}
+	return nil
+}
+
+// Stop implements sharing.MPSDaemons.
+func (f *FakeHost) Stop(_ context.Context, spec sharing.MPSDaemonSpec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("Stop %s", spec.ID); err != nil {
+		return err
+	}
+	delete(f.state.Daemons, spec.ID)
+	return nil
+}
