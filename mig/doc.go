@@ -1,0 +1,30 @@
+// Package mig knows NVIDIA Multi-Instance GPU (MIG) geometry well enough to answer, without
+// hardware and in microseconds, whether a layout of GPU instances is valid and why not, and,
+// with hardware, to make it so safely.
+//
+// The pieces, bottom up:
+//
+//   - Profiles: ParseProfile and Profile.String read and write MIG profile names ("1g.5gb",
+//     "1c.2g.10gb", "1g.10gb+me", "1g.24gb-me", "1g.24gb+me.all", "1g.24gb+gfx"); malformed names
+//     give a *ProfileSyntaxError with the byte position.
+//   - Catalog: Models and Lookup return per-model geometry (GIProfile: NVML enum and profile Id,
+//     memory, SMs, engines, instance count, placements in memory slices, compute-instance
+//     profiles). Values not confirmed on hardware are marked UNVERIFIED in catalog_data.go;
+//     ModelFromDevice reads the same data from a live GPU and Compare lists the differences.
+//   - Layouts: Validate checks a layout (placement allowed, no memory-slice overlap, instance
+//     counts, media-engine exclusivity, compute slices) and assigns placements to unplaced
+//     instances; errors are *ValidationError values naming the instances and slices in conflict.
+//     ParseLayout reads "3g.20gb,2g.10gb@4,1g.5gb". Layouts and MaximalLayouts enumerate every
+//     valid position-aware layout; Diagram draws one over the memory slices.
+//   - Planner: Plan places requested profiles beside existing instances, keeping the largest free
+//     regions.
+//   - mig-parted: ParseConfig reads the "version: v1" config format strictly, BuiltinConfigs gives
+//     the named configs (all-disabled, all-enabled, all-<profile>, all-balanced), and CheckConfig
+//     validates a config against a machine's GPUs up front.
+//   - Strategies: CheckStrategy applies GPU Feature Discovery's none/single/mixed rules to a node.
+//   - Manager: Apply and Remove create and destroy GPU and compute instances through nvml.Device,
+//     idempotently and with rollback on failure.
+//
+// The package holds no mutable global state: the catalog is built once and every accessor returns
+// a copy.
+package mig
