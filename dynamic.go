@@ -20,6 +20,9 @@ const (
 	// "-me" profiles); a "+me.all" profile consumes all of it, so it excludes every profile except
 	// "-me" ones, as NVML documents.
 	CounterMediaShared = "media-shared"
+	// CounterMediaExtensions is the GPU's single set of JPEG/OFA engines: every "+me" profile
+	// consumes it, so at most one "+me" instance exists per GPU whatever its size.
+	CounterMediaExtensions = "media-extensions"
 )
 
 // CounterSetName is the name of the counter set of the GPU with the given minor.
@@ -116,6 +119,7 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourcea
 	}
 	set(CounterComputeSlices, int64(model.ComputeSlices))
 	set(CounterMediaShared, int64(model.MemorySlices))
+	set(CounterMediaExtensions, 1)
 	limited := map[string]int{} // profile → instance counter name, where placements alone allow more
 	for _, p := range model.Profiles {
 		if p.InstanceCount < maxDisjoint(p.Placements) {
@@ -144,6 +148,9 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourcea
 		case "all":
 			consumed[CounterMediaShared] = qty(int64(model.MemorySlices))
 		case "none":
+		case "extensions":
+			consumed[CounterMediaShared] = qty(1)
+			consumed[CounterMediaExtensions] = qty(1)
 		default:
 			consumed[CounterMediaShared] = qty(1)
 		}
@@ -186,14 +193,16 @@ func instanceCounterName(profile string) string {
 	return "instances-" + p
 }
 
-// mediaKind tells how a profile uses the GPU's shared media engines: "none" for "-me" profiles,
-// "all" for "+me.all", "shared" otherwise.
+// mediaKind tells how a profile uses the GPU's media engines: "none" for "-me" profiles, "all"
+// for "+me.all", "extensions" for "+me", "shared" otherwise.
 func mediaKind(profile string) string {
 	switch {
 	case strings.Contains(profile, "+me.all"):
 		return "all"
 	case strings.Contains(profile, "-me"):
 		return "none"
+	case strings.Contains(profile, "+me"):
+		return "extensions"
 	}
 	return "shared"
 }

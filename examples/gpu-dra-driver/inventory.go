@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/mig"
 )
 
 func runInventory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -49,7 +50,7 @@ func gib(b uint64) string { return fmt.Sprintf("%.1fGiB", float64(b)/(1<<30)) }
 func printInventory(w io.Writer, inv *gpu.Inventory) error {
 	fmt.Fprintf(w, "driver %s, CUDA %s, %d GPUs\n\n", inv.DriverVersion, inv.CUDADriverVersion, len(inv.GPUs))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tMINOR\tPRODUCT\tARCH\tCC\tMEMORY\tPCI BUS ID\tNUMA\tMIG\tMIG MEMORY USED/FREE\tUUID")
+	fmt.Fprintln(tw, "INDEX\tMINOR\tPRODUCT\tARCH\tCC\tMEMORY\tPCI BUS ID\tNUMA\tMIG\tMEMORY SLICES USED/FREE\tUUID")
 	for _, g := range inv.GPUs {
 		migState := "n/a"
 		usage := "-"
@@ -57,15 +58,7 @@ func printInventory(w io.Writer, inv *gpu.Inventory) error {
 			migState = "disabled"
 			if g.MIGEnabled {
 				migState = fmt.Sprintf("enabled (%d devices)", len(g.MIGDevices))
-				var used uint64
-				for _, m := range g.MIGDevices {
-					used += m.MemoryBytes
-				}
-				free := uint64(0)
-				if g.MemoryBytes > used {
-					free = g.MemoryBytes - used
-				}
-				usage = gib(used) + "/" + gib(free)
+				usage = migSliceUsage(g)
 			}
 			if g.MIGPending != g.MIGEnabled {
 				migState += " (pending change)"
@@ -98,4 +91,20 @@ func printInventory(w io.Writer, inv *gpu.Inventory) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// migSliceUsage reports how many memory slices the GPU's MIG instances occupy and how many are
+// free (each GPU instance counted once, however many compute instances it holds).
+func migSliceUsage(g gpu.GPU) string {
+	m, err := mig.Lookup(g.ProductName)
+	if err != nil {
+		return "?"
+	}
+	used := map[int]bool{}
+	for _, d := range g.MIGDevices {
+		for i := d.Placement.Start; i < d.Placement.Start+d.Placement.Size; i++ {
+			used[i] = true
+		}
+	}
+	return fmt.Sprintf("%d/%d", len(used), m.MemorySlices-len(used))
 }

@@ -56,7 +56,7 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 	default:
 		var opts []gputest.Option
 		if n.migConfig != "" {
-			opts = append(opts, migConfigOption(n.migConfig))
+			opts = append(opts, gputest.WithMIGConfig(n.migConfig))
 		}
 		m, merr := gputest.New(n.machine, opts...)
 		if merr != nil {
@@ -79,6 +79,12 @@ func (n *nodeFlags) builderOptions() []gpudra.Option {
 	var opts []gpudra.Option
 	if n.nvmlMode == "real" {
 		opts = append(opts, gpudra.WithPCIeRoot(gpudra.SysfsPCIeRoot))
+	}
+	if n.dynamicMIG {
+		opts = append(opts, gpudra.WithDynamicMIG(nil))
+	}
+	if n.consumableMemory {
+		opts = append(opts, gpudra.WithConsumableMemory(gpudra.ConsumableMemory{}))
 	}
 	return opts
 }

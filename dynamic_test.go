@@ -1,0 +1,139 @@
+package gpudra_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/internal/schedsim"
+	"github.com/gpudra/gpudra/mig"
+)
+
+// oneGPU is an inventory with a single MIG-capable GPU of a catalog model, MIG mode off. The
+// builder only reads inventory values, so models without a fake machine are covered too.
+func oneGPU(m *mig.Model) *gpu.Inventory {
+	return &gpu.Inventory{DriverVersion: "580.126.9", CUDADriverVersion: "13.0.0", GPUs: []gpu.GPU{{
+		UUID: "GPU-00000000-0000-4000-8000-000000000000", ProductName: "NVIDIA " + m.ProductNames[0],
+		Architecture: m.Architecture, CudaComputeCapability: m.CudaComputeCapability + ".0",
+		MemoryBytes: m.MemoryMiB << 20, Multiprocessors: m.Multiprocessors, PCIBusID: "0000:07:00.0",
+		NUMANode: -1, MIGCapable: true,
+	}}}
+}
+
+func migClaim(n int, profile string) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%d", n), Namespace: "default", UID: types.UID(testUID(n))},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "mig",
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: gpudra.MIGDeviceClassName,
+				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+					Expression: fmt.Sprintf("device.attributes['gpu.nvidia.com'].profile == '%s'", profile),
+				}}},
+			},
+		}}}},
+	}
+}
+
+// placementOf recovers the (profile, placement) of a dynamic MIG device from its name.
+func placementOf(t *testing.T, m *mig.Model, device string) mig.Instance {
+	t.Helper()
+	n, err := gpudra.ParseMIGDeviceName(device)
+	if err != nil {
+		t.Fatalf("allocated device %s is not a MIG device: %v", device, err)
+	}
+	for _, p := range m.Profiles {
+		if p.ID == n.GIProfileID && gpudra.MIGDeviceName(n.ParentMinor, p.Name, p.ID, n.PlacementStart, "") == device {
+			return mig.At(p.Name, n.PlacementStart)
+		}
+	}
+	t.Fatalf("device %s matches no profile of %s", device, m.Name)
+	return mig.Instance{}
+}
+
+// TestDynamicMIGAllocationsAreValidLayouts drives the scheduler's allocator with random sequences
+// of MIG claims (and releases) on every catalog model. Whatever it picks must be a layout that
+// mig.Validate accepts, and whenever it refuses a profile, the planner must agree that the
+// profile does not fit: the counters neither allow invalid layouts nor forbid valid ones.
+func TestDynamicMIGAllocationsAreValidLayouts(t *testing.T) {
+	const rounds, steps = 12, 24
+	for _, m := range mig.Models() {
+		t.Run(m.Name, func(t *testing.T) {
+			slices := slicesFor(t, oneGPU(m), gpudra.WithDynamicMIG(nil))
+			rng := rand.New(rand.NewPCG(uint64(len(m.Name)), 42))
+			checked := 0
+			for round := 0; round < rounds; round++ {
+				sim := schedsim.New(testNode, gpudra.DeviceClasses(""), slices)
+				var held []*resourceapi.ResourceClaim
+				var layout []mig.Instance
+				for step := 0; step < steps; step++ {
+					if len(held) > 0 && rng.IntN(4) == 0 {
+						i := rng.IntN(len(held))
+						sim.Release(held[i])
+						held = append(held[:i], held[i+1:]...)
+						layout = append(layout[:i], layout[i+1:]...)
+						continue
+					}
+					p := m.Profiles[rng.IntN(len(m.Profiles))].Name
+					got, err := sim.Allocate(context.Background(), migClaim(round*100+step, p))
+					_, planErr := mig.Plan(m, layout, []string{p})
+					switch {
+					case errors.Is(err, schedsim.ErrUnschedulable):
+						if planErr == nil {
+							t.Fatalf("allocator refused %s beside %s, but the planner fits it", p, mig.FormatLayout(layout))
+						}
+					case err != nil:
+						t.Fatal(err)
+					default:
+						in := placementOf(t, m, got.Status.Allocation.Devices.Results[0].Device)
+						next := append(append([]mig.Instance(nil), layout...), in)
+						if _, verr := mig.Validate(m, next); verr != nil {
+							t.Fatalf("allocator produced an invalid layout %s: %v", mig.FormatLayout(next), verr)
+						}
+						held = append(held, got)
+						layout = next
+					}
+					checked++
+				}
+			}
+			t.Logf("%s: %d allocation steps checked", m.Name, checked)
+		})
+	}
+}
+
+// TestDynamicMIGFullGPUExcludesPartitions checks the full GPU consumes the whole counter set.
+func TestDynamicMIGFullGPUExcludesPartitions(t *testing.T) {
+	m, err := mig.Lookup("A100-SXM4-40GB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := schedsim.New(testNode, gpudra.DeviceClasses(""), slicesFor(t, oneGPU(m), gpudra.WithDynamicMIG(nil)))
+	full := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "full", Namespace: "default", UID: types.UID(testUID(999))},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpudra.GPUDeviceClassName},
+		}}}},
+	}
+	got, err := sim.Allocate(context.Background(), full)
+	if err != nil {
+		t.Fatalf("full GPU: %v", err)
+	}
+	if _, err := sim.Allocate(context.Background(), migClaim(1, "1g.5gb")); !errors.Is(err, schedsim.ErrUnschedulable) {
+		t.Fatalf("MIG device allocated beside the full GPU: %v", err)
+	}
+	sim.Release(got)
+	if _, err := sim.Allocate(context.Background(), migClaim(2, "1g.5gb")); err != nil {
+		t.Fatalf("MIG device after releasing the full GPU: %v", err)
+	}
+	if _, err := sim.Allocate(context.Background(), full); !errors.Is(err, schedsim.ErrUnschedulable) {
+		t.Fatalf("full GPU allocated beside a MIG device: %v", err)
+	}
+}
