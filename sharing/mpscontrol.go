@@ -87,7 +87,7 @@ func (m *MPSControl) Start(ctx context.Context, spec MPSDaemonSpec) error {
 	for _, d := range []struct {
 		path string
 		mode os.FileMode
-	}{{spec.PipeDir, 0o755}, {spec.LogDir, 0o755}, {spec.ShmDir, 0o1777}} {
+	}{{spec.PipeDir, 0o755}, {spec.LogDir, 0o755}, {spec.ShmDir, 0o777 | os.ModeSticky}} {
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
 		}
