@@ -53,8 +53,11 @@ func TestPrepareUndo(t *testing.T) {
 			},
 		},
 		{
-			name:  "time-slicing from a non-default compute mode and time slice",
-			setup: func(h *sharingtest.FakeHost) { h.SetComputeModeState(uuidA, sharing.ComputeModeProhibited); h.SetTimeSliceState(uuidA, 2) },
+			name: "time-slicing from a non-default compute mode and time slice",
+			setup: func(h *sharingtest.FakeHost) {
+				h.SetComputeModeState(uuidA, sharing.ComputeModeProhibited)
+				h.SetTimeSliceState(uuidA, 2)
+			},
 			claim: newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")),
 			wantCalls: []string{"ComputeMode " + uuidA, "SetComputeMode " + uuidA + " DEFAULT", "TimeSlice " + uuidA, "SetTimeSlice " + uuidA + " 1",
 				"SetTimeSlice " + uuidA + " 2", "SetComputeMode " + uuidA + " PROHIBITED"},

@@ -32,7 +32,9 @@ type MPSControl struct {
 type MPSControlOption func(*MPSControl)
 
 // WithMPSDriverRoot sets the driver root nvidia-cuda-mps-control is found in (default "/").
-func WithMPSDriverRoot(root DriverRoot) MPSControlOption { return func(m *MPSControl) { m.root = root } }
+func WithMPSDriverRoot(root DriverRoot) MPSControlOption {
+	return func(m *MPSControl) { m.root = root }
+}
 
 // WithMPSBinary sets the nvidia-cuda-mps-control path, overriding the driver root lookup.
 func WithMPSBinary(path string) MPSControlOption { return func(m *MPSControl) { m.binary = path } }
