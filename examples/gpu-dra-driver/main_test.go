@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// renderedDevices decodes a render YAML stream and returns device type → count.
+func renderedDevices(t *testing.T, stream string) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	for _, doc := range strings.Split(stream, "---\n") {
+		if strings.TrimSpace(doc) == "" || !strings.Contains(doc, "kind: ResourceSlice") {
+			continue
+		}
+		var s resourceapi.ResourceSlice
+		if err := yaml.UnmarshalStrict([]byte(doc), &s); err != nil {
+			t.Fatalf("render printed an invalid ResourceSlice: %v\n%s", err, doc)
+		}
+		for _, d := range s.Spec.Devices {
+			counts[*d.Attributes["type"].StringValue]++
+		}
+	}
+	return counts
+}
+
+func TestRender(t *testing.T) {
+	cases := []struct {
+		args []string
+		want map[string]int
+	}{
+		{[]string{"render"}, map[string]int{"gpu": 8}},
+		{[]string{"render", "--machine", "l4x8"}, map[string]int{"gpu": 8}},
+		{[]string{"render", "--machine", "l4x8", "--dynamic-mig"}, map[string]int{"gpu": 8}},
+		{[]string{"render", "--machine", "dgx-a100-40gb", "--mig-config", "all-balanced"}, map[string]int{"mig": 32}},
+		{[]string{"render", "--machine", "a30x4", "--mig-config", "all-1g.6gb"}, map[string]int{"mig": 16}},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			code, out, errOut := runCLI(t, c.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if !strings.Contains(out, "kind: DeviceClass\nmetadata:\n  name: gpu.nvidia.com") {
+				t.Errorf("render did not print the gpu.nvidia.com DeviceClass first")
+			}
+			got := renderedDevices(t, out)
+			for k, v := range c.want {
+				if got[k] != v {
+					t.Errorf("%s devices = %d, want %d (all: %v)", k, got[k], v, got)
+				}
+			}
+			if len(got) != len(c.want) {
+				t.Errorf("device types = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestMIGValidateExitCodes(t *testing.T) {
+	// Seed 003's options A-E on one 80GB A100 are valid; the last two are not.
+	cases := []struct {
+		profiles string
+		code     int
+	}{
+		{"1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb", 0},
+		{"3g.40gb,3g.40gb", 0},
+		{"7g.80gb", 0},
+		{"3g.40gb,2g.20gb,1g.10gb,1g.10gb", 0},
+		{"4g.40gb,3g.40gb", 0},
+		{"3g.40gb,3g.40gb,1g.10gb", 1},
+		{"1g.5gb", 1}, // an A100-40GB profile name
+	}
+	for _, c := range cases {
+		code, _, errOut := runCLI(t, "mig", "validate", "--gpu", "A100-SXM4-80GB", "--profiles", c.profiles)
+		if code != c.code {
+			t.Errorf("validate %s: exit %d, want %d (stderr %q)", c.profiles, code, c.code, errOut)
+		}
+		if c.code == 1 && !strings.HasPrefix(errOut, "invalid: ") {
+			t.Errorf("validate %s: stderr %q does not give the reason", c.profiles, errOut)
+		}
+	}
+}
+
+func TestCommandErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"nope"}, 2, `unknown command "nope"`},
+		{[]string{"render", "--machine", "dgx-z"}, 1, "dgx-a100-40gb"},
+		{[]string{"render", "-o", "xml"}, 1, "allowed values are yaml, json"},
+		{[]string{"mig", "profiles"}, 1, "--gpu is required"},
+		{[]string{"mig", "validate", "--gpu", "GTX 1080", "--profiles", "1g.5gb"}, 1, "A100-SXM4-40GB"},
+		{[]string{"mig", "check-config", "../deploy/mig-parted/config.yaml"}, 1, `"too-many"`},
+		{[]string{"render", "--nvml", "real", "--mig-config", "all-balanced"}, 1, "fake machines only"},
+	}
+	for _, c := range cases {
+		code, _, errOut := runCLI(t, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}
+
+func TestInventoryTable(t *testing.T) {
+	code, out, errOut := runCLI(t, "inventory", "--machine", "dgx-a100-40gb", "--mig-config", "all-balanced")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"8 GPUs", "enabled (4 devices)", "8/0", "3g.20gb"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inventory output lacks %q:\n%s", want, out)
+		}
+	}
+}
