@@ -117,9 +117,18 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourcea
 	for i := 0; i < model.MemorySlices; i++ {
 		set(MemorySliceCounter(i), 1)
 	}
-	set(CounterComputeSlices, int64(model.ComputeSlices))
-	set(CounterMediaShared, int64(model.MemorySlices))
-	set(CounterMediaExtensions, 1)
+	// Counters beyond the memory slices are published only where the model needs them: every
+	// counter a device consumes costs the scheduler time on every allocation attempt.
+	needs := counterNeeds(model)
+	if needs.computeSlices {
+		set(CounterComputeSlices, int64(model.ComputeSlices))
+	}
+	if needs.mediaShared {
+		set(CounterMediaShared, int64(model.MemorySlices))
+	}
+	if needs.mediaExtensions {
+		set(CounterMediaExtensions, 1)
+	}
 	limited := map[string]int{} // profile → instance counter name, where placements alone allow more
 	for _, p := range model.Profiles {
 		if p.InstanceCount < maxDisjoint(p.Placements) {
@@ -141,18 +150,20 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourcea
 		devs = append(devs, d)
 	}
 	for _, p := range model.Profiles {
-		consumed := map[string]resourceapi.Counter{
-			CounterComputeSlices: qty(int64(p.ComputeSlices)),
+		consumed := map[string]resourceapi.Counter{}
+		if needs.computeSlices {
+			consumed[CounterComputeSlices] = qty(int64(p.ComputeSlices))
 		}
-		switch mediaKind(p.Name) {
-		case "all":
-			consumed[CounterMediaShared] = qty(int64(model.MemorySlices))
-		case "none":
-		case "extensions":
-			consumed[CounterMediaShared] = qty(1)
+		kind := mediaKind(p.Name)
+		if needs.mediaShared && kind != "none" {
+			if kind == "all" {
+				consumed[CounterMediaShared] = qty(int64(model.MemorySlices))
+			} else {
+				consumed[CounterMediaShared] = qty(1)
+			}
+		}
+		if needs.mediaExtensions && kind == "extensions" {
 			consumed[CounterMediaExtensions] = qty(1)
-		default:
-			consumed[CounterMediaShared] = qty(1)
 		}
 		if _, ok := limited[p.Name]; ok {
 			consumed[instanceCounterName(p.Name)] = qty(1)
@@ -180,6 +191,45 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourcea
 		}
 	}
 	return devs, cs, nil
+}
+
+// modelNeeds says which rules of a model the memory-slice counters do not already enforce.
+type modelNeeds struct {
+	// computeSlices: some set of non-overlapping placements uses more compute slices than the
+	// GPU has (not so on the A100/H100/B200 tables, where a 3g instance covers 4 memory slices).
+	computeSlices bool
+	// mediaShared: the model has "+me.all" profiles, which exclude all but "-me" ones.
+	mediaShared bool
+	// mediaExtensions: the model has more than one "+me" profile, which share one set of engines.
+	mediaExtensions bool
+}
+
+func counterNeeds(m *mig.Model) modelNeeds {
+	var n modelNeeds
+	me := 0
+	// best[i]: the most compute slices non-overlapping placements within slices [0, i) can use.
+	best := make([]int, m.MemorySlices+1)
+	for end := 1; end <= m.MemorySlices; end++ {
+		best[end] = best[end-1]
+		for _, p := range m.Profiles {
+			for _, pl := range p.Placements {
+				if pl.End() == end && best[pl.Start]+p.ComputeSlices > best[end] {
+					best[end] = best[pl.Start] + p.ComputeSlices
+				}
+			}
+		}
+	}
+	n.computeSlices = best[m.MemorySlices] > m.ComputeSlices
+	for _, p := range m.Profiles {
+		switch mediaKind(p.Name) {
+		case "all":
+			n.mediaShared = true
+		case "extensions":
+			me++
+		}
+	}
+	n.mediaExtensions = me > 1
+	return n
 }
 
 func qty(v int64) resourceapi.Counter {
