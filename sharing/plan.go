@@ -78,13 +78,16 @@ func (m *Manager) plan(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 		fractional := dc.AllocatedMemoryBytes > 0
 		switch pd.Strategy {
 		case v1beta1.StrategyTimeSlicing:
-			if dc.Device.IsMIG {
-				return nil, fmt.Errorf("%s: TimeSlicing is set per physical GPU and cannot be applied to a MIG device; use MPS", where)
-			}
 			if fractional {
 				return nil, fmt.Errorf("%s: the device was allocated %d bytes of its memory, which TimeSlicing cannot enforce; use strategy MPS or no sharing config", where, dc.AllocatedMemoryBytes)
 			}
-			v := dc.Config.(*v1beta1.GpuConfig).Interval().Int()
+			gc, ok := dc.Config.(*v1beta1.GpuConfig)
+			if !ok || dc.Device.IsMIG {
+				// Processes on a MIG device are time-sliced already; the interval belongs to the
+				// physical GPU, so there is nothing to set.
+				continue
+			}
+			v := gc.Interval().Int()
 			pd.TimeSlice = &v
 		case v1beta1.StrategyExclusive:
 			if fractional {

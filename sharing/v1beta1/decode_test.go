@@ -101,14 +101,16 @@ func TestDecode(t *testing.T) {
 			wantErr: `invalid GpuConfig: sharing.strategy: Unsupported value: "Exclusive": supported values: "MPS", "TimeSlicing"`},
 		{name: "missing strategy", in: hdrGPU + "sharing:\n  timeSlicingConfig:\n    interval: Long\n",
 			wantErr: `invalid GpuConfig: sharing.strategy: Required value: supported values: "MPS", "TimeSlicing"`},
-		{name: "MIG time-slicing", in: hdrMIG + "sharing:\n  strategy: TimeSlicing\n",
-			wantErr: `invalid MigDeviceConfig: sharing.strategy: Invalid value: "TimeSlicing": time slices are set per physical GPU and cannot be set for a MIG device: supported values: "MPS" (or use a GpuConfig on a full GPU)`},
+		{name: "MIG time-slicing interval", in: hdrMIG + "sharing:\n  strategy: TimeSlicing\n  timeSlicingConfig:\n    interval: Long\n",
+			wantErr: `invalid MigDeviceConfig: sharing.timeSlicingConfig: Forbidden: the time-slice interval is set per physical GPU and cannot be set for a MIG device (use a GpuConfig on a full GPU)`},
+		{name: "MIG time-slicing with mpsConfig", in: hdrMIG + "sharing:\n  strategy: TimeSlicing\n  mpsConfig:\n    defaultActiveThreadPercentage: 50\n",
+			wantErr: `invalid MigDeviceConfig: sharing.mpsConfig: Forbidden: may only be set when strategy is MPS`},
 		{name: "MIG missing strategy", in: hdrMIG + "sharing: {}\n",
 			wantErr: `invalid MigDeviceConfig: sharing.strategy: Required value: supported values: "MPS"`},
 		{name: "MIG bad strategy", in: hdrMIG + "sharing:\n  strategy: mps\n",
 			wantErr: `invalid MigDeviceConfig: sharing.strategy: Unsupported value: "mps": supported values: "MPS"`},
 		{name: "MIG timeSlicingConfig", in: hdrMIG + "sharing:\n  strategy: MPS\n  timeSlicingConfig: {}\n",
-			wantErr: `strict decoding error: unknown field "sharing.timeSlicingConfig": allowed fields of MigDeviceConfig: apiVersion, kind, sharing.strategy, sharing.mpsConfig.defaultActiveThreadPercentage, sharing.mpsConfig.defaultPinnedDeviceMemoryLimit, sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit`},
+			wantErr: `invalid MigDeviceConfig: sharing.timeSlicingConfig: Forbidden: the time-slice interval is set per physical GPU and cannot be set for a MIG device (use a GpuConfig on a full GPU)`},
 		{name: "mpsConfig with TimeSlicing", in: hdrGPU + "sharing:\n  strategy: TimeSlicing\n  mpsConfig: {}\n",
 			wantErr: `invalid GpuConfig: sharing.mpsConfig: Forbidden: may only be set when strategy is MPS`},
 		{name: "timeSlicingConfig with MPS", in: hdrGPU + "sharing:\n  strategy: MPS\n  timeSlicingConfig: {}\n",
@@ -359,5 +361,18 @@ func TestAccessors(t *testing.T) {
 	}
 	if got := mps.Interval(); got != "" {
 		t.Errorf("Interval() of MPS = %q", got)
+	}
+}
+
+// TestMIGTimeSlicingAsNVIDIADriverDefault: NVIDIA's DRA driver accepts (and defaults to) a
+// MigDeviceConfig with strategy TimeSlicing; manifests written for it must decode unchanged.
+func TestMIGTimeSlicingAsNVIDIADriverDefault(t *testing.T) {
+	d := NewDecoder()
+	cfg, err := d.Decode([]byte("apiVersion: resource.nvidia.com/v1beta1\nkind: MigDeviceConfig\nsharing:\n  strategy: TimeSlicing\n"))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if got := cfg.Strategy(); got != StrategyTimeSlicing {
+		t.Errorf("strategy = %q, want TimeSlicing", got)
 	}
 }

@@ -88,7 +88,7 @@ func (s *MigDeviceSharing) DeepCopy() *MigDeviceSharing {
 	if s == nil {
 		return nil
 	}
-	return &MigDeviceSharing{Strategy: s.Strategy, MpsConfig: s.MpsConfig.DeepCopy()}
+	return &MigDeviceSharing{Strategy: s.Strategy, TimeSlicingConfig: s.TimeSlicingConfig.DeepCopy(), MpsConfig: s.MpsConfig.DeepCopy()}
 }
 
 // DeepCopy returns a deep copy of t.

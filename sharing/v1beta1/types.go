@@ -103,12 +103,16 @@ type MigDeviceConfig struct {
 	Sharing *MigDeviceSharing `json:"sharing,omitempty"`
 }
 
-// MigDeviceSharing is the sharing section of a MigDeviceConfig. Time slices are a property
-// of the physical GPU, so a MIG device has no timeSlicingConfig and strategy TimeSlicing is
-// rejected.
+// MigDeviceSharing is the sharing section of a MigDeviceConfig. Processes on one MIG device
+// are time-sliced by the GPU already, so strategy TimeSlicing is accepted (as NVIDIA's DRA driver
+// accepts it, in its default MIG config) and changes nothing on the host; the time-slice
+// interval is a property of the physical GPU, so a timeSlicingConfig is rejected.
 type MigDeviceSharing struct {
-	// Strategy is MPS.
+	// Strategy is TimeSlicing or MPS.
 	Strategy SharingStrategy `json:"strategy"`
+	// TimeSlicingConfig exists only to reject it with a clear message: a MIG device has no
+	// time-slice interval of its own.
+	TimeSlicingConfig *TimeSlicingConfig `json:"timeSlicingConfig,omitempty"`
 	// MpsConfig tunes MPS.
 	MpsConfig *MpsConfig `json:"mpsConfig,omitempty"`
 }

@@ -74,16 +74,21 @@ func (c *MigDeviceConfig) ValidateAt(root *field.Path) field.ErrorList {
 		return errs
 	}
 	p := root.Child("sharing")
+	if s.TimeSlicingConfig != nil {
+		errs = append(errs, field.Forbidden(p.Child("timeSlicingConfig"),
+			"the time-slice interval is set per physical GPU and cannot be set for a MIG device (use a GpuConfig on a full GPU)"))
+	}
 	switch s.Strategy {
 	case StrategyMPS:
 		errs = append(errs, s.MpsConfig.validate(p.Child("mpsConfig"))...)
 	case StrategyTimeSlicing:
-		errs = append(errs, field.Invalid(p.Child("strategy"), string(s.Strategy),
-			"time slices are set per physical GPU and cannot be set for a MIG device: supported values: \"MPS\" (or use a GpuConfig on a full GPU)"))
+		if s.MpsConfig != nil {
+			errs = append(errs, field.Forbidden(p.Child("mpsConfig"), "may only be set when strategy is MPS"))
+		}
 	case "":
-		errs = append(errs, field.Required(p.Child("strategy"), `supported values: "MPS"`))
+		errs = append(errs, field.Required(p.Child("strategy"), `supported values: "MPS", "TimeSlicing"`))
 	default:
-		errs = append(errs, field.NotSupported(p.Child("strategy"), string(s.Strategy), []SharingStrategy{StrategyMPS}))
+		errs = append(errs, field.NotSupported(p.Child("strategy"), string(s.Strategy), gpuStrategies))
 	}
 	return errs
 }
