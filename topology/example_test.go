@@ -1,0 +1,73 @@
+package topology_test
+
+import (
+	"fmt"
+	"log"
+
+	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/topology"
+)
+
+// Discover the interconnect of a fake DGX A100, look up a PCIe root the way a ResourceSlice
+// builder does, and pick the two best-connected GPUs among three free ones.
+func Example() {
+	machine, err := gputest.New("dgx-a100-40gb")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A fake machine's bus IDs mean nothing in the host's sysfs: derive the roots from NVML.
+	topo, err := topology.Discover(machine, topology.WithoutSysfs())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("GPU0-GPU1:", topo.Link(0, 1), "over", topo.Link(0, 1).PCIe)
+	fmt.Println("GPU0-GPU2:", topo.Link(0, 2), "over", topo.Link(0, 2).PCIe)
+	g := topo.GPUs[1]
+	fmt.Println(g.PCIBusID, "NUMA", g.NUMANode, "root", topo.PCIeRoot("00000000:0F:00.0"), g.PCIeRootSource)
+
+	best, err := topology.BestSet(topo, 2, []int{1, 2, 3})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("best 2 of [1 2 3]:", best)
+	// Output:
+	// GPU0-GPU1: NV12 over PXB
+	// GPU0-GPU2: NV12 over SYS
+	// 0000:0f:00.0 NUMA 3 root pci0000:07 derived
+	// best 2 of [1 2 3]: [2 3]
+}
+
+// Render a PCIe-only server in the style of `nvidia-smi topo -m`.
+func ExampleRender() {
+	machine, err := gputest.New("a30x4")
+	if err != nil {
+		log.Fatal(err)
+	}
+	topo, err := topology.Discover(machine, topology.WithoutSysfs())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(topology.Render(topo))
+	// Output:
+	//       GPU0  GPU1  GPU2  GPU3  NUMA Affinity
+	// GPU0  X     NODE  SYS   SYS   0
+	// GPU1  NODE  X     SYS   SYS   0
+	// GPU2  SYS   SYS   X     NODE  1
+	// GPU3  SYS   SYS   NODE  X     1
+	//
+	//       Bus ID        PCIe Root             NVLinks
+	// GPU0  0000:17:00.0  pci0000:17 (derived)  0
+	// GPU1  0000:65:00.0  pci0000:65 (derived)  0
+	// GPU2  0000:ca:00.0  pci0000:ca (derived)  0
+	// GPU3  0000:e3:00.0  pci0000:e3 (derived)  0
+	//
+	// Legend:
+	//   X     the GPU itself
+	//   NV#   # NVLinks between the two GPUs, direct or through NVSwitches
+	//   PIX   PCIe, through at most one PCIe bridge
+	//   PXB   PCIe, through several PCIe bridges but no host bridge
+	//   PHB   PCIe, through a PCIe host bridge (the CPU's root complex)
+	//   NODE  PCIe, between host bridges of one NUMA node
+	//   SYS   PCIe, across the interconnect between NUMA nodes (UPI, xGMI, ...)
+	//   N/A   not reported by NVML
+}
