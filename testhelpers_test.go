@@ -19,12 +19,21 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/topology"
 )
 
 const testNode = "node-1"
 
 // inventory enumerates a fake machine.
 func inventory(t testing.TB, machine string, opts ...gputest.Option) *gpu.Inventory {
+	t.Helper()
+	inv, _ := inventoryAndTopology(t, machine, opts...)
+	return inv
+}
+
+// inventoryAndTopology enumerates a fake machine and discovers its topology (PCIe roots derived
+// from NVML, as the fake has no sysfs).
+func inventoryAndTopology(t testing.TB, machine string, opts ...gputest.Option) (*gpu.Inventory, *topology.Topology) {
 	t.Helper()
 	m, err := gputest.New(machine, opts...)
 	if err != nil {
@@ -34,7 +43,11 @@ func inventory(t testing.TB, machine string, opts ...gputest.Option) *gpu.Invent
 	if err != nil {
 		t.Fatalf("Enumerate(%s): %v", machine, err)
 	}
-	return inv
+	topo, err := topology.Discover(m, topology.WithoutSysfs())
+	if err != nil {
+		t.Fatalf("topology.Discover(%s): %v", machine, err)
+	}
+	return inv, topo
 }
 
 // slicesFor builds and renders the ResourceSlices of an inventory.

@@ -76,6 +76,8 @@ func TestSeedWorkloadsWithRealAllocator(t *testing.T) {
 		{file: "01-exclusive-gpu.yaml", machine: "dgx-h100", buildOpts: dynamic, wantFail: -1, check: devicesPerClaim(1)},
 		{file: "34-consumable-memory.yaml", machine: "dgx-h100", buildOpts: []gpudra.Option{gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})}, wantFail: -1, check: sharedGPUs},
 		{file: "32-multi-gpu-numa.yaml", machine: "dgx-h100", wantFail: -1, check: devicesPerClaim(4)},
+		{file: "33-two-gpus-same-pcie-root.yaml", machine: "dgx-a100-40gb", wantFail: -1, check: devicesPerClaim(2)},
+		{file: "33-two-gpus-same-pcie-root.yaml", machine: "dgx-h100", wantFail: 0}, // one PCIe root per GPU
 		{file: "35-time-slicing-deployments.yaml", machine: "l4x8", wantFail: -1},
 		{file: "36-prioritized-list.yaml", machine: "dgx-a100-80gb", wantFail: -1},
 		{file: "36-prioritized-list.yaml", machine: "dgx-a100-80gb", machOpts: opts(all1g10gb), wantFail: 0},
@@ -86,8 +88,8 @@ func TestSeedWorkloadsWithRealAllocator(t *testing.T) {
 			name += "+mig"
 		}
 		t.Run(name, func(t *testing.T) {
-			inv := inventory(t, c.machine, c.machOpts...)
-			slices := slicesFor(t, inv, c.buildOpts...)
+			inv, topo := inventoryAndTopology(t, c.machine, c.machOpts...)
+			slices := slicesFor(t, inv, append([]gpudra.Option{gpudra.WithPCIeRoot(topo.PCIeRoot)}, c.buildOpts...)...)
 			w := loadWorkload(t, workloadPath(c.file))
 			if len(w.claims) == 0 {
 				t.Fatalf("%s has no claims", c.file)

@@ -40,6 +40,7 @@ func commands() map[string]command {
 		"render":    {"print the DeviceClasses and ResourceSlices the driver publishes (YAML stream)", runRender},
 		"inventory": {"print GPUs, MIG devices and capacity used/free", runInventory},
 		"mig":       {"MIG profiles, layout validation, layouts and mig-parted config checks", runMIG},
+		"topo":      {"the GPU topology matrix (NVLink, PCIe, NUMA) of the machine", runTopo},
 	}
 }
 

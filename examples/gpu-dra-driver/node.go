@@ -11,6 +11,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/topology"
 )
 
 const defaultMachine = "dgx-a100-40gb"
@@ -38,6 +39,7 @@ func (n *nodeFlags) register(fs *flag.FlagSet) {
 type node struct {
 	nvml  nvml.Interface
 	inv   *gpu.Inventory
+	topo  *topology.Topology
 	close func()
 }
 
@@ -72,14 +74,21 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 		_ = sess.Close()
 		return nil, err
 	}
-	return &node{nvml: sess.Interface(), inv: inv, close: func() { _ = sess.Close() }}, nil
+	var topoOpts []topology.Option
+	if n.nvmlMode != "real" {
+		// Fake machines have no sysfs: PCIe roots are derived from the NVML topology.
+		topoOpts = append(topoOpts, topology.WithoutSysfs())
+	}
+	topo, err := topology.Discover(sess.Interface(), topoOpts...)
+	if err != nil {
+		_ = sess.Close()
+		return nil, err
+	}
+	return &node{nvml: sess.Interface(), inv: inv, topo: topo, close: func() { _ = sess.Close() }}, nil
 }
 
-func (n *nodeFlags) builderOptions() []gpudra.Option {
-	var opts []gpudra.Option
-	if n.nvmlMode == "real" {
-		opts = append(opts, gpudra.WithPCIeRoot(gpudra.SysfsPCIeRoot))
-	}
+func (n *nodeFlags) builderOptions(nd *node) []gpudra.Option {
+	opts := []gpudra.Option{gpudra.WithPCIeRoot(nd.topo.PCIeRoot)}
 	if n.dynamicMIG {
 		opts = append(opts, gpudra.WithDynamicMIG(nil))
 	}

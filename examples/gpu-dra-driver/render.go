@@ -28,7 +28,7 @@ func runRender(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer n.close()
-	b := gpudra.NewBuilder(nf.builderOptions()...)
+	b := gpudra.NewBuilder(nf.builderOptions(n)...)
 	res, err := b.Build(nf.nodeName, n.inv)
 	if err != nil {
 		return err
