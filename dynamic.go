@@ -168,7 +168,11 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourcea
 		if _, ok := limited[p.Name]; ok {
 			consumed[instanceCounterName(p.Name)] = qty(1)
 		}
-		for _, pl := range p.Placements {
+		// Placements are published last slice first: the allocator is first-fit, so a small
+		// instance lands at the end of the GPU and the low slices stay free for 3g/4g/7g, as
+		// mig.Plan's least-fragmentation choice would place it.
+		for k := len(p.Placements) - 1; k >= 0; k-- {
+			pl := p.Placements[k]
 			c := make(map[string]resourceapi.Counter, len(consumed)+pl.Size)
 			for k, v := range consumed {
 				c[k] = v

@@ -137,3 +137,30 @@ func TestDynamicMIGFullGPUExcludesPartitions(t *testing.T) {
 		t.Fatalf("full GPU allocated beside a MIG device: %v", err)
 	}
 }
+
+// TestDynamicMIGFirstFitKeepsLargeRegionsFree: the allocator is first-fit, so the publishing
+// order decides placements. A lone 1g.5gb must land where mig.Plan puts it (the last slice), so
+// that a 4g.20gb still fits beside it afterwards.
+func TestDynamicMIGFirstFitKeepsLargeRegionsFree(t *testing.T) {
+	m, err := mig.Lookup("A100-SXM4-40GB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := schedsim.New(testNode, gpudra.DeviceClasses(""), slicesFor(t, oneGPU(m), gpudra.WithDynamicMIG(nil)))
+	got, err := sim.Allocate(context.Background(), migClaim(1, "1g.5gb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := mig.Plan(m, nil, []string{"1g.5gb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := placementOf(t, m, got.Status.Allocation.Devices.Results[0].Device); in.String() != want[0].String() {
+		t.Errorf("first 1g.5gb placed at %s, want %s (mig.Plan's choice)", in, want[0])
+	}
+	for _, p := range []string{"4g.20gb", "2g.10gb"} {
+		if _, err := sim.Allocate(context.Background(), migClaim(2, p)); err != nil {
+			t.Errorf("%s after one 1g.5gb: %v", p, err)
+		}
+	}
+}
