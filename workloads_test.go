@@ -91,14 +91,14 @@ func TestSeedWorkloadsWithRealAllocator(t *testing.T) {
 			inv, topo := inventoryAndTopology(t, c.machine, c.machOpts...)
 			slices := slicesFor(t, inv, append([]gpudra.Option{gpudra.WithPCIeRoot(topo.PCIeRoot)}, c.buildOpts...)...)
 			w := loadWorkload(t, workloadPath(c.file))
-			if len(w.claims) == 0 {
+			if len(w.Claims) == 0 {
 				t.Fatalf("%s has no claims", c.file)
 			}
-			classes := append(gpudra.DeviceClasses(gpudra.DefaultDriverName), w.classes...)
+			classes := append(gpudra.DeviceClasses(gpudra.DefaultDriverName), w.Classes...)
 			sim := schedsim.New(testNode, classes, slices)
 			var got []*resourceapi.ResourceClaim
 			failed := -1
-			for i, claim := range w.claims {
+			for i, claim := range w.Claims {
 				allocated, err := sim.Allocate(context.Background(), claim)
 				if errors.Is(err, schedsim.ErrUnschedulable) {
 					failed = i
@@ -110,7 +110,7 @@ func TestSeedWorkloadsWithRealAllocator(t *testing.T) {
 				got = append(got, allocated)
 			}
 			if failed != c.wantFail {
-				t.Fatalf("first unschedulable claim = %d, want %d (-1: all %d fit)", failed, c.wantFail, len(w.claims))
+				t.Fatalf("first unschedulable claim = %d, want %d (-1: all %d fit)", failed, c.wantFail, len(w.Claims))
 			}
 			if c.check != nil {
 				c.check(t, got)

@@ -1,0 +1,89 @@
+package workload_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpudra/gpudra/internal/workload"
+)
+
+func uid(n int) types.UID { return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", n)) }
+
+func TestLoadExpandsTemplatesPerReplica(t *testing.T) {
+	manifest := `# a comment-only document
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: gpu
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.nvidia.com
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: shared
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly:
+        deviceClassName: gpu.nvidia.com
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: c, image: x}]
+      resourceClaims:
+      - name: gpu
+        resourceClaimTemplateName: gpu
+      - name: shared
+        resourceClaimName: shared
+`
+	w, err := workload.Load([]byte(manifest), uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range w.Claims {
+		got = append(got, c.Namespace+"/"+c.Name+"="+string(c.UID))
+	}
+	want := []string{
+		"default/shared=" + string(uid(3)),
+		"default/gpu-1=" + string(uid(1)),
+		"default/gpu-2=" + string(uid(2)),
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("claims (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	cases := []struct{ manifest, want string }{
+		{"apiVersion: v1\nkind: Service\nmetadata: {name: x}\n", `unsupported kind "Service"`},
+		{"apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: x}\nspec: {devices: {bogus: 1}}\n", `unknown field "bogus"`},
+		{"apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: x}]\n  resourceClaims: [{name: g, resourceClaimTemplateName: missing}]\n", `template "missing"`},
+	}
+	for _, c := range cases {
+		_, err := workload.Load([]byte(c.manifest), uid)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Load(%q) error = %v, want it to mention %s", c.manifest, err, c.want)
+		}
+	}
+}
