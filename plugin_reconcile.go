@@ -1,0 +1,351 @@
+package gpudra
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/internal/atomicfile"
+	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/sharing"
+)
+
+// MIGBaselineFile is the file in the state directory that lists the MIG instances that existed,
+// unclaimed, when the plugin first started in the current boot. Reconcile never destroys them:
+// they were made by someone else (mig-parted, an operator), not leaked by the plugin.
+const MIGBaselineFile = "mig-baseline.json"
+
+// ReconcileReport says what Reconcile found and did. Claims are named "namespace/name (uid)".
+type ReconcileReport struct {
+	// Checkpoint is what opening the checkpoint found (corrupt file moved aside, reboot...).
+	Checkpoint checkpoint.LoadReport
+	// TempFilesRemoved are leftovers of interrupted CDI spec writes.
+	TempFilesRemoved []string
+	// RolledBack are claims whose prepare was interrupted (PrepareStarted) and was undone.
+	RolledBack []string
+	// UnprepareFinished are claims whose unprepare was interrupted and was finished.
+	UnprepareFinished []string
+	// Forgotten are claims prepared before a reboot whose state (dynamic MIG instances, host
+	// settings) the reboot erased; they are dropped so the kubelet's next prepare redoes them.
+	Forgotten []string
+	// SpecsRewritten are prepared claims whose CDI spec was missing (a tmpfs /var/run/cdi
+	// after a reboot) and was written again.
+	SpecsRewritten []string
+	// SpecsPruned are the UIDs of claims whose CDI spec existed with no checkpoint entry.
+	SpecsPruned []string
+	// MIGDestroyed are MIG instances nobody owned (dynamic MIG only), as "<GPU UUID>
+	// <profile>@<start>".
+	MIGDestroyed []string
+	// MIGBaseline are the unclaimed instances that existed at the first start in this boot and
+	// are left alone, in the same form.
+	MIGBaseline []string
+	// Prepared is the number of claims prepared after reconciliation.
+	Prepared int
+}
+
+// String summarizes the report on one line.
+func (r *ReconcileReport) String() string {
+	return fmt.Sprintf("prepared=%d rolledBack=%d unprepareFinished=%d forgotten=%d specsRewritten=%d specsPruned=%d migDestroyed=%d migBaseline=%d checkpointCorrupt=%t rebooted=%t",
+		r.Prepared, len(r.RolledBack), len(r.UnprepareFinished), len(r.Forgotten), len(r.SpecsRewritten), len(r.SpecsPruned),
+		len(r.MIGDestroyed), len(r.MIGBaseline), r.Checkpoint.Corrupt, r.Checkpoint.Rebooted)
+}
+
+type migBaseline struct {
+	BootID    string            `json:"bootID"`
+	Instances []migBaselineItem `json:"instances"`
+}
+
+type migBaselineItem struct {
+	GPUUUID     string `json:"gpuUUID"`
+	GIProfileID int    `json:"giProfileID"`
+	Start       int    `json:"start"`
+}
+
+// Reconcile brings checkpoint, CDI specs and MIG instances back in line after a restart, a
+// crash or a reboot. Call it before serving (Start does); it takes the GPU locks of each claim
+// it repairs, so it is also safe while serving. In order:
+//
+//  1. temporary files of interrupted spec writes are removed;
+//  2. claims recorded in an earlier boot lose what a reboot erases: those whose preparation
+//     needed dynamic MIG instances or host changes are forgotten (kubelet prepares them again),
+//     the others stay prepared;
+//  3. the sharing engine's registry is restored from the recorded sharing setups;
+//  4. interrupted prepares (PrepareStarted) are rolled back, including host changes that a crash
+//     kept from being recorded; interrupted unprepares (UnprepareStarted) are finished;
+//  5. prepared claims whose CDI spec is missing get it written again;
+//  6. specs of claims the checkpoint does not hold are removed;
+//  7. with dynamic MIG, MIG instances on GPUs published as partitions that no claim records and
+//     that are not in the first-start baseline (MIGBaselineFile) are destroyed. Every instance
+//     the plugin creates is recorded in the checkpoint before it is created, so these can only
+//     be leaks of a lost checkpoint; instances made by others before the plugin first ran in
+//     this boot are in the baseline and kept.
+//
+// Reconcile goes on after a failed repair and returns all errors joined with the report.
+func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
+	logger := klog.FromContext(ctx).WithName("reconcile")
+	ctx = klog.NewContext(ctx, logger)
+	rep := &ReconcileReport{Checkpoint: p.loadReport}
+	var errs []error
+	if tmp, err := p.writer.CleanTemp(); err != nil {
+		errs = append(errs, fmt.Errorf("remove temporary CDI files: %w", err))
+	} else {
+		rep.TempFilesRemoved = tmp
+	}
+
+	// 2. Claims from an earlier boot.
+	boot := p.store.BootID()
+	for _, c := range p.store.List() {
+		if c.BootID == boot {
+			continue
+		}
+		ss, _ := sharingOf(c)
+		lost := anyCreated(c) || (ss != nil && ss.Applied && hostChanges(ss.Record)) || c.Phase != checkpoint.PrepareCompleted
+		if !lost {
+			continue
+		}
+		if err := p.writer.Remove(c.UID); err != nil {
+			errs = append(errs, fmt.Errorf("claim %s: remove CDI spec: %w", ref(c), err))
+			continue
+		}
+		if err := p.store.Delete(c.UID); err != nil {
+			errs = append(errs, fmt.Errorf("claim %s: %w", ref(c), err))
+			continue
+		}
+		rep.Forgotten = append(rep.Forgotten, ref(c))
+		logger.Info("Forgot claim prepared before a reboot; kubelet prepares it again", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
+	}
+
+	// 3. Sharing registry.
+	var records []sharing.Record
+	for _, c := range p.store.List() {
+		if ss, err := sharingOf(c); err == nil && ss != nil && ss.Applied {
+			records = append(records, *ss.Record)
+		}
+	}
+	if err := p.sharing.Restore(records); err != nil {
+		errs = append(errs, fmt.Errorf("restore sharing registry: %w", err))
+	}
+
+	// 4. Interrupted operations.
+	for _, c := range p.store.List() {
+		if c.Phase == checkpoint.PrepareCompleted {
+			continue
+		}
+		cctx := klog.NewContext(ctx, logger.WithValues("claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID))
+		unlock := p.lockGPUs(claimGPUs(c))
+		c, ok := p.store.Get(c.UID)
+		if !ok {
+			unlock()
+			continue
+		}
+		switch c.Phase {
+		case checkpoint.PrepareStarted:
+			if err := p.rollback(cctx, c, true); err != nil {
+				errs = append(errs, fmt.Errorf("roll back claim %s: %w", ref(c), err))
+			} else {
+				rep.RolledBack = append(rep.RolledBack, ref(c))
+			}
+		case checkpoint.UnprepareStarted:
+			if err := p.finishUnprepare(cctx, c); err != nil {
+				errs = append(errs, fmt.Errorf("finish unprepare of claim %s: %w", ref(c), err))
+			} else {
+				rep.UnprepareFinished = append(rep.UnprepareFinished, ref(c))
+			}
+		}
+		unlock()
+	}
+
+	// 5. Missing specs.
+	have, err := p.writer.List()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list CDI specs: %w", err))
+	}
+	var keep []string
+	for _, c := range p.store.List() {
+		keep = append(keep, c.UID)
+		if c.Phase != checkpoint.PrepareCompleted {
+			continue
+		}
+		rep.Prepared++
+		if err != nil || slices.Contains(have, c.UID) {
+			continue
+		}
+		if werr := p.rewriteSpec(c); werr != nil {
+			errs = append(errs, fmt.Errorf("rewrite CDI spec of claim %s: %w", ref(c), werr))
+			continue
+		}
+		rep.SpecsRewritten = append(rep.SpecsRewritten, ref(c))
+		logger.Info("Rewrote missing CDI spec", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
+	}
+
+	// 6. Orphan specs.
+	if err == nil {
+		pruned, perr := p.writer.Prune(keep)
+		rep.SpecsPruned = pruned
+		if perr != nil {
+			errs = append(errs, fmt.Errorf("remove orphan CDI specs: %w", perr))
+		}
+		for _, uid := range pruned {
+			logger.Info("Removed orphan CDI spec", "claimUID", uid)
+		}
+	}
+
+	// 7. Unowned MIG instances.
+	if p.dynamicMIG && p.mig != nil {
+		if err := p.reconcileMIG(ctx, rep); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	logger.Info("Reconciled node state", "summary", rep.String())
+	return rep, errors.Join(errs...)
+}
+
+func ref(c checkpoint.ClaimState) string { return claimRef(c.Namespace, c.Name, types.UID(c.UID)) }
+
+func claimGPUs(c checkpoint.ClaimState) []string {
+	out := make([]string, 0, len(c.Devices))
+	for _, d := range c.Devices {
+		if d.GPUUUID != "" {
+			out = append(out, d.GPUUUID)
+		}
+	}
+	return out
+}
+
+// rewriteSpec writes the CDI spec of a prepared claim again from its checkpoint entry. The
+// device IDs must come out as recorded, since the kubelet already has them.
+func (p *Plugin) rewriteSpec(c checkpoint.ClaimState) error {
+	ss, err := sharingOf(c)
+	if err != nil {
+		return err
+	}
+	var rec *sharing.Record
+	if ss != nil && ss.Applied {
+		rec = ss.Record
+	}
+	cds := cdi.ClaimDevices{ClaimUID: c.UID}
+	for _, d := range c.Devices {
+		g, ok := p.gpusByUUID[d.GPUUUID]
+		if !ok {
+			gg, err := p.gpuForDevice(d.Device)
+			if err != nil {
+				return fmt.Errorf("device %s: %w", d.Device, err)
+			}
+			g = gg
+		}
+		cd := cdi.Device{Name: d.Device, GPUMinor: g.Minor, UUID: g.UUID}
+		switch {
+		case p.static[d.Device] != nil:
+			m := p.static[d.Device]
+			cd.MIG, cd.UUID = &cdi.MIGDevice{GI: m.GIID, CI: m.CIID}, m.UUID
+		case d.MIG != nil:
+			cd.MIG, cd.UUID = &cdi.MIGDevice{GI: d.MIG.GIID, CI: d.MIG.CIID}, d.MIG.UUID
+		}
+		cd.Edits = editsFor(rec, d)
+		cds.Devices = append(cds.Devices, cd)
+	}
+	spec, err := p.gen.Generate(cds)
+	if err != nil {
+		return err
+	}
+	for _, d := range c.Devices {
+		if len(d.CDIDeviceIDs) > 0 && spec.DeviceIDs[d.Device] != d.CDIDeviceIDs[0] {
+			return fmt.Errorf("device %s: CDI device ID would change from %s to %s", d.Device, d.CDIDeviceIDs[0], spec.DeviceIDs[d.Device])
+		}
+	}
+	_, err = p.writer.Write(spec)
+	return err
+}
+
+func instanceName(gpuUUID, profile string, start int) string {
+	return fmt.Sprintf("%s %s@%d", gpuUUID, profile, start)
+}
+
+// reconcileMIG destroys MIG instances that no claim records and that are not in the baseline.
+func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
+	logger := klog.FromContext(ctx)
+	type key struct {
+		gpu   string
+		start int
+	}
+	referenced := map[key]bool{}
+	for _, c := range p.store.List() {
+		for _, d := range c.Devices {
+			if d.MIG != nil {
+				referenced[key{d.MIG.ParentUUID, d.MIG.Placement.Start}] = true
+			}
+		}
+	}
+	path := filepath.Join(p.stateDir, MIGBaselineFile)
+	var base migBaseline
+	fresh := true
+	if b, err := os.ReadFile(path); err == nil {
+		if json.Unmarshal(b, &base) == nil && base.BootID == p.store.BootID() {
+			fresh = false
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if fresh {
+		base = migBaseline{BootID: p.store.BootID()}
+	}
+	inBase := map[migBaselineItem]bool{}
+	for _, it := range base.Instances {
+		inBase[it] = true
+	}
+	var errs []error
+	for _, g := range p.inv.GPUs {
+		if !g.MIGCapable {
+			continue
+		}
+		if _, err := p.migLookup(g.ProductName); err != nil {
+			continue // published statically: its instances are not ours
+		}
+		unlock := p.lockGPUs([]string{g.UUID})
+		insts, err := p.mig.Instances(ctx, g.UUID)
+		if err != nil {
+			unlock()
+			errs = append(errs, fmt.Errorf("list MIG instances of GPU %s: %w", g.UUID, err))
+			continue
+		}
+		for _, in := range insts {
+			if referenced[key{g.UUID, in.Placement.Start}] {
+				continue
+			}
+			item := migBaselineItem{GPUUUID: g.UUID, GIProfileID: in.GIProfileID, Start: in.Placement.Start}
+			name := instanceName(g.UUID, in.Profile, in.Placement.Start)
+			if fresh {
+				base.Instances = append(base.Instances, item)
+			}
+			if fresh || inBase[item] {
+				rep.MIGBaseline = append(rep.MIGBaseline, name)
+				continue
+			}
+			if err := p.mig.Destroy(ctx, g.UUID, in.Profile, in.Placement); err != nil {
+				errs = append(errs, fmt.Errorf("destroy unowned MIG instance %s: %w", name, err))
+				continue
+			}
+			rep.MIGDestroyed = append(rep.MIGDestroyed, name)
+			logger.Info("Destroyed MIG instance no claim owns", "gpu", g.UUID, "profile", in.Profile, "placement", in.Placement.Start)
+		}
+		unlock()
+	}
+	if fresh {
+		b, err := json.Marshal(base)
+		if err == nil {
+			err = atomicfile.Write(path, b, checkpoint.FileMode)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("write %s: %w", path, err))
+		}
+	}
+	return errors.Join(errs...)
+}
