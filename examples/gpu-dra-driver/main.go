@@ -37,6 +37,8 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
+		"demo":      {"the whole pipeline in one process: slices, allocation, prepare over the DRA socket, CDI injection", runDemo},
+		"serve":     {"run the kubelet plugin against a real API server", runServe},
 		"render":    {"print the DeviceClasses and ResourceSlices the driver publishes (YAML stream)", runRender},
 		"inventory": {"print GPUs, MIG devices and capacity used/free", runInventory},
 		"mig":       {"MIG profiles, layout validation, layouts and mig-parted config checks", runMIG},

@@ -107,6 +107,8 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"mig", "validate", "--gpu", "GTX 1080", "--profiles", "1g.5gb"}, 1, "A100-SXM4-40GB"},
 		{[]string{"mig", "check-config", "../deploy/mig-parted/config.yaml"}, 1, `"too-many"`},
 		{[]string{"render", "--nvml", "real", "--mig-config", "all-balanced"}, 1, "fake machines only"},
+		{[]string{"serve", "--kubeconfig", "/nonexistent/kubeconfig"}, 1, "kubernetes client configuration"},
+		{[]string{"demo", "--nvml", "real"}, 1, "fake machine only"},
 	}
 	for _, c := range cases {
 		code, _, errOut := runCLI(t, c.args...)
@@ -124,6 +126,26 @@ func TestInventoryTable(t *testing.T) {
 	for _, want := range []string{"8 GPUs", "enabled (4 devices)", "8/0", "3g.20gb"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("inventory output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestDemo runs the whole pipeline: slices, the seed workloads allocated by the scheduler's
+// allocator, prepared over the plugin's DRA socket, CDI injected, then unprepared.
+func TestDemo(t *testing.T) {
+	code, out, errOut := runCLI(t, "demo")
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errOut, out)
+	}
+	for _, want := range []string{
+		"published: 208 devices, 8 counter sets",
+		"/dev/nvidia-caps/nvidia-cap",          // a dynamic MIG device got its caps nodes
+		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50", // the MPS workload's config reached the container
+		"host: time slice 3",                   // TimeSlicing interval Long
+		"prepared 8 claims through the DRA socket, unprepared them: 0 CDI specs and 0 dynamic MIG instances left, 0 failures",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -37,10 +37,12 @@ func (n *nodeFlags) register(fs *flag.FlagSet) {
 
 // node is an opened NVML backend and what was enumerated on it.
 type node struct {
-	nvml  nvml.Interface
-	inv   *gpu.Inventory
-	topo  *topology.Topology
-	close func()
+	// machine is the fake machine, nil with --nvml=real.
+	machine *gputest.Machine
+	nvml    nvml.Interface
+	inv     *gpu.Inventory
+	topo    *topology.Topology
+	close   func()
 }
 
 func (n *nodeFlags) open(ctx context.Context) (*node, error) {
@@ -48,6 +50,7 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 		return nil, err
 	}
 	var sess *gpu.Session
+	var machine *gputest.Machine
 	var err error
 	switch n.nvmlMode {
 	case "real":
@@ -64,6 +67,7 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 		if merr != nil {
 			return nil, merr
 		}
+		machine = m
 		sess, err = gpu.Open(m)
 	}
 	if err != nil {
@@ -84,7 +88,7 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 		_ = sess.Close()
 		return nil, err
 	}
-	return &node{nvml: sess.Interface(), inv: inv, topo: topo, close: func() { _ = sess.Close() }}, nil
+	return &node{machine: machine, nvml: sess.Interface(), inv: inv, topo: topo, close: func() { _ = sess.Close() }}, nil
 }
 
 func (n *nodeFlags) builderOptions(nd *node) []gpudra.Option {
