@@ -55,7 +55,9 @@ func (e *stepError) Error() string {
 
 func (e *stepError) Unwrap() error { return e.Err }
 
-func fail(step, device string, err error) error { return &stepError{Step: step, Device: device, Err: err} }
+func fail(step, device string, err error) error {
+	return &stepError{Step: step, Device: device, Err: err}
+}
 
 // crashError marks an error returned by the AfterStep hook: the operation stops without cleanup.
 type crashError struct{ err error }

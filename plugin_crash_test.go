@@ -1,0 +1,269 @@
+package gpudra_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/sharing"
+)
+
+var errCrash = errors.New("simulated crash")
+
+type crashKind struct {
+	name  string
+	claim func(e *pluginEnv) *resourceapi.ResourceClaim
+}
+
+var crashKinds = []crashKind{
+	{"exclusive", func(e *pluginEnv) *resourceapi.ResourceClaim {
+		return e.claim(gpudra.GPUDeviceClassName, gpuIndex(0), "")
+	}},
+	{"time-slicing", func(e *pluginEnv) *resourceapi.ResourceClaim {
+		return e.claim(gpudra.GPUDeviceClassName, gpuIndex(1), timeSlicingConfig)
+	}},
+	{"mps", func(e *pluginEnv) *resourceapi.ResourceClaim {
+		return e.claim(gpudra.GPUDeviceClassName, gpuIndex(2), mpsConfig)
+	}},
+	{"dynamic-mig", func(e *pluginEnv) *resourceapi.ResourceClaim {
+		return e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 3), "")
+	}},
+}
+
+// crashAt returns an AfterStep hook that fails the n-th step (1-based) of claim uid once armed.
+func crashAt(uid types.UID, n int, armed *bool, seen *[]gpudra.PluginStep) func(gpudra.PluginStep, types.UID) error {
+	count := 0
+	return func(s gpudra.PluginStep, u types.UID) error {
+		if u != uid || !*armed {
+			return nil
+		}
+		count++
+		if seen != nil {
+			*seen = append(*seen, s)
+		}
+		if count == n {
+			return fmt.Errorf("%w after step %s", errCrash, s)
+		}
+		return nil
+	}
+}
+
+// bystanders are prepared claims that every crash must leave prepared: a dynamic MIG device and
+// a time-sliced GPU.
+func bystanders(e *pluginEnv) []*resourceapi.ResourceClaim {
+	return []*resourceapi.ResourceClaim{
+		e.claim(gpudra.MIGDeviceClassName, migProfileOn("2g.10gb", 7), ""),
+		e.claim(gpudra.GPUDeviceClassName, gpuIndex(6), timeSlicingConfig),
+	}
+}
+
+// stepsOf records the steps of a prepare and an unprepare of one claim of the kind.
+func stepsOf(t *testing.T, k crashKind) (prepare, unprepare []gpudra.PluginStep) {
+	e := newPluginEnv(t, "dgx-a100-40gb", true)
+	c := k.claim(e)
+	armed := true
+	var seen []gpudra.PluginStep
+	p := e.newPlugin(pluginOpts{afterStep: crashAt(c.UID, -1, &armed, &seen)})
+	if _, err := prepareOne(t, p, c); err != nil {
+		t.Fatal(err)
+	}
+	prepare = slices.Clone(seen)
+	seen = seen[:0]
+	if err := unprepareOne(t, p, c); err != nil {
+		t.Fatal(err)
+	}
+	return prepare, slices.Clone(seen)
+}
+
+// TestCrashMatrix stops the plugin after every step of prepare and of unprepare, for exclusive,
+// time-slicing, MPS and dynamic MIG claims, with two other claims prepared on the node. A new
+// plugin on the same machine, host and directories then reconciles. Afterwards no MIG instance,
+// CDI spec or host setting may be left over, no prepared claim may be lost, a half-done prepare
+// must be rolled back and succeed when retried, and a half-done unprepare must be finished.
+func TestCrashMatrix(t *testing.T) {
+	total, passed := 0, 0
+	for _, k := range crashKinds {
+		prepSteps, unprepSteps := stepsOf(t, k)
+		t.Logf("%s: prepare steps %v, unprepare steps %v", k.name, prepSteps, unprepSteps)
+		for i := range prepSteps {
+			total++
+			name := fmt.Sprintf("%s/prepare/%d-%s", k.name, i+1, prepSteps[i])
+			if t.Run(name, func(t *testing.T) { crashDuringPrepare(t, k, i+1, i == len(prepSteps)-1) }) {
+				passed++
+			}
+		}
+		for i := range unprepSteps {
+			total++
+			name := fmt.Sprintf("%s/unprepare/%d-%s", k.name, i+1, unprepSteps[i])
+			if t.Run(name, func(t *testing.T) { crashDuringUnprepare(t, k, i+1) }) {
+				passed++
+			}
+		}
+	}
+	t.Logf("crash matrix: %d kinds × every prepare and unprepare step = %d crash points, %d recovered cleanly, %d failed", len(crashKinds), total, passed, total-passed)
+}
+
+func crashDuringPrepare(t *testing.T, k crashKind, n int, last bool) {
+	e := newPluginEnv(t, "dgx-a100-40gb", true)
+	others := bystanders(e)
+	c := k.claim(e)
+	armed := true
+	p1 := e.newPlugin(pluginOpts{afterStep: crashAt(c.UID, n, &armed, nil)})
+	if _, err := p1.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := prepareAll(t, p1, others...)
+	if _, err := prepareOne(t, p1, c); !errors.Is(err, errCrash) {
+		t.Fatalf("prepare with crash at step %d: %v", n, err)
+	}
+
+	p2 := e.newPlugin(pluginOpts{})
+	rep, err := p2.Reconcile(context.Background())
+	if err != nil {
+		t.Fatalf("Reconcile: %v (%v)", err, rep)
+	}
+	checkPrepared(t, e, p2, want, others)
+	if last {
+		if !slices.Contains(e.specs(), string(c.UID)) || rep.Prepared != 3 {
+			t.Errorf("claim completed before the crash is not prepared: specs %v, report %v", e.specs(), rep)
+		}
+	} else {
+		if slices.Contains(e.specs(), string(c.UID)) || len(rep.RolledBack) != 1 {
+			t.Errorf("half-done prepare not rolled back: specs %v, report %v", e.specs(), rep)
+		}
+		if got, want := e.instances(), bystanderInstances(t, others); !cmp.Equal(got, want) {
+			t.Errorf("MIG instances after rollback = %v, want only the bystander's %v", got, want)
+		}
+		checkHostOnlyBystander(t, e)
+	}
+	// The (retried) prepare succeeds; then everything unprepares cleanly.
+	if _, err := prepareOne(t, p2, c); err != nil {
+		t.Fatalf("retried prepare: %v", err)
+	}
+	unprepareAll(t, e, p2, append(others, c)...)
+}
+
+func crashDuringUnprepare(t *testing.T, k crashKind, n int) {
+	e := newPluginEnv(t, "dgx-a100-40gb", true)
+	others := bystanders(e)
+	c := k.claim(e)
+	armed := false
+	p1 := e.newPlugin(pluginOpts{afterStep: crashAt(c.UID, n, &armed, nil)})
+	if _, err := p1.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := prepareAll(t, p1, others...)
+	if _, err := prepareOne(t, p1, c); err != nil {
+		t.Fatal(err)
+	}
+	armed = true
+	if err := unprepareOne(t, p1, c); !errors.Is(err, errCrash) {
+		t.Fatalf("unprepare with crash at step %d: %v", n, err)
+	}
+
+	p2 := e.newPlugin(pluginOpts{})
+	rep, err := p2.Reconcile(context.Background())
+	if err != nil {
+		t.Fatalf("Reconcile: %v (%v)", err, rep)
+	}
+	checkPrepared(t, e, p2, want, others)
+	if slices.Contains(e.specs(), string(c.UID)) || rep.Prepared != 2 {
+		t.Errorf("half-done unprepare not finished: specs %v, report %v", e.specs(), rep)
+	}
+	if got, want := e.instances(), bystanderInstances(t, others); !cmp.Equal(got, want) {
+		t.Errorf("MIG instances = %v, want only the bystander's %v", got, want)
+	}
+	checkHostOnlyBystander(t, e)
+	// kubelet retries the unprepare: it succeeds.
+	if err := unprepareOne(t, p2, c); err != nil {
+		t.Errorf("repeated unprepare: %v", err)
+	}
+	unprepareAll(t, e, p2, others...)
+}
+
+func prepareAll(t *testing.T, p *gpudra.Plugin, cs ...*resourceapi.ResourceClaim) map[types.UID]string {
+	t.Helper()
+	out := map[types.UID]string{}
+	for _, c := range cs {
+		devs, err := prepareOne(t, p, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[c.UID] = fmt.Sprint(devs)
+	}
+	return out
+}
+
+// checkPrepared checks that the claims are still prepared after a restart: same answer, spec
+// present, and no MIG instance created by the repeated prepare.
+func checkPrepared(t *testing.T, e *pluginEnv, p *gpudra.Plugin, want map[types.UID]string, cs []*resourceapi.ResourceClaim) {
+	t.Helper()
+	creates := e.machine.Calls("CreateGpuInstanceWithPlacement")
+	for _, c := range cs {
+		devs, err := prepareOne(t, p, c)
+		if err != nil || fmt.Sprint(devs) != want[c.UID] {
+			t.Errorf("claim %s lost: %v, %v (want %v)", c.Name, devs, err, want[c.UID])
+		}
+		if !slices.Contains(e.specs(), string(c.UID)) {
+			t.Errorf("claim %s lost its CDI spec", c.Name)
+		}
+	}
+	if got := e.machine.Calls("CreateGpuInstanceWithPlacement"); got != creates {
+		t.Errorf("prepared claims were prepared again (%d MIG creations)", got-creates)
+	}
+}
+
+// checkHostOnlyBystander checks that only the time-slicing bystander on GPU 6 changed the host.
+func checkHostOnlyBystander(t *testing.T, e *pluginEnv) {
+	t.Helper()
+	st := e.host.State()
+	for u, m := range st.ComputeModes {
+		if m != sharing.ComputeModeDefault {
+			t.Errorf("device %s left in compute mode %s", u, m)
+		}
+	}
+	for u, v := range st.TimeSlices {
+		if want := map[bool]int{true: 3, false: 0}[u == e.inv.GPUs[6].UUID]; v != want {
+			t.Errorf("GPU %s time slice %d, want %d", u, v, want)
+		}
+	}
+	if len(st.Daemons) != 0 {
+		t.Errorf("MPS daemons left: %v", st.Daemons)
+	}
+}
+
+func unprepareAll(t *testing.T, e *pluginEnv, p *gpudra.Plugin, cs ...*resourceapi.ResourceClaim) {
+	t.Helper()
+	for _, c := range cs {
+		if err := unprepareOne(t, p, c); err != nil {
+			t.Errorf("unprepare %s: %v", c.Name, err)
+		}
+	}
+	if got := e.specs(); len(got) != 0 {
+		t.Errorf("specs left: %v", got)
+	}
+	if got := e.instances(); len(got) != 0 {
+		t.Errorf("MIG instances left: %v", got)
+	}
+	if err := e.hostClean(); err != nil {
+		t.Error(err)
+	}
+}
+
+// bystanderInstances is the MIG instance of the dynamic MIG bystander, as pluginEnv.instances
+// names it.
+func bystanderInstances(t *testing.T, others []*resourceapi.ResourceClaim) []string {
+	t.Helper()
+	mn, err := gpudra.ParseMIGDeviceName(others[0].Status.Allocation.Devices.Results[0].Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{fmt.Sprintf("%d:2g.10gb@%d", mn.ParentMinor, mn.PlacementStart)}
+}
