@@ -1,0 +1,9 @@
+// Command gpu-dra-driver is gpudra's reference DRA driver for NVIDIA GPUs. Every command works
+// without a GPU on an embedded fake machine (default dgx-a100-40gb) unless --nvml=real is given.
+//
+//	gpu-dra-driver render     DeviceClasses and ResourceSlices as multi-document YAML
+//	gpu-dra-driver inventory  GPUs, MIG devices and capacity as a table (or -o yaml|json)
+//	gpu-dra-driver mig ...    MIG profiles, layout validation, layouts, mig-parted config checks
+//
+// The command is a thin assembly of the gpudra packages; see the repository README.
+package main
