@@ -44,7 +44,7 @@ func TestEnumerateGPU(t *testing.T) {
 	}{
 		{
 			machine: "l4x8", index: 5,
-			want: GPU{Index: 5, Minor: 5, ProductName: "NVIDIA L4", Brand: "NVIDIA", Architecture: "Ada",
+			want: GPU{Index: 5, Minor: 5, ProductName: "NVIDIA L4", Brand: "NVIDIA", Architecture: "Ada Lovelace",
 				CudaComputeCapability: "8.9.0", MemoryBytes: 23034 << 20, Multiprocessors: 58,
 				PCIBusID: "0000:ba:00.0", PCIDeviceID: 0x27B810DE, NUMANode: 1},
 		},

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpudra/gpudra/mig"
 )
 
 // BrandName returns the product brand as nvidia-smi spells it ("NVIDIA", "Tesla", "GeForce", …),
@@ -48,33 +50,9 @@ func BrandName(b nvml.BrandType) string {
 	return "Unknown"
 }
 
-// ArchitectureName returns the architecture name: Kepler, Maxwell, Pascal, Volta, Turing, Ampere,
-// Ada, Hopper, Blackwell, Rubin, or "Unknown".
-func ArchitectureName(a nvml.DeviceArchitecture) string {
-	switch a {
-	case nvml.DEVICE_ARCH_KEPLER:
-		return "Kepler"
-	case nvml.DEVICE_ARCH_MAXWELL:
-		return "Maxwell"
-	case nvml.DEVICE_ARCH_PASCAL:
-		return "Pascal"
-	case nvml.DEVICE_ARCH_VOLTA:
-		return "Volta"
-	case nvml.DEVICE_ARCH_TURING:
-		return "Turing"
-	case nvml.DEVICE_ARCH_AMPERE:
-		return "Ampere"
-	case nvml.DEVICE_ARCH_ADA:
-		return "Ada"
-	case nvml.DEVICE_ARCH_HOPPER:
-		return "Hopper"
-	case nvml.DEVICE_ARCH_BLACKWELL:
-		return "Blackwell"
-	case nvml.DEVICE_ARCH_RUBIN:
-		return "Rubin"
-	}
-	return "Unknown"
-}
+// ArchitectureName returns the architecture name as NVIDIA's tools spell it (see
+// mig.ArchitectureName): Kepler … Ampere, "Ada Lovelace", Hopper, Blackwell, Rubin, or "Unknown".
+func ArchitectureName(a nvml.DeviceArchitecture) string { return mig.ArchitectureName(a) }
 
 // NormalizeDriverVersion turns an NVIDIA driver version into a semantic version: leading zeros
 // dropped and missing parts filled with 0 ("580.126.09" → "580.126.9", "550.54" → "550.54.0").

@@ -23,7 +23,7 @@ type GPU struct {
 	ProductName string `json:"productName"`
 	Brand       string `json:"brand"`
 	// Architecture is the NVML architecture name: Kepler, Maxwell, Pascal, Volta, Turing, Ampere,
-	// Ada, Hopper, Blackwell, or "Unknown".
+	// "Ada Lovelace", Hopper, Blackwell, or "Unknown".
 	Architecture string `json:"architecture"`
 	// CudaComputeCapability is "major.minor.0", a semantic version.
 	CudaComputeCapability string `json:"cudaComputeCapability"`

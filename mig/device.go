@@ -9,9 +9,21 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// architectureName maps NVML's DEVICE_ARCH_* values to names.
-func architectureName(a nvml.DeviceArchitecture) string {
+// ArchitectureName is the architecture name of an NVML DEVICE_ARCH_* value as NVIDIA's tools
+// spell it (the "architecture" attribute manifests select on): Kepler, Maxwell, Pascal, Volta,
+// Turing, Ampere, "Ada Lovelace", Hopper, Blackwell, Rubin, or "Unknown".
+func ArchitectureName(a nvml.DeviceArchitecture) string {
 	switch a {
+	case nvml.DEVICE_ARCH_KEPLER:
+		return "Kepler"
+	case nvml.DEVICE_ARCH_MAXWELL:
+		return "Maxwell"
+	case nvml.DEVICE_ARCH_PASCAL:
+		return "Pascal"
+	case nvml.DEVICE_ARCH_VOLTA:
+		return "Volta"
+	case nvml.DEVICE_ARCH_TURING:
+		return "Turing"
 	case nvml.DEVICE_ARCH_AMPERE:
 		return "Ampere"
 	case nvml.DEVICE_ARCH_ADA:
@@ -22,12 +34,8 @@ func architectureName(a nvml.DeviceArchitecture) string {
 		return "Blackwell"
 	case nvml.DEVICE_ARCH_RUBIN:
 		return "Rubin"
-	case nvml.DEVICE_ARCH_TURING:
-		return "Turing"
-	case nvml.DEVICE_ARCH_VOLTA:
-		return "Volta"
 	}
-	return ""
+	return "Unknown"
 }
 
 // enumAttributes returns the name suffix NVML's profile enum implies ("+me", "-me", "+me.all",
@@ -89,7 +97,7 @@ func ModelFromDevice(dev nvml.Device) (*Model, error) {
 		return nil, fmt.Errorf("get compute capability of GPU %s: %w", short, ret)
 	}
 	if arch, ret := dev.GetArchitecture(); ret == nvml.SUCCESS {
-		m.Architecture = architectureName(arch)
+		m.Architecture = ArchitectureName(arch)
 	} else if ret != nvml.ERROR_NOT_SUPPORTED {
 		return nil, fmt.Errorf("get architecture of GPU %s: %w", short, ret)
 	}
