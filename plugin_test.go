@@ -97,6 +97,9 @@ func newPluginEnv(t testing.TB, machine string, dynamic bool, opts ...gputest.Op
 	return e
 }
 
+// bootID is the kernel boot ID the env's plugins see.
+var bootID = "boot-1"
+
 type pluginOpts struct {
 	afterStep func(gpudra.PluginStep, types.UID) error
 	metrics   prometheus.Registerer
@@ -117,7 +120,7 @@ func (e *pluginEnv) newPlugin(o pluginOpts) *gpudra.Plugin {
 	}
 	p, err := gpudra.NewPlugin(gpudra.PluginConfig{
 		NodeName: testNode, NVML: e.machine, StateDir: e.stateDir,
-		CheckpointOptions: []checkpoint.Option{checkpoint.WithBootID("boot-1")},
+		CheckpointOptions: []checkpoint.Option{checkpoint.WithBootID(bootID)},
 		CDIGenerator:      e.gen, CDIWriter: w, DynamicMIG: e.dynamic,
 		Sharing: sharing.NewManager(sharing.WithTimeSlicer(e.host), sharing.WithComputeModeSetter(e.host),
 			sharing.WithMPSDaemons(e.host), sharing.WithMPSRoot(e.mpsDir)),
