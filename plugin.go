@@ -75,7 +75,7 @@ type PluginConfig struct {
 	DriverName string
 	// NodeName is the node the plugin runs on; its pool carries the same name.
 	NodeName string
-	// NVML is an initialized NVML (gpu.Session.Lib, or a gpu/gputest machine). It is used to
+	// NVML is an initialized NVML ((*gpu.Session).Interface(), or a gpu/gputest machine). It is used to
 	// enumerate GPUs when Inventory is nil, by the default MIG controller, and for health events.
 	// The caller owns Init and Shutdown.
 	NVML nvml.Interface
