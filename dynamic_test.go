@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -162,5 +163,58 @@ func TestDynamicMIGFirstFitKeepsLargeRegionsFree(t *testing.T) {
 		if _, err := sim.Allocate(context.Background(), migClaim(2, p)); err != nil {
 			t.Errorf("%s after one 1g.5gb: %v", p, err)
 		}
+	}
+}
+
+// TestConsumableMemoryNeverOvercommits fills a DGX H100 published with consumable memory with
+// claims of random sizes: every GPU's allocated memory stays within its capacity, and the
+// allocator refuses a claim only when no GPU has room for it.
+func TestConsumableMemoryNeverOvercommits(t *testing.T) {
+	inv := inventory(t, "dgx-h100")
+	slices := slicesFor(t, inv, gpudra.WithConsumableMemory(gpudra.ConsumableMemory{}))
+	capacity := map[string]int64{}
+	for _, d := range allDevices(slices) {
+		policy := d.Capacity["memory"].RequestPolicy
+		if policy == nil || policy.ValidRange == nil || d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+			t.Fatalf("device %s is not shareable by memory", d.Name)
+		}
+		capacity[d.Name] = policy.ValidRange.Max.Value()
+	}
+	sim := schedsim.New(testNode, gpudra.DeviceClasses(""), slices)
+	used := map[string]int64{}
+	rng := rand.New(rand.NewPCG(7, 11))
+	refused := 0
+	for i := 0; i < 200; i++ {
+		gib := int64(1 + rng.IntN(40))
+		claim := &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("m%d", i), Namespace: "default", UID: types.UID(testUID(i))},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpudra.GPUDeviceClassName,
+					Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+						"memory": *resource.NewQuantity(gib<<30, resource.BinarySI)}}},
+			}}}},
+		}
+		got, err := sim.Allocate(context.Background(), claim)
+		if errors.Is(err, schedsim.ErrUnschedulable) {
+			refused++
+			for dev, c := range capacity {
+				if c-used[dev] >= gib<<30 {
+					t.Fatalf("claim of %dGi refused while %s has %dGi free", gib, dev, (c-used[dev])>>30)
+				}
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := got.Status.Allocation.Devices.Results[0]
+		consumed := r.ConsumedCapacity["memory"]
+		used[r.Device] += consumed.Value()
+		if used[r.Device] > capacity[r.Device] {
+			t.Fatalf("%s over-committed: %d of %d bytes", r.Device, used[r.Device], capacity[r.Device])
+		}
+	}
+	if refused == 0 {
+		t.Fatal("200 claims of up to 40Gi fit on 8 GPUs: the test never reached full GPUs")
 	}
 }
