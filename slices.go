@@ -247,7 +247,10 @@ func (b *Builder) gpuDevice(inv *gpu.Inventory, g *gpu.GPU) resourceapi.Device {
 		capacity[CapMultiprocessors] = count(g.Multiprocessors)
 	}
 	d := resourceapi.Device{Name: GPUDeviceName(g.Minor), Attributes: attrs, Capacity: capacity}
-	if b.consumable != nil && b.migLookup == nil || b.consumable != nil && !g.MIGCapable {
+	// A GPU partitioned by dynamic MIG consumes counters per allocation, so it cannot also be
+	// shared by memory.
+	dynamicallyPartitioned := b.migLookup != nil && g.MIGCapable
+	if b.consumable != nil && !dynamicallyPartitioned {
 		b.consumable.apply(&d, g.MemoryBytes)
 	}
 	return d
