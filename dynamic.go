@@ -2,7 +2,7 @@ package gpudra
 
 import (
 	"fmt"
-	"strings"
+	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -242,20 +242,20 @@ func qty(v int64) resourceapi.Counter {
 
 // instanceCounterName is the counter limiting the number of instances of a profile
 // ("1g.5gb+me" → "instances-1g5gb-me").
-func instanceCounterName(profile string) string {
-	p := strings.NewReplacer(".", "", "+", "-", ",", "-").Replace(strings.ToLower(profile))
-	return "instances-" + p
-}
+func instanceCounterName(profile string) string { return "instances-" + profileLabel(profile) }
 
 // mediaKind tells how a profile uses the GPU's media engines: "none" for "-me" profiles, "all"
 // for "+me.all", "extensions" for "+me", "shared" otherwise.
 func mediaKind(profile string) string {
+	p, err := mig.ParseProfile(profile)
 	switch {
-	case strings.Contains(profile, "+me.all"):
+	case err != nil:
+		return "shared" // catalog names always parse; count an odd one as using the shared engines
+	case p.HasAttribute(mig.AttributeMediaExtensionsAll):
 		return "all"
-	case strings.Contains(profile, "-me"):
+	case p.HasNegAttribute(mig.AttributeMediaExtensions):
 		return "none"
-	case strings.Contains(profile, "+me"):
+	case p.HasAttribute(mig.AttributeMediaExtensions):
 		return "extensions"
 	}
 	return "shared"
@@ -264,12 +264,8 @@ func mediaKind(profile string) string {
 // maxDisjoint is the largest number of pairwise non-overlapping placements (greedy by end, which
 // is optimal for intervals).
 func maxDisjoint(ps []mig.Placement) int {
-	sorted := append([]mig.Placement(nil), ps...)
-	for i := 1; i < len(sorted); i++ {
-		for j := i; j > 0 && sorted[j].End() < sorted[j-1].End(); j-- {
-			sorted[j], sorted[j-1] = sorted[j-1], sorted[j]
-		}
-	}
+	sorted := slices.Clone(ps)
+	slices.SortFunc(sorted, func(a, b mig.Placement) int { return a.End() - b.End() })
 	n, end := 0, -1
 	for _, p := range sorted {
 		if p.Start >= end {

@@ -32,15 +32,17 @@ func GPUDeviceName(minor int) string { return "gpu-" + strconv.Itoa(minor) }
 // The profile is lowered to a DNS label: dots are dropped and "+" becomes "-"
 // ("1g.10gb+me" → "1g10gb-me").
 func MIGDeviceName(parentMinor int, profile string, giProfileID, placementStart int, ciSuffix string) string {
-	p := strings.ToLower(profile)
-	p = strings.ReplaceAll(p, ".", "")
-	p = strings.ReplaceAll(p, "+", "-")
-	p = strings.ReplaceAll(p, ",", "-")
-	name := fmt.Sprintf("gpu-%d-mig-%s-%d-%d", parentMinor, p, giProfileID, placementStart)
+	name := fmt.Sprintf("gpu-%d-mig-%s-%d-%d", parentMinor, profileLabel(profile), giProfileID, placementStart)
 	if ciSuffix != "" {
 		name += "-" + ciSuffix
 	}
 	return name
+}
+
+// profileLabel lowers a MIG profile name to DNS-label characters: dots dropped, "+" and ","
+// become "-" ("1g.10gb+me" → "1g10gb-me").
+func profileLabel(profile string) string {
+	return strings.NewReplacer(".", "", "+", "-", ",", "-").Replace(strings.ToLower(profile))
 }
 
 var migNameRE = regexp.MustCompile(`^gpu-(\d+)-mig-([a-z0-9-]+?)-(\d+)-(\d+)(?:-(ci\d+))?$`)

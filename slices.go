@@ -2,7 +2,6 @@ package gpudra
 
 import (
 	"fmt"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -50,16 +49,6 @@ const (
 // PCIeRootFunc resolves the PCIe root ("pci0000:00") of a PCI bus ID. It returns "" when the root
 // is unknown; the attribute is then left out.
 type PCIeRootFunc func(pciBusID string) string
-
-// SysfsPCIeRoot resolves PCIe roots through the host's sysfs, as the Kubernetes standard attribute
-// helpers do. Errors (no such device, not Linux) leave the attribute out.
-func SysfsPCIeRoot(pciBusID string) string {
-	a, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(pciBusID)
-	if err != nil || a.Value.StringValue == nil {
-		return ""
-	}
-	return *a.Value.StringValue
-}
 
 // Builder turns an inventory into the resources a driver publishes. It is safe for concurrent
 // use once constructed.
@@ -264,28 +253,21 @@ func (b *Builder) migDevice(inv *gpu.Inventory, g *gpu.GPU, m *gpu.MIGDevice) re
 	attrs[AttrParentUUID] = str(g.UUID)
 	attrs[AttrParentIndex] = intAttr(g.Index)
 	return resourceapi.Device{
-		Name:       MIGDeviceName(g.Minor, giProfileName(m.Profile), m.GIProfileID, m.Placement.Start, ciSuffix(m)),
+		Name:       migDeviceName(g, m),
 		Attributes: attrs,
 		Capacity:   migCapacity(m.MemoryBytes, m.Multiprocessors, m.CopyEngines, m.Decoders, m.Encoders, m.JpegEngines, m.OfaEngines),
 	}
 }
 
-// giProfileName drops the compute-instance part of a profile ("1c.3g.20gb" → "3g.20gb") so that
-// the device name carries the GPU-instance profile, as in dynamic mode.
-func giProfileName(profile string) string {
-	parts := strings.SplitN(profile, ".", 2)
-	if len(parts) == 2 && strings.HasSuffix(parts[0], "c") {
-		return parts[1]
+// migDeviceName names an existing MIG device. The name carries the GPU-instance profile, as in
+// dynamic mode; a compute instance smaller than its GPU instance ("1c.3g.20gb") gets a "ci<id>"
+// suffix so that the compute instances sharing one GPU instance stay distinct.
+func migDeviceName(g *gpu.GPU, m *gpu.MIGDevice) string {
+	giProfile, suffix := m.Profile, ""
+	if p, err := mig.ParseProfile(m.Profile); err == nil && p.IsComputeInstance() {
+		giProfile, suffix = p.GPUInstance().String(), fmt.Sprintf("ci%d", m.CIID)
 	}
-	return profile
-}
-
-// ciSuffix distinguishes compute instances that do not span their whole GPU instance.
-func ciSuffix(m *gpu.MIGDevice) string {
-	if giProfileName(m.Profile) == m.Profile {
-		return ""
-	}
-	return fmt.Sprintf("ci%d", m.CIID)
+	return MIGDeviceName(g.Minor, giProfile, m.GIProfileID, m.Placement.Start, suffix)
 }
 
 func migCapacity(memBytes uint64, sms, ce, dec, enc, jpeg, ofa int) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {

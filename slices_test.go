@@ -290,3 +290,30 @@ func TestMIGDeviceNamesRoundTrip(t *testing.T) {
 		t.Error("ParseMIGDeviceName accepted a full-GPU name")
 	}
 }
+
+// TestComputeInstanceNames: a MIG device that is a compute instance smaller than its GPU
+// instance is named after the GPU-instance profile plus a compute-instance suffix.
+func TestComputeInstanceNames(t *testing.T) {
+	inv := inventory(t, "dgx-a100-40gb", gputest.WithMIG(0, "1c.3g.20gb", "2c.3g.20gb"))
+	var names []string
+	for _, d := range allDevices(slicesFor(t, inv)) {
+		if attr(d, "type") == "mig" {
+			names = append(names, d.Name)
+		}
+	}
+	if len(names) != 2 {
+		t.Fatalf("published %d MIG devices, want 2: %v", len(names), names)
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		parsed, err := gpudra.ParseMIGDeviceName(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The name carries the GPU-instance profile, as dynamic MIG names do, plus a CI suffix.
+		if parsed.Profile != "3g20gb" || !strings.HasPrefix(parsed.CISuffix, "ci") || seen[n] {
+			t.Errorf("name %s: parsed %+v (duplicate: %v)", n, parsed, seen[n])
+		}
+		seen[n] = true
+	}
+}
