@@ -13,7 +13,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
-	"github.com/gpudra/gpudra/internal/schedsim"
+	"github.com/gpudra/gpudra/simulate"
 )
 
 func BenchmarkBuildSlices(b *testing.B) {
@@ -94,9 +94,9 @@ func BenchmarkAllocate(b *testing.B) {
 				inv := inventory(b, l.machine, l.mopts...)
 				slices := clusterSlices(b, inv, nodes, l.bopts...)
 				classes := gpudra.DeviceClasses("")
-				sims := make([]*schedsim.Simulator, nodes)
+				sims := make([]*simulate.Simulator, nodes)
 				reset := func(i int) {
-					sims[i] = schedsim.New(fmt.Sprintf("node-%d", i), classes, slices)
+					sims[i] = simulate.New(fmt.Sprintf("node-%d", i), classes, slices)
 				}
 				for i := range sims {
 					reset(i)
@@ -107,7 +107,7 @@ func BenchmarkAllocate(b *testing.B) {
 				for b.Loop() {
 					i := n % nodes
 					_, err := sims[i].Allocate(ctx, benchClaim(n, l.class, l.profile))
-					if errors.Is(err, schedsim.ErrUnschedulable) {
+					if errors.Is(err, simulate.ErrUnschedulable) {
 						reset(i)
 						_, err = sims[i].Allocate(ctx, benchClaim(n, l.class, l.profile))
 					}

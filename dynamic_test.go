@@ -14,8 +14,8 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
-	"github.com/gpudra/gpudra/internal/schedsim"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/simulate"
 )
 
 // oneGPU is an inventory with a single MIG-capable GPU of a catalog model, MIG mode off. The
@@ -72,7 +72,7 @@ func TestDynamicMIGAllocationsAreValidLayouts(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(len(m.Name)), 42))
 			checked := 0
 			for round := 0; round < rounds; round++ {
-				sim := schedsim.New(testNode, gpudra.DeviceClasses(""), slices)
+				sim := simulate.New(testNode, gpudra.DeviceClasses(""), slices)
 				var held []*resourceapi.ResourceClaim
 				var layout []mig.Instance
 				for step := 0; step < steps; step++ {
@@ -87,7 +87,7 @@ func TestDynamicMIGAllocationsAreValidLayouts(t *testing.T) {
 					got, err := sim.Allocate(context.Background(), migClaim(round*100+step, p))
 					_, planErr := mig.Plan(m, layout, []string{p})
 					switch {
-					case errors.Is(err, schedsim.ErrUnschedulable):
+					case errors.Is(err, simulate.ErrUnschedulable):
 						if planErr == nil {
 							t.Fatalf("allocator refused %s beside %s, but the planner fits it", p, mig.FormatLayout(layout))
 						}
@@ -116,7 +116,7 @@ func TestDynamicMIGFullGPUExcludesPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim := schedsim.New(testNode, gpudra.DeviceClasses(""), slicesFor(t, oneGPU(m), gpudra.WithDynamicMIG(nil)))
+	sim := simulate.New(testNode, gpudra.DeviceClasses(""), slicesFor(t, oneGPU(m), gpudra.WithDynamicMIG(nil)))
 	full := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "full", Namespace: "default", UID: types.UID(testUID(999))},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
@@ -127,14 +127,14 @@ func TestDynamicMIGFullGPUExcludesPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("full GPU: %v", err)
 	}
-	if _, err := sim.Allocate(context.Background(), migClaim(1, "1g.5gb")); !errors.Is(err, schedsim.ErrUnschedulable) {
+	if _, err := sim.Allocate(context.Background(), migClaim(1, "1g.5gb")); !errors.Is(err, simulate.ErrUnschedulable) {
 		t.Fatalf("MIG device allocated beside the full GPU: %v", err)
 	}
 	sim.Release(got)
 	if _, err := sim.Allocate(context.Background(), migClaim(2, "1g.5gb")); err != nil {
 		t.Fatalf("MIG device after releasing the full GPU: %v", err)
 	}
-	if _, err := sim.Allocate(context.Background(), full); !errors.Is(err, schedsim.ErrUnschedulable) {
+	if _, err := sim.Allocate(context.Background(), full); !errors.Is(err, simulate.ErrUnschedulable) {
 		t.Fatalf("full GPU allocated beside a MIG device: %v", err)
 	}
 }
@@ -147,7 +147,7 @@ func TestDynamicMIGFirstFitKeepsLargeRegionsFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim := schedsim.New(testNode, gpudra.DeviceClasses(""), slicesFor(t, oneGPU(m), gpudra.WithDynamicMIG(nil)))
+	sim := simulate.New(testNode, gpudra.DeviceClasses(""), slicesFor(t, oneGPU(m), gpudra.WithDynamicMIG(nil)))
 	got, err := sim.Allocate(context.Background(), migClaim(1, "1g.5gb"))
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestConsumableMemoryNeverOvercommits(t *testing.T) {
 		}
 		capacity[d.Name] = policy.ValidRange.Max.Value()
 	}
-	sim := schedsim.New(testNode, gpudra.DeviceClasses(""), slices)
+	sim := simulate.New(testNode, gpudra.DeviceClasses(""), slices)
 	used := map[string]int64{}
 	rng := rand.New(rand.NewPCG(7, 11))
 	refused := 0
@@ -195,7 +195,7 @@ func TestConsumableMemoryNeverOvercommits(t *testing.T) {
 			}}}},
 		}
 		got, err := sim.Allocate(context.Background(), claim)
-		if errors.Is(err, schedsim.ErrUnschedulable) {
+		if errors.Is(err, simulate.ErrUnschedulable) {
 			refused++
 			for dev, c := range capacity {
 				if c-used[dev] >= gib<<30 {

@@ -36,9 +36,9 @@ import (
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/internal/checkpoint"
-	"github.com/gpudra/gpudra/internal/schedsim"
 	"github.com/gpudra/gpudra/sharing"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
+	"github.com/gpudra/gpudra/simulate"
 )
 
 const (
@@ -59,7 +59,7 @@ type pluginEnv struct {
 	mpsDir   string
 	gen      *cdi.Generator
 	dynamic  bool
-	sim      *schedsim.Simulator
+	sim      *simulate.Simulator
 	n        int
 }
 
@@ -93,7 +93,7 @@ func newPluginEnv(t testing.TB, machine string, dynamic bool, opts ...gputest.Op
 	if dynamic {
 		bopts = append(bopts, gpudra.WithDynamicMIG(nil))
 	}
-	e.sim = schedsim.New(testNode, gpudra.DeviceClasses(gpudra.DefaultDriverName), slicesFor(t, inv, bopts...))
+	e.sim = simulate.New(testNode, gpudra.DeviceClasses(gpudra.DefaultDriverName), slicesFor(t, inv, bopts...))
 	return e
 }
 

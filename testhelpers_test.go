@@ -13,7 +13,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
-	"github.com/gpudra/gpudra/internal/workload"
+	"github.com/gpudra/gpudra/simulate"
 	"github.com/gpudra/gpudra/topology"
 )
 
@@ -72,13 +72,13 @@ func testUID(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d",
 
 // loadWorkload reads a manifest of examples/deploy/workloads with the same loader as the
 // reference driver's demo.
-func loadWorkload(t testing.TB, path string) *workload.Workload {
+func loadWorkload(t testing.TB, path string) *simulate.Workload {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := workload.Load(data, func(n int) types.UID { return types.UID(testUID(n)) })
+	w, err := simulate.LoadWorkload(data, func(n int) types.UID { return types.UID(testUID(n)) })
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu/gputest"
-	"github.com/gpudra/gpudra/internal/schedsim"
+	"github.com/gpudra/gpudra/simulate"
 )
 
 var (
@@ -95,12 +95,12 @@ func TestSeedWorkloadsWithRealAllocator(t *testing.T) {
 				t.Fatalf("%s has no claims", c.file)
 			}
 			classes := append(gpudra.DeviceClasses(gpudra.DefaultDriverName), w.Classes...)
-			sim := schedsim.New(testNode, classes, slices)
+			sim := simulate.New(testNode, classes, slices)
 			var got []*resourceapi.ResourceClaim
 			failed := -1
 			for i, claim := range w.Claims {
 				allocated, err := sim.Allocate(context.Background(), claim)
-				if errors.Is(err, schedsim.ErrUnschedulable) {
+				if errors.Is(err, simulate.ErrUnschedulable) {
 					failed = i
 					break
 				}

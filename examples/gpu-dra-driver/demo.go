@@ -29,10 +29,9 @@ import (
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/examples/deploy"
-	"github.com/gpudra/gpudra/internal/schedsim"
-	"github.com/gpudra/gpudra/internal/workload"
 	"github.com/gpudra/gpudra/sharing"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
+	"github.com/gpudra/gpudra/simulate"
 )
 
 // demoWorkloads are the seed workloads the demo serves by default: exclusive, two GPUs, shared
@@ -82,7 +81,7 @@ type demo struct {
 	nf       *nodeFlags
 	node     *node
 	plugin   *gpudra.Plugin
-	sim      *schedsim.Simulator
+	sim      *simulate.Simulator
 	client   *fake.Clientset
 	dra      drapbv1.DRAPluginClient
 	conns    []*grpc.ClientConn
@@ -140,7 +139,7 @@ func newDemo(ctx context.Context, nf *nodeFlags, dir string) (*demo, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.sim = schedsim.New(nf.nodeName, gpudra.DeviceClasses(d.plugin.DriverName()), slices)
+	d.sim = simulate.New(nf.nodeName, gpudra.DeviceClasses(d.plugin.DriverName()), slices)
 	d.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nf.nodeName, UID: "demo-node"}})
 	regDir, pluginDir := filepath.Join(dir, "reg"), filepath.Join(dir, "plugin")
 	for _, p := range []string{regDir, pluginDir} {
@@ -216,7 +215,7 @@ func (d *demo) run(ctx context.Context, files []string, w io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("workload %s: %w", file, err)
 		}
-		wl, err := workload.Load(data, func(int) types.UID {
+		wl, err := simulate.LoadWorkload(data, func(int) types.UID {
 			uidSeq++
 			return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", uidSeq))
 		})

@@ -1,4 +1,4 @@
-package schedsim
+package simulate
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // ErrUnschedulable means the allocator found no devices for a claim on the node.
 var ErrUnschedulable = errors.New("claim cannot be allocated on this node")
 
-// DefaultFeatures are the allocator features a Kubernetes 1.36 scheduler enables by default
+// DefaultFeatures are the allocator features a Kubernetes 1.37 scheduler enables by default
 // (GA and beta-on gates): admin access, prioritized lists, partitionable devices, device taints,
 // consumable capacity, binding conditions and device status.
 func DefaultFeatures() structured.Features {

@@ -1,4 +1,4 @@
-package workload
+package simulate
 
 import (
 	"bufio"
@@ -25,10 +25,14 @@ type Workload struct {
 	Classes []*resourceapi.DeviceClass
 }
 
-// Load decodes a multi-document manifest strictly (unknown fields are errors). Generated
-// claims are named <template>-<n> in namespace "default" (unless the template has one); every
-// claim without a UID gets one from uid, which is called with 1, 2, ...
-func Load(data []byte, uid func(n int) types.UID) (*Workload, error) {
+// LoadWorkload decodes a multi-document manifest strictly (unknown fields are errors).
+// Generated claims are named <template>-<n> in namespace "default" (unless the template has
+// one); every claim without a UID gets one from uid, which is called with 1, 2, ... A nil uid
+// gives deterministic UIDs (SequentialUID).
+func LoadWorkload(data []byte, uid func(n int) types.UID) (*Workload, error) {
+	if uid == nil {
+		uid = SequentialUID
+	}
 	w := &Workload{}
 	templates := map[string]*resourceapi.ResourceClaimTemplate{}
 	type pods struct {
@@ -131,6 +135,12 @@ func Load(data []byte, uid func(n int) types.UID) (*Workload, error) {
 		}
 	}
 	return w, nil
+}
+
+// SequentialUID returns a valid, deterministic claim UID for n
+// ("00000000-0000-4000-8000-000000000001" for 1), for offline tools and tests.
+func SequentialUID(n int) types.UID {
+	return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", n))
 }
 
 func ptrOr(p *int32, def int32) int32 {

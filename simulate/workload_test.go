@@ -1,4 +1,4 @@
-package workload_test
+package simulate_test
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpudra/gpudra/internal/workload"
+	"github.com/gpudra/gpudra/simulate"
 )
 
 func uid(n int) types.UID { return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", n)) }
@@ -56,7 +56,7 @@ spec:
       - name: shared
         resourceClaimName: shared
 `
-	w, err := workload.Load([]byte(manifest), uid)
+	w, err := simulate.LoadWorkload([]byte(manifest), uid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestLoadErrors(t *testing.T) {
 		{"apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: x}]\n  resourceClaims: [{name: g, resourceClaimTemplateName: missing}]\n", `template "missing"`},
 	}
 	for _, c := range cases {
-		_, err := workload.Load([]byte(c.manifest), uid)
+		_, err := simulate.LoadWorkload([]byte(c.manifest), uid)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Load(%q) error = %v, want it to mention %s", c.manifest, err, c.want)
 		}

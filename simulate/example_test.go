@@ -1,4 +1,4 @@
-package schedsim_test
+package simulate_test
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpudra/gpudra/internal/schedsim"
+	"github.com/gpudra/gpudra/simulate"
 )
 
-func Example() {
+func ExampleSimulator() {
 	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu"},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 			Expression: "device.driver == 'gpu.example.com'"}}}}}
@@ -24,7 +24,7 @@ func Example() {
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu"}}}}}}
 
-	sim := schedsim.New("node-1", []*resourceapi.DeviceClass{class}, []*resourceapi.ResourceSlice{slice})
+	sim := simulate.New("node-1", []*resourceapi.DeviceClass{class}, []*resourceapi.ResourceSlice{slice})
 	got, err := sim.Allocate(context.Background(), claim)
 	if err != nil {
 		panic(err)
@@ -35,4 +35,26 @@ func Example() {
 	// Output:
 	// gpu-0
 	// claim default/c: claim cannot be allocated on this node
+}
+func ExampleLoadWorkload() {
+	manifest := `apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu}
+spec: {spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: trainer}
+spec:
+  containers: [{name: c, image: cuda}]
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+`
+	w, err := simulate.LoadWorkload([]byte(manifest), uid)
+	if err != nil {
+		panic(err)
+	}
+	for _, c := range w.Claims {
+		fmt.Println(c.Namespace, c.Name, c.Spec.Devices.Requests[0].Exactly.DeviceClassName)
+	}
+	// Output: default one-gpu-1 gpu.nvidia.com
 }
