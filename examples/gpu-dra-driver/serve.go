@@ -3,18 +3,21 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -23,106 +26,233 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/sharing"
+	"github.com/gpudra/gpudra/sharing/sharingtest"
 )
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// serveFlags are the flags of `serve`.
+type serveFlags struct {
+	node         nodeFlags
+	kubeconfig   string
+	pluginDir    string
+	registrarDir string
+	cdiRoot      string
+	stateDir     string
+	driverRoot   string
+	metricsAddr  string
+	podUID       string
+	qps          float64
+	burst        int
+	// set are the flags given on the command line.
+	set map[string]bool
+}
+
+func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs := newFlagSet("serve", stderr)
-	var nf nodeFlags
-	nf.register(fs)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
-	pluginDir := fs.String("plugin-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, gpudra.DefaultDriverName), "the plugin's directory for its DRA socket")
-	registrarDir := fs.String("registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet's plugin registration directory")
-	cdiRoot := fs.String("cdi-root", cdi.DefaultSpecDir, "where per-claim CDI specs are written")
-	stateDir := fs.String("state-dir", "", "where the checkpoint lives (default: --plugin-dir)")
-	driverRoot := fs.String("driver-root", "/", "root of the NVIDIA driver installation (/ or /run/nvidia/driver)")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on this address (e.g. :8080); empty: off")
-	podUID := fs.String("pod-uid", os.Getenv("POD_UID"), "the plugin pod's UID (downward API): enables kubelet rolling updates")
-	qps := fs.Float64("kube-api-qps", 200, "API client QPS; kubelet's helper GETs every claim before prepare, so a low limit delays pods")
-	burst := fs.Int("kube-api-burst", 400, "API client burst")
+	s := &serveFlags{set: map[string]bool{}}
+	s.node.register(fs)
+	// On a node, serve drives the real GPUs: a fake machine is only used when asked for.
+	setDefault(fs, "nvml", "real")
+	setDefault(fs, "node-name", os.Getenv("NODE_NAME"))
+	fs.Lookup("node-name").Usage = "node name, also the pool name (default $NODE_NAME; required)"
+	fs.StringVar(&s.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	fs.StringVar(&s.pluginDir, "plugin-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, gpudra.DefaultDriverName), "the plugin's directory for its DRA socket")
+	fs.StringVar(&s.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet's plugin registration directory")
+	fs.StringVar(&s.cdiRoot, "cdi-root", cdi.DefaultSpecDir, "where per-claim CDI specs are written")
+	fs.StringVar(&s.stateDir, "state-dir", "", "where the checkpoint lives (default: --plugin-dir)")
+	fs.StringVar(&s.driverRoot, "driver-root", "/", "root of the NVIDIA driver installation (/ or /run/nvidia/driver); with --nvml=fake the default is a fake installation under --state-dir")
+	fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (e.g. :8080); empty: off")
+	fs.StringVar(&s.podUID, "pod-uid", os.Getenv("POD_UID"), "the plugin pod's UID (downward API): enables kubelet rolling updates")
+	fs.Float64Var(&s.qps, "kube-api-qps", 200, "API client QPS; kubelet's helper GETs every claim before prepare, so a low limit delays pods")
+	fs.IntVar(&s.burst, "kube-api-burst", 400, "API client burst")
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	fs.Visit(func(f *flag.Flag) { s.set[f.Name] = true })
+	if err := s.validate(); err != nil {
+		return nil, &exitError{code: 2, err: fmt.Errorf("gpu-dra-driver serve: %w", err)}
+	}
+	if s.stateDir == "" {
+		s.stateDir = s.pluginDir
+	}
+	return s, nil
+}
+
+// setDefault changes a registered flag's default value (and what -h prints).
+func setDefault(fs *flag.FlagSet, name, value string) {
+	f := fs.Lookup(name)
+	f.DefValue = value
+	_ = f.Value.Set(value)
+}
+
+// validate checks the flags before anything is created on the node.
+func (s *serveFlags) validate() error {
+	if s.node.nodeName == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required: it names this node's pool and must be the Kubernetes node name")
+	}
+	if errs := validation.IsDNS1123Subdomain(s.node.nodeName); len(errs) > 0 {
+		return fmt.Errorf("--node-name=%q is not a Kubernetes node name: %s", s.node.nodeName, strings.Join(errs, "; "))
+	}
+	if err := oneOf("nvml", s.node.nvmlMode, "fake", "real"); err != nil {
 		return err
 	}
-	logger := klog.FromContext(ctx)
-	if *stateDir == "" {
-		*stateDir = *pluginDir
+	fake := s.node.nvmlMode == "fake"
+	for _, name := range []string{"machine", "mig-config"} {
+		if s.set[name] && !fake {
+			return fmt.Errorf("--%s needs --nvml=fake: serve uses the node's real GPUs unless a fake machine is asked for", name)
+		}
 	}
-	client, err := kubeClient(*kubeconfig, float32(*qps), *burst)
+	for name, dir := range map[string]string{"plugin-dir": s.pluginDir, "registrar-dir": s.registrarDir, "cdi-root": s.cdiRoot, "driver-root": s.driverRoot} {
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("--%s=%q: must be an absolute path", name, dir)
+		}
+	}
+	if s.stateDir != "" && !filepath.IsAbs(s.stateDir) {
+		return fmt.Errorf("--state-dir=%q: must be an absolute path", s.stateDir)
+	}
+	return nil
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	s, err := parseServeFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	for _, d := range []string{*pluginDir, *stateDir, *cdiRoot} {
+	logger := klog.FromContext(ctx)
+	client, err := kubeClient(s.kubeconfig, float32(s.qps), s.burst)
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{s.pluginDir, s.stateDir, s.cdiRoot, s.registrarDir} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
-	n, err := nf.open(ctx)
+	n, err := s.node.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer n.close()
-
-	root, err := cdi.NewHostRoot(*driverRoot)
+	if n.machine != nil {
+		logger.Info("WARNING: serving a FAKE GPU machine (--nvml=fake): the devices published for this node do not exist", "machine", s.node.machine, "migConfig", s.node.migConfig)
+		fmt.Fprintf(stderr, "WARNING: gpu-dra-driver serve is publishing the FAKE machine %q for node %s; its devices do not exist\n", s.node.machine, s.node.nodeName)
+	}
+	plugin, reg, err := s.newPlugin(ctx, n)
 	if err != nil {
 		return err
 	}
-	inst, err := cdi.Discover(root)
-	if err != nil {
-		return fmt.Errorf("discover the NVIDIA driver under %s: %w", *driverRoot, err)
-	}
-	gen, err := cdi.NewGenerator(inst)
-	if err != nil {
-		return err
-	}
-	writer, err := cdi.NewWriter(cdi.WithSpecDir(*cdiRoot))
-	if err != nil {
-		return err
-	}
-	mgr := sharing.NewManager(
-		sharing.WithTimeSlicer(sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRoot(*driverRoot)))),
-		sharing.WithComputeModeSetter(sharing.NewNVMLComputeMode(n.nvml)),
-		sharing.WithMPSDaemons(sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRoot(*driverRoot)))),
-		sharing.WithMPSRoot(filepath.Join(*pluginDir, "mps")),
-	)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	plugin, err := gpudra.NewPlugin(gpudra.PluginConfig{
-		NodeName: nf.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: *stateDir,
-		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, DynamicMIG: nf.dynamicMIG,
-		SliceOptions: nf.builderOptions(n), Metrics: reg,
-	})
-	if err != nil {
-		return err
-	}
-	report, err := plugin.Start(ctx, gpudra.StartConfig{KubeClient: client, RegistrarDir: *registrarDir,
-		PluginDir: *pluginDir, RollingUpdatePodUID: types.UID(*podUID)})
+	report, err := plugin.Start(ctx, gpudra.StartConfig{KubeClient: client, RegistrarDir: s.registrarDir,
+		PluginDir: s.pluginDir, RollingUpdatePodUID: types.UID(s.podUID)})
 	if err != nil {
 		return err
 	}
 	defer plugin.Stop()
-	logger.Info("Serving", "driver", plugin.DriverName(), "node", nf.nodeName, "gpus", len(n.inv.GPUs), "reconcile", report)
-	fmt.Fprintf(stdout, "serving %s on node %s (%d GPUs); stop with SIGTERM\n", plugin.DriverName(), nf.nodeName, len(n.inv.GPUs))
+	logger.Info("Serving", "driver", plugin.DriverName(), "node", s.node.nodeName, "gpus", len(n.inv.GPUs), "reconcile", report)
+	fmt.Fprintf(stdout, "serving %s on node %s (%d GPUs); stop with SIGTERM\n", plugin.DriverName(), s.node.nodeName, len(n.inv.GPUs))
 
-	if *metricsAddr != "" {
-		srv := &http.Server{Addr: *metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
-		ln, err := net.Listen("tcp", *metricsAddr)
+	if s.metricsAddr != "" {
+		stop, err := serveHTTP(ctx, "metrics", s.metricsAddr, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		if err != nil {
-			return fmt.Errorf("metrics listener: %w", err)
+			return err
 		}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "Metrics server stopped")
-			}
-		}()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		}()
+		defer stop()
 	}
 	<-ctx.Done()
 	logger.Info("Shutting down: prepared claims stay prepared")
 	return nil
+}
+
+// newPlugin wires the plugin core to the node: CDI generation from the driver root, sharing
+// through the host's tools, metrics.
+func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*gpudra.Plugin, *prometheus.Registry, error) {
+	root, err := s.driverRootFor(ctx, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	inst, err := cdi.Discover(root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("discover the NVIDIA driver under %s: %w", s.driverRoot, err)
+	}
+	gen, err := cdi.NewGenerator(inst)
+	if err != nil {
+		return nil, nil, err
+	}
+	writer, err := cdi.NewWriter(cdi.WithSpecDir(s.cdiRoot))
+	if err != nil {
+		return nil, nil, err
+	}
+	mgr := sharing.NewManager(append(s.hostActions(n),
+		sharing.WithComputeModeSetter(sharing.NewNVMLComputeMode(n.nvml)),
+		sharing.WithMPSRoot(filepath.Join(s.pluginDir, "mps")))...)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	plugin, err := gpudra.NewPlugin(gpudra.PluginConfig{
+		NodeName: s.node.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: s.stateDir,
+		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, DynamicMIG: s.node.dynamicMIG,
+		SliceOptions: s.node.builderOptions(n), Metrics: reg,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return plugin, reg, nil
+}
+
+// hostActions are the time-slice and MPS tools sharing runs: the driver's nvidia-smi and
+// nvidia-cuda-mps-control, or, for a fake machine, an in-memory host (n.host) that records them.
+func (s *serveFlags) hostActions(n *node) []sharing.Option {
+	if n.machine != nil {
+		var uuids []string
+		for _, g := range n.inv.GPUs {
+			uuids = append(uuids, g.UUID)
+		}
+		n.host = sharingtest.NewFakeHost(uuids...)
+		return []sharing.Option{sharing.WithTimeSlicer(n.host), sharing.WithMPSDaemons(n.host)}
+	}
+	return []sharing.Option{
+		sharing.WithTimeSlicer(sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRoot(s.driverRoot)))),
+		sharing.WithMPSDaemons(sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRoot(s.driverRoot)))),
+	}
+}
+
+// driverRootFor returns the driver installation CDI specs are generated from. A fake machine
+// gets a fake installation (device nodes, libraries, /proc files) under the state directory,
+// unless --driver-root names one: it needs no NVIDIA kernel module or driver on the host.
+func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot, error) {
+	if n.machine == nil || s.set["driver-root"] {
+		return cdi.NewHostRoot(s.driverRoot)
+	}
+	dir := filepath.Join(s.stateDir, "fake-driver-root")
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("reset the fake driver root %s: %w", dir, err)
+	}
+	root, err := cditest.Build(dir, cditest.Layout{GPUs: len(n.inv.GPUs)})
+	if err != nil {
+		return nil, fmt.Errorf("lay out a fake driver root in %s: %w", dir, err)
+	}
+	klog.FromContext(ctx).Info("Using a fake NVIDIA driver installation for the fake machine", "dir", dir)
+	return root, nil
+}
+
+// serveHTTP serves h on addr until ctx ends or the returned stop function is called.
+func serveHTTP(ctx context.Context, what, addr string, h http.Handler) (func(), error) {
+	logger := klog.FromContext(ctx)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener on %s: %w", what, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "HTTP server stopped", "server", what)
+		}
+	}()
+	logger.Info("Serving HTTP", "server", what, "addr", ln.Addr().String())
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
 }
 
 // kubeClient builds a client from a kubeconfig or the in-cluster configuration, with rate limits
