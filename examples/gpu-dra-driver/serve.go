@@ -42,6 +42,7 @@ type serveFlags struct {
 	driverRoot   string
 	metricsAddr  string
 	podUID       string
+	fakeControl  string
 	qps          float64
 	burst        int
 	// set are the flags given on the command line.
@@ -64,6 +65,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&s.driverRoot, "driver-root", "/", "root of the NVIDIA driver installation (/ or /run/nvidia/driver); with --nvml=fake the default is a fake installation under --state-dir")
 	fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (e.g. :8080); empty: off")
 	fs.StringVar(&s.podUID, "pod-uid", os.Getenv("POD_UID"), "the plugin pod's UID (downward API): enables kubelet rolling updates")
+	fs.StringVar(&s.fakeControl, "fake-control", "", "TESTS ONLY, --nvml=fake only: serve the fake machine's test controls (inject XIDs, mark GPUs healthy, list MIG instances) over HTTP on this loopback address")
 	fs.Float64Var(&s.qps, "kube-api-qps", 200, "API client QPS; kubelet's helper GETs every claim before prepare, so a low limit delays pods")
 	fs.IntVar(&s.burst, "kube-api-burst", 400, "API client burst")
 	if err := fs.Parse(args); err != nil {
@@ -98,9 +100,14 @@ func (s *serveFlags) validate() error {
 		return err
 	}
 	fake := s.node.nvmlMode == "fake"
-	for _, name := range []string{"machine", "mig-config"} {
+	for _, name := range []string{"machine", "mig-config", "fake-control"} {
 		if s.set[name] && !fake {
 			return fmt.Errorf("--%s needs --nvml=fake: serve uses the node's real GPUs unless a fake machine is asked for", name)
+		}
+	}
+	if s.fakeControl != "" {
+		if err := loopbackAddr(s.fakeControl); err != nil {
+			return fmt.Errorf("--fake-control=%q: %w", s.fakeControl, err)
 		}
 	}
 	for name, dir := range map[string]string{"plugin-dir": s.pluginDir, "registrar-dir": s.registrarDir, "cdi-root": s.cdiRoot, "driver-root": s.driverRoot} {
@@ -153,6 +160,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	if s.metricsAddr != "" {
 		stop, err := serveHTTP(ctx, "metrics", s.metricsAddr, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if s.fakeControl != "" {
+		stop, err := serveHTTP(ctx, "fake-control", s.fakeControl, newFakeControl(n.machine, n.host, plugin, n.inv))
 		if err != nil {
 			return err
 		}
