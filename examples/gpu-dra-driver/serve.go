@@ -40,9 +40,13 @@ type serveFlags struct {
 	cdiRoot      string
 	stateDir     string
 	driverRoot   string
+	hostRoot     string
+	devRoot      string
 	metricsAddr  string
 	podUID       string
 	fakeControl  string
+	strategies   string
+	allowed      map[string]bool
 	qps          float64
 	burst        int
 	// set are the flags given on the command line.
@@ -63,11 +67,18 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&s.cdiRoot, "cdi-root", cdi.DefaultSpecDir, "where per-claim CDI specs are written")
 	fs.StringVar(&s.stateDir, "state-dir", "", "where the checkpoint lives (default: --plugin-dir)")
 	fs.StringVar(&s.driverRoot, "driver-root", "/", "root of the NVIDIA driver installation (/ or /run/nvidia/driver); with --nvml=fake the default is a fake installation under --state-dir")
-	fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (e.g. :8080); empty: off")
+	fs.StringVar(&s.hostRoot, "host-driver-root", "", "the driver root's path on the host, when this process sees it elsewhere (a container mounting the host's driver root at --driver-root); CDI specs name host paths (default: --driver-root)")
+	fs.StringVar(&s.devRoot, "dev-root", "", "where the NVIDIA device nodes are, on the host as here (\"/\" when a driver container creates them in the host's /dev; default: --driver-root)")
+	fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics) and a liveness check through the plugin's sockets (/healthz) on this address, e.g. :8080; empty: off")
 	fs.StringVar(&s.podUID, "pod-uid", os.Getenv("POD_UID"), "the plugin pod's UID (downward API): enables kubelet rolling updates")
 	fs.StringVar(&s.fakeControl, "fake-control", "", "TESTS ONLY, --nvml=fake only: serve the fake machine's test controls (inject XIDs, mark GPUs healthy, list MIG instances) over HTTP on this loopback address")
+	fs.StringVar(&s.strategies, "sharing-strategies", strategyTimeSlicing+","+strategyMPS, "sharing strategies claims may ask for in their opaque config (comma-separated subset of TimeSlicing,MPS; empty: exclusive use only)")
 	fs.Float64Var(&s.qps, "kube-api-qps", 200, "API client QPS; kubelet's helper GETs every claim before prepare, so a low limit delays pods")
 	fs.IntVar(&s.burst, "kube-api-burst", 400, "API client burst")
+	// klog's verbosity is process-wide; serve exposes only -v of klog's flags.
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity (klog); 2 logs every prepare and unprepare")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -99,6 +110,11 @@ func (s *serveFlags) validate() error {
 	if err := oneOf("nvml", s.node.nvmlMode, "fake", "real"); err != nil {
 		return err
 	}
+	allowed, err := parseStrategies(s.strategies)
+	if err != nil {
+		return err
+	}
+	s.allowed = allowed
 	fake := s.node.nvmlMode == "fake"
 	for _, name := range []string{"machine", "mig-config", "fake-control"} {
 		if s.set[name] && !fake {
@@ -115,8 +131,10 @@ func (s *serveFlags) validate() error {
 			return fmt.Errorf("--%s=%q: must be an absolute path", name, dir)
 		}
 	}
-	if s.stateDir != "" && !filepath.IsAbs(s.stateDir) {
-		return fmt.Errorf("--state-dir=%q: must be an absolute path", s.stateDir)
+	for name, dir := range map[string]string{"state-dir": s.stateDir, "host-driver-root": s.hostRoot, "dev-root": s.devRoot} {
+		if dir != "" && !filepath.IsAbs(dir) {
+			return fmt.Errorf("--%s=%q: must be an absolute path", name, dir)
+		}
 	}
 	return nil
 }
@@ -159,7 +177,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "serving %s on node %s (%d GPUs); stop with SIGTERM\n", plugin.DriverName(), s.node.nodeName, len(n.inv.GPUs))
 
 	if s.metricsAddr != "" {
-		stop, err := serveHTTP(ctx, "metrics", s.metricsAddr, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/healthz", newSocketHealth(s.registrarDir, plugin.DriverName(), s.podUID))
+		stop, err := serveHTTP(ctx, "metrics", s.metricsAddr, mux)
 		if err != nil {
 			return err
 		}
@@ -215,18 +236,21 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*gpudra.Plugin, *p
 // hostActions are the time-slice and MPS tools sharing runs: the driver's nvidia-smi and
 // nvidia-cuda-mps-control, or, for a fake machine, an in-memory host (n.host) that records them.
 func (s *serveFlags) hostActions(n *node) []sharing.Option {
+	var ts sharing.TimeSlicer
+	var mps sharing.MPSDaemons
 	if n.machine != nil {
 		var uuids []string
 		for _, g := range n.inv.GPUs {
 			uuids = append(uuids, g.UUID)
 		}
 		n.host = sharingtest.NewFakeHost(uuids...)
-		return []sharing.Option{sharing.WithTimeSlicer(n.host), sharing.WithMPSDaemons(n.host)}
+		ts, mps = n.host, n.host
+	} else {
+		ts = sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRoot(s.driverRoot)))
+		mps = sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRoot(s.driverRoot)))
 	}
-	return []sharing.Option{
-		sharing.WithTimeSlicer(sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRoot(s.driverRoot)))),
-		sharing.WithMPSDaemons(sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRoot(s.driverRoot)))),
-	}
+	ts, mps = restrictStrategies(s.allowed, s.strategies, ts, mps)
+	return []sharing.Option{sharing.WithTimeSlicer(ts), sharing.WithMPSDaemons(mps)}
 }
 
 // driverRootFor returns the driver installation CDI specs are generated from. A fake machine
@@ -234,7 +258,14 @@ func (s *serveFlags) hostActions(n *node) []sharing.Option {
 // unless --driver-root names one: it needs no NVIDIA kernel module or driver on the host.
 func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot, error) {
 	if n.machine == nil || s.set["driver-root"] {
-		return cdi.NewHostRoot(s.driverRoot)
+		var opts []cdi.RootOption
+		if s.hostRoot != "" {
+			opts = append(opts, cdi.WithHostDriverRoot(s.hostRoot))
+		}
+		if s.devRoot != "" {
+			opts = append(opts, cdi.WithDevRoot(s.devRoot), cdi.WithHostDevRoot(s.devRoot))
+		}
+		return cdi.NewHostRoot(s.driverRoot, opts...)
 	}
 	dir := filepath.Join(s.stateDir, "fake-driver-root")
 	if err := os.RemoveAll(dir); err != nil {
