@@ -6,7 +6,13 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 PKGS := ./...
 
-.PHONY: all test unit vet staticcheck lint fmt-check bench e2e demo render
+# The reference driver binary: `make build`, the Dockerfile and the e2e tier all build it so.
+BIN ?= bin/gpu-dra-driver
+DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
+IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
+CONTAINER_TOOL ?= docker
+
+.PHONY: all test unit vet staticcheck lint fmt-check bench build image e2e e2e-binaries demo render
 
 all: test
 
@@ -33,10 +39,24 @@ lint: fmt-check vet staticcheck
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-## e2e: tier-3 tests against real Kubernetes control-plane binaries (test/e2e).
-e2e:
-	@if [ -f test/e2e/go.mod ]; then cd test/e2e && $(GO) test -count=1 -v ./...; \
-	else echo "e2e: not implemented yet (tracked by the e2e issue); nothing to run"; fi
+## build: the reference driver binary ($(BIN)); cgo on (go-nvml dlopens libnvidia-ml).
+build:
+	CGO_ENABLED=1 $(GO) build $(DRIVER_BUILD_FLAGS) -o $(BIN) ./examples/gpu-dra-driver
+
+## image: the driver's container image (Dockerfile); CI does not build it.
+image:
+	$(CONTAINER_TOOL) build -t $(IMAGE) .
+
+## e2e-binaries: build (or reuse from $$GPUDRA_E2E_CACHE, default ~/.cache/gpudra-e2e) etcd,
+## kube-apiserver, kube-scheduler and kube-controller-manager at the versions test/e2e pins.
+e2e-binaries:
+	cd test/e2e && $(GO) run ./cmd/e2e-binaries
+
+## e2e: tier-3 tests against those binaries and the chart (test/e2e, a nested module).
+## E2E_RUN selects tests (go test -run); E2E_KEEP=1 keeps the cluster directory.
+E2E_RUN ?= .
+e2e: e2e-binaries
+	cd test/e2e && $(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' ./...
 
 demo:
 	$(GO) run ./examples/gpu-dra-driver demo
