@@ -1,0 +1,230 @@
+package e2e
+
+import (
+	"context"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	"google.golang.org/protobuf/testing/protocmp"
+)
+
+var (
+	timeSlicingLong = map[string]any{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+		"sharing": map[string]any{"strategy": "TimeSlicing", "timeSlicingConfig": map[string]any{"interval": "Long"}}}
+	mpsConfig = map[string]any{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+		"sharing": map[string]any{"strategy": "MPS", "mpsConfig": map[string]any{"defaultActiveThreadPercentage": 50}}}
+)
+
+// mixedClaims are an exclusive claim, a time-slicing claim shared by two pods and an MPS
+// claim, with their pods.
+func mixedClaims() ([]*resourceapi.ResourceClaim, []*corev1.Pod) {
+	return []*resourceapi.ResourceClaim{
+			claimSpec("excl", "gpu.nvidia.com", "", nil),
+			claimSpec("ts", "gpu.nvidia.com", "", timeSlicingLong),
+			claimSpec("mps", "gpu.nvidia.com", "", mpsConfig),
+		}, []*corev1.Pod{
+			podUsing("p-excl", "excl"), podUsing("p-ts-1", "ts"), podUsing("p-ts-2", "ts"), podUsing("p-mps", "mps"),
+		}
+}
+
+// specFiles maps the claim UIDs with a CDI spec on the node to their file names.
+func (n *TestNode) specClaims(t *testing.T) []string {
+	t.Helper()
+	files, err := n.CDISpecs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uids []string
+	for _, f := range files {
+		if i := strings.LastIndex(f, "_"); i >= 0 && strings.HasSuffix(f, ".json") {
+			uids = append(uids, strings.TrimSuffix(f[i+1:], ".json"))
+		} else {
+			uids = append(uids, "unexpected file "+f)
+		}
+	}
+	sort.Strings(uids)
+	return uids
+}
+
+func claimUIDs(pods []ScheduledPod) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range pods {
+		for _, c := range p.Claims {
+			if !seen[string(c.UID)] {
+				seen[string(c.UID)] = true
+				out = append(out, string(c.UID))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestDriverKilledAndRestarted kills the driver with SIGKILL between calls and in the middle
+// of NodePrepareResources calls, restarts it (same pod, same directories, as kubelet restarts
+// a crashed container), and checks that prepares stay idempotent (the same devices and CDI IDs
+// as before the kill), every prepared claim has exactly its spec, and after the pods are gone
+// and their claims unprepared nothing is left.
+func TestDriverKilledAndRestarted(t *testing.T) {
+	ctx := context.Background()
+	n := suite.StartNode(t, NodeSpec{Name: "kill", Machine: "l4x8"})
+	claims, pods := mixedClaims()
+	const ns = "kill"
+	createPodsWithClaims(t, n, ns, claims, pods...)
+	scheduled, err := waitScheduled(ctx, ns, len(pods), n.Spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := map[string]*drapbv1.NodePrepareResourcesResponse{}
+	for _, p := range scheduled[:1] {
+		if first[p.Pod.Name], err = n.prepare(ctx, p.Claims...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Kill in the middle of prepare calls for the other pods, at varying points.
+	for i, p := range scheduled[1:] {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = n.Kubelet.Prepare(ctx, kubeletClaims(p.Claims...)...)
+		}()
+		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond * time.Duration(i+1))
+		n.Driver.Proc.Kill()
+		<-done
+		if err := n.Driver.Restart(ctx); err != nil {
+			t.Fatalf("restart %d: %v", i+1, err)
+		}
+		if err := n.register(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range scheduled {
+		resp, err := n.prepare(ctx, p.Claims...)
+		if err != nil {
+			t.Fatalf("prepare %s after the kills: %v", p.Pod.Name, err)
+		}
+		if want, ok := first[p.Pod.Name]; ok {
+			if diff := cmp.Diff(want, resp, protocmp.Transform()); diff != "" {
+				t.Errorf("pod %s: prepare after restarts differs from before (-before +after):\n%s", p.Pod.Name, diff)
+			}
+		}
+		pool, err := WaitForPool(ctx, n.Spec.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.checkPrepared(resp, p.Claims, Devices(pool)); err != nil {
+			t.Errorf("pod %s: %v", p.Pod.Name, err)
+		}
+	}
+	if diff := cmp.Diff(claimUIDs(scheduled), n.specClaims(t)); diff != "" {
+		t.Errorf("CDI specs on the node (-prepared claims +spec files):\n%s", diff)
+	}
+	// One more crash between calls, then the pods go away.
+	n.Driver.Proc.Kill()
+	if err := n.Driver.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	unprepareAll(t, n, ns, scheduled)
+}
+
+// unprepareAll deletes the pods and unprepares each claim once, then checks the node is clean.
+func unprepareAll(t *testing.T, n *TestNode, ns string, pods []ScheduledPod) {
+	t.Helper()
+	ctx := context.Background()
+	seen := map[string]bool{}
+	for _, p := range pods {
+		if err := deletePods(ctx, ns, p.Pod.Name); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range p.Claims {
+			if !seen[string(c.UID)] {
+				seen[string(c.UID)] = true
+				if err := n.unprepare(ctx, c); err != nil {
+					t.Errorf("unprepare %s: %v", c.Name, err)
+				}
+			}
+		}
+	}
+	n.checkClean(t)
+}
+
+// TestRollingUpdateLosesNothing runs two driver processes for one node as a DaemonSet rolling
+// update with maxSurge does (different pod UIDs, same host directories): kubelet prepares a
+// claim through the old plugin, registers the new one and sends it the next prepare and the
+// unprepare of the first claim, then the old pod stops. Every claim kubelet considers
+// prepared must keep its spec, the unprepared one must lose it, the slices must stay
+// published, and at the end nothing is left.
+func TestRollingUpdateLosesNothing(t *testing.T) {
+	ctx := context.Background()
+	spec := NodeSpec{Name: "roll", Machine: "l4x8"}
+	n := suite.StartNode(t, spec)
+	claims, pods := mixedClaims()
+	const ns = "roll"
+	createPodsWithClaims(t, n, ns, claims, pods...)
+	scheduled, err := waitScheduled(ctx, ns, len(pods), n.Spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPod := map[string]ScheduledPod{}
+	for _, p := range scheduled {
+		byPod[p.Pod.Name] = p
+	}
+	old := n.Driver
+	if _, err := n.prepare(ctx, byPod["p-excl"].Claims...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.prepare(ctx, byPod["p-ts-1"].Claims...); err != nil {
+		t.Fatal(err)
+	}
+	// The surge pod starts; kubelet registers it and uses it from now on.
+	newer, err := suite.startDriver(ctx, spec, uuid.NewString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newer.RegistrationSocket == old.RegistrationSocket {
+		t.Fatalf("both plugin pods registered on %s; a rolling update needs one socket per pod", old.RegistrationSocket)
+	}
+	n.Driver = newer
+	if err := n.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"p-ts-2", "p-mps"} {
+		if _, err := n.prepare(ctx, byPod[name].Claims...); err != nil {
+			t.Fatalf("prepare %s through the new plugin: %v", name, err)
+		}
+	}
+	if err := deletePods(ctx, ns, "p-excl"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.unprepare(ctx, byPod["p-excl"].Claims...); err != nil {
+		t.Fatalf("unprepare through the new plugin of a claim the old one prepared: %v", err)
+	}
+	if err := old.Proc.Stop(10 * time.Second); err != nil {
+		t.Errorf("old plugin: %v", err)
+	}
+	remaining := []ScheduledPod{byPod["p-ts-1"], byPod["p-ts-2"], byPod["p-mps"]}
+	if diff := cmp.Diff(claimUIDs(remaining), n.specClaims(t)); diff != "" {
+		t.Errorf("after the update, CDI specs (-claims kubelet has prepared +spec files):\n%s", diff)
+	}
+	if _, err := WaitForPool(ctx, n.Spec.Name); err != nil {
+		t.Errorf("after the old plugin stopped: %v", err)
+	}
+	for _, p := range remaining {
+		if _, err := n.prepare(ctx, p.Claims...); err != nil {
+			t.Errorf("prepare %s again after the update: %v", p.Pod.Name, err)
+		}
+	}
+	unprepareAll(t, n, ns, remaining)
+}
