@@ -39,6 +39,10 @@ type NodeSpec struct {
 	ServiceAccount string
 	// ExtraArgs are further driver flags.
 	ExtraArgs []string
+	// Env is added to the driver's environment ("NAME=value").
+	Env []string
+	// StopMayFail: the driver may exit with an error on SIGTERM (it never finished starting).
+	StopMayFail bool
 	// NoWaitForSlices returns before the pool is published (for tests that expect it not
 	// to be).
 	NoWaitForSlices bool
@@ -103,8 +107,10 @@ func (s *Suite) StartNode(t *testing.T, spec NodeSpec) *TestNode {
 	if err := n.register(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.FakeControl(ctx, "GET", "/state", nil, &n.Baseline); err != nil {
-		t.Fatal(err)
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return d.FakeControl(ctx, "GET", "/state", nil, &n.Baseline) == nil, nil
+	}); err != nil {
+		t.Fatalf("the driver's fake control never answered: %v", err)
 	}
 	if !spec.NoWaitForSlices {
 		if _, err := WaitForPool(ctx, spec.Name); err != nil {
@@ -146,8 +152,8 @@ func (s *Suite) startDriver(ctx context.Context, spec NodeSpec, podUID string) (
 	}
 	d, err := framework.StartDriver(ctx, framework.DriverSpec{
 		Binary: s.DriverBinary, DaemonSet: cmp.Or(spec.DaemonSet, s.DaemonSet), Node: spec.Name, PodUID: podUID, Dir: dir,
-		ExtraArgs: spec.args(ctrl, metrics, kubeconfig),
-		LogFile:   filepath.Join(s.Dir, "logs", spec.Name+".log"),
+		ExtraArgs: spec.args(ctrl, metrics, kubeconfig), ExtraEnv: spec.Env,
+		LogFile: filepath.Join(s.Dir, "logs", spec.Name+".log"),
 	})
 	if err != nil {
 		return nil, err
@@ -173,8 +179,8 @@ func (n *TestNode) stop(t *testing.T) {
 	if n.Kubelet != nil {
 		_ = n.Kubelet.Close()
 	}
-	if err := n.Driver.Proc.Stop(10 * time.Second); err != nil {
-		t.Errorf("driver of %s: %v", n.Spec.Name, err)
+	if err := n.Driver.Proc.Stop(10 * time.Second); err != nil && !n.Spec.StopMayFail {
+		t.Errorf("driver of %s did not stop cleanly on SIGTERM: %v", n.Spec.Name, err)
 	}
 	if t.Failed() {
 		t.Logf("driver log of %s: %s", n.Spec.Name, n.Driver.Proc.LogFile)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,7 +18,6 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/ptr"
-	"google.golang.org/protobuf/testing/protocmp"
 )
 
 // claimSpec is a claim with one request of class, an optional CEL selector and an optional
@@ -45,7 +45,7 @@ func claimSpec(name, class, selector string, config map[string]any) *resourceapi
 func podUsing(name string, claims ...string) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ctr", Image: "registry.k8s.io/pause:3.10"}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "ctr", Image: "registry.k8s.io/pause:3.10"}}},
 	}
 	for _, c := range claims {
 		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: c, ResourceClaimName: ptr.To(c)})

@@ -10,10 +10,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/testing/protocmp"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
-	"google.golang.org/protobuf/testing/protocmp"
 )
 
 var (
@@ -161,10 +161,11 @@ func unprepareAll(t *testing.T, n *TestNode, ns string, pods []ScheduledPod) {
 }
 
 // TestRollingUpdateLosesNothing runs two driver processes for one node as a DaemonSet rolling
-// update with maxSurge does (different pod UIDs, same host directories): kubelet prepares a
-// claim through the old plugin, registers the new one and sends it the next prepare and the
-// unprepare of the first claim, then the old pod stops. Every claim kubelet considers
-// prepared must keep its spec, the unprepared one must lose it, the slices must stay
+// update with maxSurge does (different pod UIDs, same host directories). The new pod starts
+// while the old one still serves: kubelet sends a prepare to the old plugin before it has
+// registered the new one, then registers the new plugin and sends it the next prepare and the
+// unprepares of the claims the old one prepared; then the old pod stops. Every claim kubelet
+// considers prepared must keep its spec, the unprepared ones must lose theirs, the slices stay
 // published, and at the end nothing is left.
 func TestRollingUpdateLosesNothing(t *testing.T) {
 	ctx := context.Background()
@@ -185,10 +186,7 @@ func TestRollingUpdateLosesNothing(t *testing.T) {
 	if _, err := n.prepare(ctx, byPod["p-excl"].Claims...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.prepare(ctx, byPod["p-ts-1"].Claims...); err != nil {
-		t.Fatal(err)
-	}
-	// The surge pod starts; kubelet registers it and uses it from now on.
+	// The surge pod starts; until kubelet registers it, calls still go to the old plugin.
 	newer, err := suite.startDriver(ctx, spec, uuid.NewString())
 	if err != nil {
 		t.Fatal(err)
@@ -196,35 +194,38 @@ func TestRollingUpdateLosesNothing(t *testing.T) {
 	if newer.RegistrationSocket == old.RegistrationSocket {
 		t.Fatalf("both plugin pods registered on %s; a rolling update needs one socket per pod", old.RegistrationSocket)
 	}
+	if _, err := n.prepare(ctx, byPod["p-ts-1"].Claims...); err != nil {
+		t.Fatalf("prepare through the old plugin while the new one starts: %v", err)
+	}
 	n.Driver = newer
 	if err := n.register(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"p-ts-2", "p-mps"} {
-		if _, err := n.prepare(ctx, byPod[name].Claims...); err != nil {
-			t.Fatalf("prepare %s through the new plugin: %v", name, err)
-		}
+	if _, err := n.prepare(ctx, byPod["p-mps"].Claims...); err != nil {
+		t.Fatalf("prepare p-mps through the new plugin: %v", err)
 	}
-	if err := deletePods(ctx, ns, "p-excl"); err != nil {
+	// The exclusive and the time-slicing pods go away (p-ts-2 never started); kubelet sends
+	// the unprepares to the plugin it uses now.
+	if err := deletePods(ctx, ns, "p-excl", "p-ts-1", "p-ts-2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.unprepare(ctx, byPod["p-excl"].Claims...); err != nil {
-		t.Fatalf("unprepare through the new plugin of a claim the old one prepared: %v", err)
+	for _, name := range []string{"p-excl", "p-ts-1"} {
+		if err := n.unprepare(ctx, byPod[name].Claims...); err != nil {
+			t.Fatalf("unprepare through the new plugin of %s's claim, prepared by the old one: %v", name, err)
+		}
 	}
 	if err := old.Proc.Stop(10 * time.Second); err != nil {
 		t.Errorf("old plugin: %v", err)
 	}
-	remaining := []ScheduledPod{byPod["p-ts-1"], byPod["p-ts-2"], byPod["p-mps"]}
+	remaining := []ScheduledPod{byPod["p-mps"]}
 	if diff := cmp.Diff(claimUIDs(remaining), n.specClaims(t)); diff != "" {
 		t.Errorf("after the update, CDI specs (-claims kubelet has prepared +spec files):\n%s", diff)
 	}
 	if _, err := WaitForPool(ctx, n.Spec.Name); err != nil {
 		t.Errorf("after the old plugin stopped: %v", err)
 	}
-	for _, p := range remaining {
-		if _, err := n.prepare(ctx, p.Claims...); err != nil {
-			t.Errorf("prepare %s again after the update: %v", p.Pod.Name, err)
-		}
+	if _, err := n.prepare(ctx, byPod["p-mps"].Claims...); err != nil {
+		t.Errorf("prepare p-mps again after the update: %v", err)
 	}
 	unprepareAll(t, n, ns, remaining)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gpudra/gpudra/test/e2e/framework"
@@ -58,16 +59,27 @@ func loadWorkloads(dir string) ([]Workload, error) {
 			case "Pod":
 				w.Pods++
 			case "Deployment":
-				r, found, _ := unstructured.NestedInt64(o.Object, "spec", "replicas")
-				if !found {
-					r = 1
-				}
-				w.Pods += int(r)
+				w.Pods += replicas(o)
 			}
 		}
 		out = append(out, w)
 	}
 	return out, nil
+}
+
+// replicas is a Deployment's spec.replicas (default 1); numbers decode as int64 or float64.
+func replicas(o *unstructured.Unstructured) int {
+	v, found, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas")
+	switch r := v.(type) {
+	case int64:
+		return int(r)
+	case float64:
+		return int(r)
+	}
+	if found {
+		panic(fmt.Sprintf("Deployment %s: spec.replicas %v (%T)", o.GetName(), v, v))
+	}
+	return 1
 }
 
 // parseTarget reads "dgx-a100-40gb --mig-config all-balanced" (a trailing "." ends it).
@@ -236,7 +248,13 @@ func (n *TestNode) checkClean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := diffState(n.Baseline, st); diff != "" {
-		t.Errorf("node state after unprepare differs from the start (-start +now):\n%s", diff)
+	for i, g := range st.GPUs {
+		if g.MIGEnabled && !n.Baseline.GPUs[i].MIGEnabled && len(g.Instances) == 0 {
+			t.Errorf("GPU %d: MIG mode left enabled after its last MIG instance was destroyed (a full-GPU claim would get a GPU without CUDA devices; issue 11, defect 6)", g.Index)
+		}
+		st.GPUs[i].MIGEnabled = n.Baseline.GPUs[i].MIGEnabled
+	}
+	if diff := cmp.Diff(n.Baseline, st); diff != "" {
+		t.Errorf("MIG instances or host settings after unprepare differ from the start (-start +now):\n%s", diff)
 	}
 }

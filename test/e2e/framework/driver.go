@@ -37,11 +37,13 @@ type DriverSpec struct {
 	Node string
 	// PodUID is the pod's UID (metadata.uid of the pod).
 	PodUID string
-	// Dir holds one directory per hostPath volume, named after the volume. Keep it short:
+	// Dir holds one directory per hostPath volume (Driver.Volumes says which). Keep it short:
 	// sockets live below it and unix socket paths are limited to 108 bytes.
 	Dir string
 	// ExtraArgs are appended to the container's arguments.
 	ExtraArgs []string
+	// ExtraEnv is added to the container's environment ("NAME=value").
+	ExtraEnv []string
 	// LogFile receives the process's output (appended, so restarts share one log).
 	LogFile string
 }
@@ -89,10 +91,13 @@ func (s DriverSpec) Command() (args []string, env map[string]string, volumes map
 	if env, err = s.PodEnv(&c); err != nil {
 		return nil, nil, nil, err
 	}
+	// Volume directories get short names (v0, v1, ...): sockets live below them, and
+	// kubeletplugin v0.37.2 picks a rolling-update registration socket name whose path may be
+	// exactly 108 bytes, one more than Linux accepts.
 	volumes = map[string]string{}
-	for _, v := range pod.Volumes {
+	for i, v := range pod.Volumes {
 		if v.HostPath != nil {
-			volumes[v.Name] = filepath.Join(s.Dir, v.Name)
+			volumes[v.Name] = filepath.Join(s.Dir, fmt.Sprintf("v%d", i))
 		}
 	}
 	type mount struct{ from, to string }
@@ -138,6 +143,7 @@ func StartDriver(ctx context.Context, spec DriverSpec) (*Driver, error) {
 	for k, v := range env {
 		envList = append(envList, k+"="+v)
 	}
+	envList = append(envList, spec.ExtraEnv...)
 	d := &Driver{Spec: spec, Args: args, Volumes: volumes}
 	if d.Proc, err = StartProcess("driver "+spec.Node, spec.LogFile, envList, args...); err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -43,7 +44,17 @@ func CreateReadyNode(ctx context.Context, client kubernetes.Interface, name stri
 			Message: "e2e harness node", LastHeartbeatTime: now, LastTransitionTime: now}},
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
 	}
-	if node, err = client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	status := node.Status
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status = status
+		node, err = client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("mark node %s Ready: %w", name, err)
 	}
 	return removeNotReadyTaint(ctx, client, node)

@@ -1,5 +1,0 @@
-package e2e
-
-import "github.com/google/go-cmp/cmp"
-
-func diffState(want, got FakeState) string { return cmp.Diff(want, got) }
