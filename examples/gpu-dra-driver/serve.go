@@ -167,6 +167,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if s.fakeControl != "" {
+		stop, err := serveHTTP(ctx, "fake-control", s.fakeControl, newFakeControl(n.machine, n.host, plugin, n.inv))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	report, err := plugin.Start(ctx, gpudra.StartConfig{KubeClient: client, RegistrarDir: s.registrarDir,
 		PluginDir: s.pluginDir, RollingUpdatePodUID: types.UID(s.podUID)})
 	if err != nil {
@@ -181,13 +188,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.Handle("/healthz", newSocketHealth(s.registrarDir, plugin.DriverName(), s.podUID))
 		stop, err := serveHTTP(ctx, "metrics", s.metricsAddr, mux)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
-	if s.fakeControl != "" {
-		stop, err := serveHTTP(ctx, "fake-control", s.fakeControl, newFakeControl(n.machine, n.host, plugin, n.inv))
 		if err != nil {
 			return err
 		}
@@ -217,9 +217,7 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*gpudra.Plugin, *p
 	if err != nil {
 		return nil, nil, err
 	}
-	mgr := sharing.NewManager(append(s.hostActions(n),
-		sharing.WithComputeModeSetter(sharing.NewNVMLComputeMode(n.nvml)),
-		sharing.WithMPSRoot(filepath.Join(s.pluginDir, "mps")))...)
+	mgr := sharing.NewManager(append(s.hostActions(n), sharing.WithMPSRoot(filepath.Join(s.pluginDir, "mps")))...)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	plugin, err := gpudra.NewPlugin(gpudra.PluginConfig{
@@ -233,24 +231,46 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*gpudra.Plugin, *p
 	return plugin, reg, nil
 }
 
-// hostActions are the time-slice and MPS tools sharing runs: the driver's nvidia-smi and
-// nvidia-cuda-mps-control, or, for a fake machine, an in-memory host (n.host) that records them.
+// hostActions are the host tools sharing drives: compute modes through NVML, time slices
+// and MPS control daemons through the driver's nvidia-smi and nvidia-cuda-mps-control. On a
+// fake machine, time slices and daemons are recorded by an in-memory host (n.host), which also
+// learns the compute modes NVML sets (its MPS daemons need EXCLUSIVE_PROCESS, as real ones do).
 func (s *serveFlags) hostActions(n *node) []sharing.Option {
+	var cm sharing.ComputeModeSetter = sharing.NewNVMLComputeMode(n.nvml)
 	var ts sharing.TimeSlicer
 	var mps sharing.MPSDaemons
 	if n.machine != nil {
 		var uuids []string
 		for _, g := range n.inv.GPUs {
 			uuids = append(uuids, g.UUID)
+			for _, m := range g.MIGDevices {
+				uuids = append(uuids, m.UUID)
+			}
 		}
 		n.host = sharingtest.NewFakeHost(uuids...)
+		cm = recordedComputeMode{ComputeModeSetter: cm, host: n.host}
 		ts, mps = n.host, n.host
 	} else {
 		ts = sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRoot(s.driverRoot)))
 		mps = sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRoot(s.driverRoot)))
 	}
 	ts, mps = restrictStrategies(s.allowed, s.strategies, ts, mps)
-	return []sharing.Option{sharing.WithTimeSlicer(ts), sharing.WithMPSDaemons(mps)}
+	return []sharing.Option{sharing.WithComputeModeSetter(cm), sharing.WithTimeSlicer(ts), sharing.WithMPSDaemons(mps)}
+}
+
+// recordedComputeMode sets compute modes through NVML (the fake machine's) and records each
+// change in the fake host.
+type recordedComputeMode struct {
+	sharing.ComputeModeSetter
+	host *sharingtest.FakeHost
+}
+
+func (r recordedComputeMode) SetComputeMode(ctx context.Context, uuid string, mode sharing.ComputeMode) error {
+	if err := r.ComputeModeSetter.SetComputeMode(ctx, uuid, mode); err != nil {
+		return err
+	}
+	r.host.SetComputeModeState(uuid, mode)
+	return nil
 }
 
 // driverRootFor returns the driver installation CDI specs are generated from. A fake machine
