@@ -56,7 +56,8 @@ e2e-binaries:
 ## E2E_RUN selects tests (go test -run); E2E_KEEP=1 keeps the cluster directory.
 E2E_RUN ?= .
 e2e: e2e-binaries
-	cd test/e2e && $(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' ./...
+	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 ./framework/... ./cmd/...
+	cd test/e2e && $(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' .
 
 demo:
 	$(GO) run ./examples/gpu-dra-driver demo

@@ -175,6 +175,7 @@ func runWorkload(t *testing.T, n *TestNode, w Workload) {
 			t.Fatal(err)
 		}
 		for pod, msg := range msgs {
+			t.Logf("pod %s Pending, scheduler: %s", pod, msg)
 			if !strings.Contains(msg, "cannot allocate all claims") {
 				t.Errorf("pod %s is Unschedulable, but not for its claims: %q", pod, msg)
 			}
