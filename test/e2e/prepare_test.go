@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -212,5 +211,3 @@ func TestInvalidOpaqueConfigFailsPrepare(t *testing.T) {
 	}
 	n.checkClean(t)
 }
-
-var _ = fmt.Sprint

@@ -91,7 +91,7 @@ func LintChart(dir, kubeVersion string, r Release) error {
 func capabilities(kubeVersion string) (*chartutil.Capabilities, error) {
 	kv, err := chartutil.ParseKubeVersion(kubeVersion)
 	if err != nil {
-		return nil, fmt.Errorf("Kubernetes version %q: %w", kubeVersion, err)
+		return nil, fmt.Errorf("kubernetes version %q: %w", kubeVersion, err)
 	}
 	caps := chartutil.DefaultCapabilities.Copy()
 	caps.KubeVersion = *kv
