@@ -291,76 +291,103 @@ func grant(ctx context.Context, sa string, rules []rbacv1.PolicyRule) error {
 // fail to stop cleanly (it never finished starting).
 func driverAPIWork(t *testing.T, node, sa string, env []string, reduced bool) error {
 	ctx := context.Background()
-	stale := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: node + "-stale"},
-		Spec: resourceapi.ResourceSliceSpec{Driver: driverName, NodeName: ptr.To(node),
-			Pool:    resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
-			Devices: []resourceapi.Device{{Name: "stale-device"}}},
-	}
-	if _, err := suite.Client.ResourceV1().ResourceSlices().Create(ctx, stale, metav1.CreateOptions{}); err != nil {
+	w := &apiWork{t: t, node: node, stale: node + "-stale"}
+	if err := w.createStaleSlice(ctx); err != nil {
 		t.Fatal(err)
 	}
-	n := suite.StartNode(t, NodeSpec{Name: node, Machine: "l4x8", ServiceAccount: sa, NoWaitForSlices: true, Env: env, StopMayFail: reduced})
-	poll := func(what string, cond func(ctx context.Context) (bool, error)) error {
-		return pollFor(ctx, 20*time.Second, what, cond)
+	w.n = suite.StartNode(t, NodeSpec{Name: node, Machine: "l4x8", ServiceAccount: sa, NoWaitForSlices: true, Env: env, StopMayFail: reduced})
+	for _, step := range []func(context.Context) error{w.publish, w.republishOnXID, w.repairDeletedSlice, w.prepare, w.noForbiddenCalls} {
+		if err := step(ctx); err != nil {
+			return err
+		}
 	}
-	var pool []resourceapi.ResourceSlice
-	err := poll("publish the pool and delete the stale slice", func(ctx context.Context) (bool, error) {
-		all, err := Slices(ctx, node)
+	return nil
+}
+
+// apiWork is what the driver does with the API server, step by step.
+type apiWork struct {
+	t     *testing.T
+	n     *TestNode
+	node  string
+	stale string
+	pool  []resourceapi.ResourceSlice
+}
+
+// createStaleSlice leaves a slice of an older generation in the node's pool, as a driver
+// version that published other devices would.
+func (w *apiWork) createStaleSlice(ctx context.Context) error {
+	_, err := suite.Client.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: w.stale},
+		Spec: resourceapi.ResourceSliceSpec{Driver: driverName, NodeName: ptr.To(w.node),
+			Pool:    resourceapi.ResourcePool{Name: w.node, Generation: 1, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "stale-device"}}},
+	}, metav1.CreateOptions{})
+	return err
+}
+
+// publish: the pool appears (list/watch, get node, create) and the stale slice goes (delete).
+func (w *apiWork) publish(ctx context.Context) error {
+	return pollFor(ctx, 20*time.Second, "publish the pool and delete the stale slice", func(ctx context.Context) (bool, error) {
+		all, err := Slices(ctx, w.node)
 		if err != nil {
 			return false, err
 		}
-		pool, _ = completePool(all)
-		return pool != nil && len(Devices(pool)) == 8 && !slices.ContainsFunc(all, func(s resourceapi.ResourceSlice) bool { return s.Name == stale.Name }), nil
+		w.pool, _ = completePool(all)
+		return w.pool != nil && len(Devices(w.pool)) == 8 && !slices.ContainsFunc(all, func(s resourceapi.ResourceSlice) bool { return s.Name == w.stale }), nil
 	})
-	if err != nil {
+}
+
+// republishOnXID: an XID taints a device (update).
+func (w *apiWork) republishOnXID(ctx context.Context) error {
+	if err := w.n.InjectXID(ctx, 1, 79); err != nil {
 		return err
 	}
-	if err := n.InjectXID(ctx, 1, 79); err != nil {
-		return err
-	}
-	if err := poll("republish with a taint after an XID", func(ctx context.Context) (bool, error) {
-		all, err := Slices(ctx, node)
+	return pollFor(ctx, 20*time.Second, "republish with a taint after an XID", func(ctx context.Context) (bool, error) {
+		all, err := Slices(ctx, w.node)
 		if err != nil {
 			return false, err
 		}
 		p, _ := completePool(all)
 		return len(Devices(p)["gpu-1"].Taints) > 0, nil
-	}); err != nil {
+	})
+}
+
+// repairDeletedSlice: a slice deleted by someone else comes back (watch, create). The slice
+// controller repairs its pool resourceslice.DefaultSyncDelay (30s) after a foreign change.
+func (w *apiWork) repairDeletedSlice(ctx context.Context) error {
+	err := suite.Client.ResourceV1().ResourceSlices().Delete(ctx, w.pool[0].Name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	victim := pool[0].Name
-	if err := suite.Client.ResourceV1().ResourceSlices().Delete(ctx, victim, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	// The slice controller repairs its pool resourceslice.DefaultSyncDelay (30s) after a change
-	// by someone else.
-	if err := pollFor(ctx, 45*time.Second, "recreate a slice deleted behind the driver's back", func(ctx context.Context) (bool, error) {
-		all, err := Slices(ctx, node)
+	return pollFor(ctx, 45*time.Second, "recreate a slice deleted behind the driver's back", func(ctx context.Context) (bool, error) {
+		all, err := Slices(ctx, w.node)
 		if err != nil {
 			return false, err
 		}
 		p, _ := completePool(all)
 		return len(Devices(p)) == 8, nil
-	}); err != nil {
-		return err
-	}
-	ns := shortName("ns", node)
-	createPodsWithClaims(t, n, ns, []*resourceapi.ResourceClaim{claimSpec("c", "gpu.nvidia.com", "", nil)}, podUsing("p", "c"))
-	pods, err := waitScheduled(ctx, ns, 1, node)
+	})
+}
+
+// prepare: a pod's claim is prepared and unprepared (get resourceclaims).
+func (w *apiWork) prepare(ctx context.Context) error {
+	ns := shortName("ns", w.node)
+	createPodsWithClaims(w.t, w.n, ns, []*resourceapi.ResourceClaim{claimSpec("c", "gpu.nvidia.com", "", nil)}, podUsing("p", "c"))
+	pods, err := waitScheduled(ctx, ns, 1, w.node)
 	if err != nil {
 		return err
 	}
-	if _, err := n.prepare(ctx, pods[0].Claims...); err != nil {
+	if _, err := w.n.prepare(ctx, pods[0].Claims...); err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
-	if err := errors.Join(deletePods(ctx, ns, "p"), n.unprepare(ctx, pods[0].Claims...)); err != nil {
-		return err
-	}
-	// What degrades rather than fails (a forbidden watch makes the informer relist with
-	// backoff) still shows in the driver's log.
-	if log := n.Driver.Proc.Tail(1 << 20); strings.Contains(log, "forbidden") {
-		i := strings.Index(log, "forbidden")
+	return errors.Join(deletePods(ctx, ns, "p"), w.n.unprepare(ctx, pods[0].Claims...))
+}
+
+// noForbiddenCalls: what degrades rather than fails (a forbidden watch makes the informer
+// relist with backoff) still shows in the driver's log.
+func (w *apiWork) noForbiddenCalls(context.Context) error {
+	log := w.n.Driver.Proc.Tail(1 << 20)
+	if i := strings.Index(log, "forbidden"); i >= 0 {
 		return fmt.Errorf("the driver's log reports a forbidden API call: %s", log[max(0, i-300):min(len(log), i+100)])
 	}
 	return nil

@@ -131,14 +131,8 @@ func killAndRestart(t *testing.T, n *TestNode, claims []*resourceapi.ResourceCla
 			done <- fakekubelet.PrepareErrors(resp, err, kc...)
 		}()
 		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond * time.Duration(i+1))
-		n.Driver.Proc.Kill()
+		n.crash(t)
 		t.Logf("pod %s: the prepare in flight during SIGKILL ended with: %v", p.Pod.Name, <-done)
-		if err := n.Driver.Restart(ctx); err != nil {
-			t.Fatalf("restart %d: %v", i+1, err)
-		}
-		if err := n.register(ctx); err != nil {
-			t.Fatal(err)
-		}
 	}
 	for _, p := range scheduled {
 		resp, err := n.prepare(ctx, p.Claims...)
@@ -150,26 +144,55 @@ func killAndRestart(t *testing.T, n *TestNode, claims []*resourceapi.ResourceCla
 				t.Errorf("pod %s: prepare after restarts differs from before (-before +after):\n%s", p.Pod.Name, diff)
 			}
 		}
-		pool, err := WaitForPool(ctx, n.Spec.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := n.checkPrepared(resp, p.Claims, Devices(pool)); err != nil {
-			t.Errorf("pod %s: %v", p.Pod.Name, err)
-		}
+		n.checkPreparedNow(t, resp, p)
 	}
 	if diff := cmp.Diff(claimUIDs(scheduled), n.specClaims(t)); diff != "" {
 		t.Errorf("CDI specs on the node (-prepared claims +spec files):\n%s", diff)
 	}
 	// One more crash between calls, then the pods go away.
-	n.Driver.Proc.Kill()
-	if err := n.Driver.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.register(ctx); err != nil {
-		t.Fatal(err)
-	}
+	n.crash(t)
 	unprepareAll(t, n, ns, scheduled)
+}
+
+// crash kills the driver with SIGKILL, restarts it as kubelet restarts a crashed container,
+// and registers it again.
+func (n *TestNode) crash(t *testing.T) {
+	t.Helper()
+	n.Driver.Proc.Kill()
+	if err := n.Driver.Restart(context.Background()); err != nil {
+		t.Fatalf("restart after SIGKILL: %v", err)
+	}
+	if err := n.register(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkPreparedNow checks a prepare response against the node's current pool.
+func (n *TestNode) checkPreparedNow(t *testing.T, resp *drapbv1.NodePrepareResourcesResponse, p ScheduledPod) {
+	t.Helper()
+	pool, err := WaitForPool(context.Background(), n.Spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.checkPrepared(resp, p.Claims, Devices(pool)); err != nil {
+		t.Errorf("pod %s: %v", p.Pod.Name, err)
+	}
+}
+
+// scheduleByPod creates the claims and pods in a namespace pinned to n and returns the
+// scheduled pods by name.
+func scheduleByPod(t *testing.T, n *TestNode, ns string, claims []*resourceapi.ResourceClaim, pods []*corev1.Pod) map[string]ScheduledPod {
+	t.Helper()
+	createPodsWithClaims(t, n, ns, claims, pods...)
+	scheduled, err := waitScheduled(context.Background(), ns, len(pods), n.Spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPod := map[string]ScheduledPod{}
+	for _, p := range scheduled {
+		byPod[p.Pod.Name] = p
+	}
+	return byPod
 }
 
 // unprepareAll deletes the pods and unprepares each claim once, then checks the node is clean.
@@ -206,15 +229,7 @@ func TestRollingUpdateLosesNothing(t *testing.T) {
 	n := suite.StartNode(t, spec)
 	claims, pods := mixedClaims()
 	const ns = "roll"
-	createPodsWithClaims(t, n, ns, claims, pods...)
-	scheduled, err := waitScheduled(ctx, ns, len(pods), n.Spec.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	byPod := map[string]ScheduledPod{}
-	for _, p := range scheduled {
-		byPod[p.Pod.Name] = p
-	}
+	byPod := scheduleByPod(t, n, ns, claims, pods)
 	old := n.Driver
 	if _, err := n.prepare(ctx, byPod["p-excl"].Claims...); err != nil {
 		t.Fatal(err)
