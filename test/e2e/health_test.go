@@ -54,6 +54,9 @@ func TestXIDTaintsDeviceAndNewPodAvoidsIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if p, err := suite.Client.CoreV1().Pods(ns).Get(ctx, pending, metav1.GetOptions{}); err == nil {
+		t.Logf("pod %s Pending, scheduler: %s", pending, podCondition(p, corev1.PodScheduled).Message)
+	}
 	if used["gpu-2"] {
 		t.Errorf("a pod got the tainted gpu-2: allocated %v", keys(used))
 	}
