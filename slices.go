@@ -6,7 +6,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/gpu"
@@ -146,10 +145,26 @@ func (b *Builder) Devices(inv *gpu.Inventory) ([]resourceapi.Device, error) {
 	return pub.devices, nil
 }
 
-// Build returns the DriverResources for one node's pool (named poolName, usually the node name).
-// Devices are chunked into slices within the API limits; shared counters, when any, come first
-// in slices of their own.
-func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*resourceslice.DriverResources, error) {
+// Pool is what a driver publishes for one node: one pool's slices in publishing order. The
+// kubelet-plugin core (draplugin) publishes it through the kubelet-plugin helper; ResourceSlices
+// turns it into complete objects.
+type Pool struct {
+	// Name is the pool name, usually the node name.
+	Name string
+	// Slices are the pool's slices: shared counters first, in slices of their own, then devices.
+	Slices []Slice
+}
+
+// Slice is the content of one ResourceSlice.
+type Slice struct {
+	Devices        []resourceapi.Device
+	SharedCounters []resourceapi.CounterSet
+}
+
+// Build returns the pool of one node (named poolName, usually the node name). Devices are
+// chunked into slices within the API limits; shared counters, when any, come first in slices
+// of their own.
+func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*Pool, error) {
 	if poolName == "" {
 		return nil, fmt.Errorf("pool name is empty: pass the node name")
 	}
@@ -157,21 +172,21 @@ func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*resourceslice.Dri
 	if err != nil {
 		return nil, err
 	}
-	pool := resourceslice.Pool{}
+	pool := &Pool{Name: poolName}
 	for start := 0; start < len(pub.counterSets); start += resourceapi.ResourceSliceMaxCounterSets {
 		end := min(start+resourceapi.ResourceSliceMaxCounterSets, len(pub.counterSets))
-		pool.Slices = append(pool.Slices, resourceslice.Slice{SharedCounters: pub.counterSets[start:end]})
+		pool.Slices = append(pool.Slices, Slice{SharedCounters: pub.counterSets[start:end]})
 	}
 	limit := b.sliceLimit(pub.devices)
 	for start := 0; start < len(pub.devices); start += limit {
 		end := min(start+limit, len(pub.devices))
-		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: pub.devices[start:end]})
+		pool.Slices = append(pool.Slices, Slice{Devices: pub.devices[start:end]})
 	}
 	if len(pool.Slices) == 0 {
 		// An empty pool is published as one empty slice: "no devices" differs from "no pool".
-		pool.Slices = []resourceslice.Slice{{}}
+		pool.Slices = []Slice{{}}
 	}
-	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{poolName: pool}}, nil
+	return pool, nil
 }
 
 func (b *Builder) sliceLimit(devices []resourceapi.Device) int {

@@ -182,7 +182,7 @@ func (m *Manager) join(ctx context.Context, rec *Record, resource string) bool {
 }
 
 func (m *Manager) acquireComputeMode(ctx context.Context, rec *Record, uuid string, mode ComputeMode) error {
-	resource := "computeMode/" + uuid
+	resource := resourceComputeMode(uuid)
 	if m.join(ctx, rec, resource) {
 		return nil
 	}
@@ -206,7 +206,7 @@ func (m *Manager) acquireComputeMode(ctx context.Context, rec *Record, uuid stri
 }
 
 func (m *Manager) acquireTimeSlice(ctx context.Context, rec *Record, uuid string, value int) error {
-	resource := "timeSlice/" + uuid
+	resource := resourceTimeSlice(uuid)
 	if m.join(ctx, rec, resource) {
 		return nil
 	}
@@ -233,7 +233,7 @@ func (m *Manager) acquireTimeSlice(ctx context.Context, rec *Record, uuid string
 }
 
 func (m *Manager) acquireDaemon(ctx context.Context, rec *Record, spec MPSDaemonSpec) error {
-	resource := "mpsDaemon/" + spec.ID
+	resource := resourceDaemon(spec.ID)
 	if m.join(ctx, rec, resource) {
 		return nil
 	}

@@ -109,3 +109,8 @@ func (r *Record) DeepCopy() *Record {
 	}
 	return out
 }
+
+// The names of the host resources steps hold.
+func resourceComputeMode(uuid string) string { return "computeMode/" + uuid }
+func resourceTimeSlice(uuid string) string   { return "timeSlice/" + uuid }
+func resourceDaemon(id string) string        { return "mpsDaemon/" + id }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -86,15 +87,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	plugin, err := gpudra.NewPlugin(gpudra.PluginConfig{
+	plugin, err := draplugin.New(ctx, draplugin.Config{
 		NodeName: nf.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: *stateDir,
-		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, DynamicMIG: nf.dynamicMIG,
-		SliceOptions: nf.builderOptions(n), Metrics: reg,
+		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, Slices: nf.builderOptions(n), Metrics: reg,
 	})
 	if err != nil {
 		return err
 	}
-	report, err := plugin.Start(ctx, gpudra.StartConfig{KubeClient: client, RegistrarDir: *registrarDir,
+	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client, RegistrarDir: *registrarDir,
 		PluginDir: *pluginDir, RollingUpdatePodUID: types.UID(*podUID)})
 	if err != nil {
 		return err

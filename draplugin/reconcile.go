@@ -1,4 +1,4 @@
-package gpudra
+package draplugin
 
 import (
 	"context"
@@ -26,7 +26,7 @@ const MIGBaselineFile = "mig-baseline.json"
 // ReconcileReport says what Reconcile found and did. Claims are named "namespace/name (uid)".
 type ReconcileReport struct {
 	// Checkpoint is what opening the checkpoint found (corrupt file moved aside, reboot...).
-	Checkpoint checkpoint.LoadReport
+	Checkpoint CheckpointStatus
 	// TempFilesRemoved are leftovers of interrupted CDI spec writes.
 	TempFilesRemoved []string
 	// RolledBack are claims whose prepare was interrupted (PrepareStarted) and was undone.
@@ -58,20 +58,9 @@ func (r *ReconcileReport) String() string {
 		len(r.MIGDestroyed), len(r.MIGBaseline), r.Checkpoint.Corrupt, r.Checkpoint.Rebooted)
 }
 
-type migBaseline struct {
-	BootID    string            `json:"bootID"`
-	Instances []migBaselineItem `json:"instances"`
-}
-
-type migBaselineItem struct {
-	GPUUUID     string `json:"gpuUUID"`
-	GIProfileID int    `json:"giProfileID"`
-	Start       int    `json:"start"`
-}
-
 // Reconcile brings checkpoint, CDI specs and MIG instances back in line after a restart, a
 // crash or a reboot. Call it before serving (Start does); it takes the GPU locks of each claim
-// it repairs, so it is also safe while serving. In order:
+// it repairs. In order:
 //
 //  1. temporary files of interrupted spec writes are removed;
 //  2. claims recorded in an earlier boot lose what a reboot erases: those whose preparation
@@ -92,15 +81,33 @@ type migBaselineItem struct {
 func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	logger := klog.FromContext(ctx).WithName("reconcile")
 	ctx = klog.NewContext(ctx, logger)
-	rep := &ReconcileReport{Checkpoint: p.loadReport}
+	rep := &ReconcileReport{Checkpoint: p.checkpoint}
 	var errs []error
 	if tmp, err := p.writer.CleanTemp(); err != nil {
 		errs = append(errs, fmt.Errorf("remove temporary CDI files: %w", err))
 	} else {
 		rep.TempFilesRemoved = tmp
 	}
+	steps := []func(context.Context, *ReconcileReport) error{
+		p.forgetRebooted, p.restoreSharing, p.finishInterrupted, p.reconcileSpecs,
+	}
+	if p.dynamicMIG() && p.mig != nil {
+		steps = append(steps, p.reconcileMIG)
+	}
+	for _, step := range steps {
+		if err := step(ctx, rep); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	logger.Info("Reconciled node state", "summary", rep.String())
+	return rep, errors.Join(errs...)
+}
 
-	// 2. Claims from an earlier boot.
+func ref(c checkpoint.ClaimState) string { return claimRef(c.Namespace, c.Name, types.UID(c.UID)) }
+
+// forgetRebooted forgets the claims of an earlier boot whose node state the reboot erased.
+func (p *Plugin) forgetRebooted(ctx context.Context, rep *ReconcileReport) error {
+	var errs []error
 	boot := p.store.BootID()
 	for _, c := range p.store.List() {
 		if c.BootID == boot {
@@ -120,10 +127,13 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 			continue
 		}
 		rep.Forgotten = append(rep.Forgotten, ref(c))
-		logger.Info("Forgot claim prepared before a reboot; kubelet prepares it again", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
+		klog.FromContext(ctx).Info("Forgot claim prepared before a reboot; kubelet prepares it again", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
 	}
+	return errors.Join(errs...)
+}
 
-	// 3. Sharing registry.
+// restoreSharing rebuilds the sharing engine's registry from the applied records.
+func (p *Plugin) restoreSharing(_ context.Context, _ *ReconcileReport) error {
 	var records []sharing.Record
 	for _, c := range p.store.List() {
 		if ss, err := sharingOf(c); err == nil && ss != nil && ss.Applied {
@@ -131,29 +141,30 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 		}
 	}
 	if err := p.sharing.Restore(records); err != nil {
-		errs = append(errs, fmt.Errorf("restore sharing registry: %w", err))
+		return fmt.Errorf("restore sharing registry: %w", err)
 	}
+	return nil
+}
 
-	// 4. Interrupted operations.
+// finishInterrupted rolls back interrupted prepares and finishes interrupted unprepares.
+func (p *Plugin) finishInterrupted(ctx context.Context, rep *ReconcileReport) error {
+	var errs []error
 	for _, c := range p.store.List() {
 		if c.Phase == checkpoint.PrepareCompleted {
 			continue
 		}
-		cctx := klog.NewContext(ctx, logger.WithValues("claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID))
+		cctx := klog.NewContext(ctx, klog.FromContext(ctx).WithValues("claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID))
 		unlock := p.lockGPUs(claimGPUs(c))
 		c, ok := p.store.Get(c.UID)
-		if !ok {
-			unlock()
-			continue
-		}
-		switch c.Phase {
-		case checkpoint.PrepareStarted:
+		switch {
+		case !ok:
+		case c.Phase == checkpoint.PrepareStarted:
 			if err := p.rollback(cctx, c, true); err != nil {
 				errs = append(errs, fmt.Errorf("roll back claim %s: %w", ref(c), err))
 			} else {
 				rep.RolledBack = append(rep.RolledBack, ref(c))
 			}
-		case checkpoint.UnprepareStarted:
+		case c.Phase == checkpoint.UnprepareStarted:
 			if err := p.finishUnprepare(cctx, c); err != nil {
 				errs = append(errs, fmt.Errorf("finish unprepare of claim %s: %w", ref(c), err))
 			} else {
@@ -162,12 +173,18 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 		}
 		unlock()
 	}
+	return errors.Join(errs...)
+}
 
-	// 5. Missing specs.
+// reconcileSpecs writes the missing specs of prepared claims and removes the specs of claims
+// the checkpoint does not hold.
+func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error {
+	logger := klog.FromContext(ctx)
 	have, err := p.writer.List()
 	if err != nil {
-		errs = append(errs, fmt.Errorf("list CDI specs: %w", err))
+		return fmt.Errorf("list CDI specs: %w", err)
 	}
+	var errs []error
 	var keep []string
 	for _, c := range p.store.List() {
 		keep = append(keep, c.UID)
@@ -175,7 +192,7 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 			continue
 		}
 		rep.Prepared++
-		if err != nil || slices.Contains(have, c.UID) {
+		if slices.Contains(have, c.UID) {
 			continue
 		}
 		if werr := p.rewriteSpec(c); werr != nil {
@@ -185,39 +202,15 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 		rep.SpecsRewritten = append(rep.SpecsRewritten, ref(c))
 		logger.Info("Rewrote missing CDI spec", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
 	}
-
-	// 6. Orphan specs.
-	if err == nil {
-		pruned, perr := p.writer.Prune(keep)
-		rep.SpecsPruned = pruned
-		if perr != nil {
-			errs = append(errs, fmt.Errorf("remove orphan CDI specs: %w", perr))
-		}
-		for _, uid := range pruned {
-			logger.Info("Removed orphan CDI spec", "claimUID", uid)
-		}
+	pruned, perr := p.writer.Prune(keep)
+	rep.SpecsPruned = pruned
+	if perr != nil {
+		errs = append(errs, fmt.Errorf("remove orphan CDI specs: %w", perr))
 	}
-
-	// 7. Unowned MIG instances.
-	if p.dynamicMIG && p.mig != nil {
-		if err := p.reconcileMIG(ctx, rep); err != nil {
-			errs = append(errs, err)
-		}
+	for _, uid := range pruned {
+		logger.Info("Removed orphan CDI spec", "claimUID", uid)
 	}
-	logger.Info("Reconciled node state", "summary", rep.String())
-	return rep, errors.Join(errs...)
-}
-
-func ref(c checkpoint.ClaimState) string { return claimRef(c.Namespace, c.Name, types.UID(c.UID)) }
-
-func claimGPUs(c checkpoint.ClaimState) []string {
-	out := make([]string, 0, len(c.Devices))
-	for _, d := range c.Devices {
-		if d.GPUUUID != "" {
-			out = append(out, d.GPUUUID)
-		}
-	}
-	return out
+	return errors.Join(errs...)
 }
 
 // rewriteSpec writes the CDI spec of a prepared claim again from its checkpoint entry. The
@@ -233,23 +226,21 @@ func (p *Plugin) rewriteSpec(c checkpoint.ClaimState) error {
 	}
 	cds := cdi.ClaimDevices{ClaimUID: c.UID}
 	for _, d := range c.Devices {
-		g, ok := p.gpusByUUID[d.GPUUUID]
-		if !ok {
-			gg, err := p.gpuForDevice(d.Device)
-			if err != nil {
-				return fmt.Errorf("device %s: %w", d.Device, err)
-			}
-			g = gg
+		pub, published := p.devices.lookup(d.Device)
+		g, ok := p.devices.gpus[d.GPUUUID]
+		if !ok && published {
+			g, ok = pub.GPU, true
 		}
-		cd := cdi.Device{Name: d.Device, GPUMinor: g.Minor, UUID: g.UUID}
+		if !ok {
+			return fmt.Errorf("device %s: GPU %s is not on this node", d.Device, d.GPUUUID)
+		}
+		cd := cdi.Device{Name: d.Device, GPUMinor: g.Minor, UUID: g.UUID, Edits: editsFor(rec, d)}
 		switch {
-		case p.static[d.Device] != nil:
-			m := p.static[d.Device]
-			cd.MIG, cd.UUID = &cdi.MIGDevice{GI: m.GIID, CI: m.CIID}, m.UUID
+		case published && pub.MIG != nil:
+			cd.MIG, cd.UUID = &cdi.MIGDevice{GI: pub.MIG.GIID, CI: pub.MIG.CIID}, pub.MIG.UUID
 		case d.MIG != nil:
 			cd.MIG, cd.UUID = &cdi.MIGDevice{GI: d.MIG.GIID, CI: d.MIG.CIID}, d.MIG.UUID
 		}
-		cd.Edits = editsFor(rec, d)
 		cds.Devices = append(cds.Devices, cd)
 	}
 	spec, err := p.gen.Generate(cds)
@@ -265,48 +256,35 @@ func (p *Plugin) rewriteSpec(c checkpoint.ClaimState) error {
 	return err
 }
 
+type migBaseline struct {
+	BootID    string            `json:"bootID"`
+	Instances []migBaselineItem `json:"instances"`
+}
+
+type migBaselineItem struct {
+	GPUUUID     string `json:"gpuUUID"`
+	GIProfileID int    `json:"giProfileID"`
+	Start       int    `json:"start"`
+}
+
 func instanceName(gpuUUID, profile string, start int) string {
 	return fmt.Sprintf("%s %s@%d", gpuUUID, profile, start)
 }
 
 // reconcileMIG destroys MIG instances that no claim records and that are not in the baseline.
 func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
-	logger := klog.FromContext(ctx)
-	type key struct {
-		gpu   string
-		start int
-	}
-	referenced := map[key]bool{}
-	for _, c := range p.store.List() {
-		for _, d := range c.Devices {
-			if d.MIG != nil {
-				referenced[key{d.MIG.ParentUUID, d.MIG.Placement.Start}] = true
-			}
-		}
-	}
-	path := filepath.Join(p.stateDir, MIGBaselineFile)
-	var base migBaseline
-	fresh := true
-	if b, err := os.ReadFile(path); err == nil {
-		if json.Unmarshal(b, &base) == nil && base.BootID == p.store.BootID() {
-			fresh = false
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	if fresh {
-		base = migBaseline{BootID: p.store.BootID()}
+	base, fresh, err := p.loadBaseline()
+	if err != nil {
+		return err
 	}
 	inBase := map[migBaselineItem]bool{}
 	for _, it := range base.Instances {
 		inBase[it] = true
 	}
+	referenced := p.referencedPlacements()
 	var errs []error
 	for _, g := range p.inv.GPUs {
-		if !g.MIGCapable {
-			continue
-		}
-		if _, err := p.migLookup(g.ProductName); err != nil {
+		if !p.devices.partitioned[g.UUID] {
 			continue // published statically: its instances are not ours
 		}
 		unlock := p.lockGPUs([]string{g.UUID})
@@ -317,7 +295,7 @@ func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
 			continue
 		}
 		for _, in := range insts {
-			if referenced[key{g.UUID, in.Placement.Start}] {
+			if referenced[placementKey{g.UUID, in.Placement.Start}] {
 				continue
 			}
 			item := migBaselineItem{GPUUUID: g.UUID, GIProfileID: in.GIProfileID, Start: in.Placement.Start}
@@ -334,18 +312,57 @@ func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
 				continue
 			}
 			rep.MIGDestroyed = append(rep.MIGDestroyed, name)
-			logger.Info("Destroyed MIG instance no claim owns", "gpu", g.UUID, "profile", in.Profile, "placement", in.Placement.Start)
+			klog.FromContext(ctx).Info("Destroyed MIG instance no claim owns", "gpu", g.UUID, "profile", in.Profile, "placement", in.Placement.Start)
 		}
 		unlock()
 	}
 	if fresh {
-		b, err := json.Marshal(base)
-		if err == nil {
-			err = atomicfile.Write(path, b, checkpoint.FileMode)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("write %s: %w", path, err))
-		}
+		errs = append(errs, p.saveBaseline(base))
 	}
 	return errors.Join(errs...)
+}
+
+type placementKey struct {
+	gpu   string
+	start int
+}
+
+// referencedPlacements are the MIG placements some claim records.
+func (p *Plugin) referencedPlacements() map[placementKey]bool {
+	referenced := map[placementKey]bool{}
+	for _, c := range p.store.List() {
+		for _, d := range c.Devices {
+			if d.MIG != nil {
+				referenced[placementKey{d.MIG.ParentUUID, d.MIG.Placement.Start}] = true
+			}
+		}
+	}
+	return referenced
+}
+
+// loadBaseline reads the baseline of this boot; fresh says there is none yet.
+func (p *Plugin) loadBaseline() (base migBaseline, fresh bool, err error) {
+	path := filepath.Join(p.stateDir, MIGBaselineFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if json.Unmarshal(b, &base) == nil && base.BootID == p.store.BootID() {
+			return base, false, nil
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return base, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	return migBaseline{BootID: p.store.BootID()}, true, nil
+}
+
+func (p *Plugin) saveBaseline(base migBaseline) error {
+	path := filepath.Join(p.stateDir, MIGBaselineFile)
+	b, err := json.Marshal(base)
+	if err == nil {
+		err = atomicfile.Write(path, b, checkpoint.FileMode)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }

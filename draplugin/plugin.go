@@ -1,0 +1,312 @@
+package draplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/sharing"
+)
+
+// Plugin is a crash-safe kubelet DRA plugin for NVIDIA GPUs: it implements
+// kubeletplugin.DRAPlugin. Prepare and unprepare are idempotent, serialized per physical GPU
+// (claims on different GPUs run in parallel), recorded in a checkpoint before and after every
+// side effect, and undone exactly on failure; Reconcile repairs what a crash or a reboot left.
+// Health events become device taints and health reports. Build one with New and run it with
+// Start.
+type Plugin struct {
+	driverName string
+	nodeName   string
+	lib        nvml.Interface
+	inv        *gpu.Inventory
+	store      *checkpoint.Store
+	checkpoint CheckpointStatus
+	stateDir   string
+	gen        *cdi.Generator
+	writer     *cdi.Writer
+	sharing    SharingEngine
+	mig        MIGController
+	builder    *gpudra.Builder
+	hooks      Hooks
+	now        func() time.Time
+	metrics    *metrics
+	health     *health
+	devices    *deviceIndex
+
+	locksMu sync.Mutex
+	locks   map[string]*sync.Mutex
+
+	helperMu sync.Mutex
+	helper   *kubeletplugin.Helper
+}
+
+var _ kubeletplugin.DRAPlugin = (*Plugin)(nil)
+
+// New builds a plugin from cfg and opens its checkpoint. It does not touch hardware or files
+// beyond the checkpoint: call Reconcile (Start does) before serving.
+func New(ctx context.Context, cfg Config) (*Plugin, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	inv, err := cfg.inventory(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("enumerate GPUs: %w", err)
+	}
+	p := &Plugin{
+		nodeName: cfg.NodeName, lib: cfg.NVML, inv: inv, stateDir: cfg.StateDir,
+		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
+		hooks: cfg.Hooks, now: cfg.Now, locks: map[string]*sync.Mutex{},
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	// The health taints need the device index, which needs the builder: build it once without
+	// them to learn the driver name and devices, then with them.
+	p.driverName = gpudra.NewBuilder(cfg.Slices...).DriverName()
+	p.health = newHealth(cfg.Health, p.driverName, p.now)
+	p.builder = gpudra.NewBuilder(append(slices.Clone(cfg.Slices), gpudra.WithDeviceTaints(p.health.taints))...)
+	if p.devices, err = newDeviceIndex(p.builder, inv); err != nil {
+		return nil, err
+	}
+	p.health.attach(p.devices, p.onHealthChange)
+	if p.sharing == nil {
+		p.sharing = sharing.NewManager(sharing.WithDriverName(p.driverName))
+	}
+	if lookup := p.builder.DynamicMIG(); p.mig == nil && cfg.NVML != nil && lookup != nil {
+		p.mig = NewNVMLMIGController(cfg.NVML, lookup)
+	}
+	if err := p.openCheckpoint(ctx, cfg.BootIDPath); err != nil {
+		return nil, err
+	}
+	p.metrics = newMetrics(cfg.Metrics, p.counts, p.health.count)
+	return p, nil
+}
+
+func (p *Plugin) openCheckpoint(ctx context.Context, bootIDPath string) error {
+	opts := []checkpoint.Option{checkpoint.WithLogger(klog.FromContext(ctx)), checkpoint.WithClock(p.now)}
+	if bootIDPath != "" {
+		opts = append(opts, checkpoint.WithBootIDPath(bootIDPath))
+	}
+	store, rep, err := checkpoint.Open(p.stateDir, opts...)
+	if err != nil {
+		return fmt.Errorf("open checkpoint: %w", err)
+	}
+	p.store = store
+	p.checkpoint = CheckpointStatus{Path: rep.Path, Fresh: rep.Fresh, Corrupt: rep.Corrupt, MovedTo: rep.MovedTo,
+		Migrated: rep.Migrated, Rebooted: rep.Rebooted, BootID: rep.BootID}
+	if rep.Reason != nil {
+		p.checkpoint.Reason = rep.Reason.Error()
+	}
+	return nil
+}
+
+// dynamicMIG reports whether MIG-capable GPUs are published as dynamic partitions.
+func (p *Plugin) dynamicMIG() bool { return p.builder.DynamicMIG() != nil }
+
+// DriverName returns the DRA driver name the plugin serves.
+func (p *Plugin) DriverName() string { return p.driverName }
+
+// Inventory returns the GPUs the plugin manages, as enumerated at construction.
+func (p *Plugin) Inventory() *gpu.Inventory { return p.inv }
+
+// Resources returns the pool the plugin publishes now: the inventory's devices, with health
+// taints.
+func (p *Plugin) Resources() (*gpudra.Pool, error) {
+	return p.builder.Build(p.nodeName, p.inv)
+}
+
+// driverResources is a pool as the kubelet-plugin helper publishes it.
+func driverResources(pool *gpudra.Pool) resourceslice.DriverResources {
+	slices := make([]resourceslice.Slice, 0, len(pool.Slices))
+	for _, s := range pool.Slices {
+		slices = append(slices, resourceslice.Slice{Devices: s.Devices, SharedCounters: s.SharedCounters})
+	}
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{pool.Name: {Slices: slices}}}
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin. Claims are prepared concurrently;
+// each gets its own result, so one failing claim does not fail the others.
+func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, claim := range claims {
+		wg.Go(func() {
+			res := p.prepareClaim(ctx, claim)
+			mu.Lock()
+			out[claim.UID] = res
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown claims succeed.
+func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := make(map[types.UID]error, len(claims))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, claim := range claims {
+		wg.Go(func() {
+			err := p.unprepareClaim(ctx, claim)
+			mu.Lock()
+			out[claim.UID] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin: background errors of the kubelet-plugin
+// helper (ResourceSlice publishing, health streams) are logged; they are all retried by the
+// helper or by the next event.
+func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
+	logger := klog.FromContext(ctx)
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		logger.Info("Recoverable kubelet-plugin error", "msg", msg, "err", err)
+		return
+	}
+	logger.Error(err, msg)
+}
+
+// Start reconciles the node (Reconcile), starts the kubelet plugin's gRPC servers
+// (kubeletplugin.Start with Serialize(false): the plugin locks per physical GPU itself),
+// publishes the ResourceSlices, and starts the health monitor. It returns once the plugin
+// serves; Stop (or cancelling ctx for the background work) ends it.
+func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, error) {
+	if sc.KubeClient == nil {
+		return nil, errors.New("start plugin: KubeClient is required")
+	}
+	report, err := p.Reconcile(ctx)
+	if err != nil {
+		// A partial reconciliation is logged and retried by the next start; serving the
+		// claims that are fine beats a crash loop.
+		klog.FromContext(ctx).Error(err, "Reconciliation at start left work undone")
+	}
+	helper, err := kubeletplugin.Start(ctx, p, p.helperOptions(sc)...)
+	if err != nil {
+		return report, fmt.Errorf("start kubelet plugin %s: %w", p.driverName, err)
+	}
+	p.helperMu.Lock()
+	p.helper = helper
+	p.helperMu.Unlock()
+	if !sc.NoPublish {
+		if err := p.Publish(ctx); err != nil {
+			helper.Stop()
+			return report, err
+		}
+	}
+	if !sc.NoHealthMonitor && p.lib != nil && !p.health.cfg.Disabled {
+		p.health.startMonitor(ctx, p.lib, p.inv)
+	}
+	return report, nil
+}
+
+func (p *Plugin) helperOptions(sc StartConfig) []kubeletplugin.Option {
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(p.driverName),
+		kubeletplugin.NodeName(p.nodeName),
+		kubeletplugin.KubeClient(sc.KubeClient),
+		kubeletplugin.Serialize(false),
+	}
+	if sc.RegistrarDir != "" {
+		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(sc.RegistrarDir))
+	}
+	if sc.PluginDir != "" {
+		opts = append(opts, kubeletplugin.PluginDataDirectoryPath(sc.PluginDir))
+	}
+	if sc.RollingUpdatePodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(sc.RollingUpdatePodUID))
+	}
+	return append(opts, sc.Options...)
+}
+
+// Publish (re)publishes the plugin's ResourceSlices through the kubelet-plugin helper, with
+// the current health taints. It is called by Start and whenever health changes.
+func (p *Plugin) Publish(ctx context.Context) error {
+	helper := p.Helper()
+	if helper == nil {
+		return nil
+	}
+	res, err := p.Resources()
+	if err != nil {
+		return fmt.Errorf("build ResourceSlices: %w", err)
+	}
+	if err := helper.PublishResources(ctx, driverResources(res)); err != nil {
+		return fmt.Errorf("publish ResourceSlices: %w", err)
+	}
+	return nil
+}
+
+// Helper returns the kubelet-plugin helper once Start succeeded, nil before.
+func (p *Plugin) Helper() *kubeletplugin.Helper {
+	p.helperMu.Lock()
+	defer p.helperMu.Unlock()
+	return p.helper
+}
+
+// Stop stops the gRPC servers and the health monitor. Prepared claims stay prepared.
+func (p *Plugin) Stop() {
+	p.health.stop()
+	p.helperMu.Lock()
+	helper := p.helper
+	p.helper = nil
+	p.helperMu.Unlock()
+	if helper != nil {
+		helper.Stop()
+	}
+}
+
+// lockGPUs takes the locks of the given physical GPUs in sorted order and returns the unlock.
+func (p *Plugin) lockGPUs(uuids []string) func() {
+	uuids = slices.Clone(uuids)
+	slices.Sort(uuids)
+	uuids = slices.Compact(uuids)
+	ms := make([]*sync.Mutex, 0, len(uuids))
+	p.locksMu.Lock()
+	for _, u := range uuids {
+		m := p.locks[u]
+		if m == nil {
+			m = &sync.Mutex{}
+			p.locks[u] = m
+		}
+		ms = append(ms, m)
+	}
+	p.locksMu.Unlock()
+	for _, m := range ms {
+		m.Lock()
+	}
+	return func() {
+		for i := len(ms) - 1; i >= 0; i-- {
+			ms[i].Unlock()
+		}
+	}
+}
+
+// crashPoint reports a crash point to the test hook.
+func (p *Plugin) crashPoint(point CrashPoint, uid types.UID) error {
+	if p.hooks.AfterStep == nil {
+		return nil
+	}
+	if err := p.hooks.AfterStep(point, uid); err != nil {
+		return &crashError{err}
+	}
+	return nil
+}
+
