@@ -71,7 +71,9 @@ func (m *metrics) observe(op Op, d time.Duration, err error) {
 	h.WithLabelValues(result).Observe(d.Seconds())
 }
 
-func (m *metrics) stepError(op Op, step Step) { m.errors.WithLabelValues(string(op), string(step)).Inc() }
+func (m *metrics) stepError(op Op, step Step) {
+	m.errors.WithLabelValues(string(op), string(step)).Inc()
+}
 
 // counts returns the prepared claims and the MIG instances the plugin created, from the
 // checkpoint; the gauges compute them when scraped.

@@ -309,4 +309,3 @@ func (p *Plugin) crashPoint(point CrashPoint, uid types.UID) error {
 	}
 	return nil
 }
-
