@@ -236,13 +236,13 @@ func TestGeneratorOptions(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		opts []cdi.Option
+		opts []cdi.GeneratorOption
 		want string
 	}{
-		{"relative hook", []cdi.Option{cdi.WithHooks(cdi.Hooks{Path: "nvidia-cdi-hook"})}, `hook path "nvidia-cdi-hook" must be an absolute host path`},
-		{"relative ldconfig", []cdi.Option{cdi.WithHooks(cdi.Hooks{Path: "/usr/bin/nvidia-cdi-hook", LdconfigPath: "ldconfig"})}, `ldconfig path "ldconfig" must be absolute`},
-		{"bad vendor", []cdi.Option{cdi.WithKind("-bad", "claim")}, `CDI vendor "-bad"`},
-		{"bad class", []cdi.Option{cdi.WithKind("example.com", "a/b")}, `CDI class "a/b"`},
+		{"relative hook", []cdi.GeneratorOption{cdi.WithHooks(cdi.Hooks{Path: "nvidia-cdi-hook"})}, `hook path "nvidia-cdi-hook" must be an absolute host path`},
+		{"relative ldconfig", []cdi.GeneratorOption{cdi.WithHooks(cdi.Hooks{Path: "/usr/bin/nvidia-cdi-hook", LdconfigPath: "ldconfig"})}, `ldconfig path "ldconfig" must be absolute`},
+		{"bad vendor", []cdi.GeneratorOption{cdi.WithKind("-bad", "claim")}, `CDI vendor "-bad"`},
+		{"bad class", []cdi.GeneratorOption{cdi.WithKind("example.com", "a/b")}, `CDI class "a/b"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := cdi.NewGenerator(inst, tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -314,11 +314,11 @@ func TestHostRoot(t *testing.T) {
 
 	for _, tc := range []struct {
 		root string
-		opts []cdi.RootOption
+		opts []cdi.HostRootOption
 		want string
 	}{
 		{"relative", nil, `driver root "relative": must be an absolute path`},
-		{driver, []cdi.RootOption{cdi.WithHostDevRoot("dev")}, `host dev root "dev"`},
+		{driver, []cdi.HostRootOption{cdi.WithHostDevRoot("dev")}, `host dev root "dev"`},
 		{filepath.Join(driver, "missing"), nil, "driver root: stat"},
 		{"/proc/devices", nil, "not a directory"},
 	} {

@@ -85,37 +85,26 @@ type Hooks struct {
 	LdconfigPath string
 }
 
-// Option configures a Generator; see WithKind, WithHooks, WithVisibleDevicesVoid.
-type Option interface{ applyGenerator(*Generator) }
+// GeneratorOption configures NewGenerator.
+type GeneratorOption func(*Generator)
 
-// WriterOption configures a Writer; see WithKind, WithSpecDir.
-type WriterOption interface{ applyWriter(*Writer) }
-
-// KindOption sets the CDI vendor and class; it configures both Generator and Writer, which must
-// agree.
-type KindOption struct{ vendor, class string }
-
-// WithKind sets the CDI vendor and class (defaults DefaultVendor and DefaultClass).
-func WithKind(vendor, class string) KindOption { return KindOption{vendor, class} }
-
-func (o KindOption) applyGenerator(g *Generator) { g.vendor, g.class = o.vendor, o.class }
-func (o KindOption) applyWriter(w *Writer)       { w.vendor, w.class = o.vendor, o.class }
-
-type generatorOption func(*Generator)
-
-func (f generatorOption) applyGenerator(g *Generator) { f(g) }
+// WithKind sets the CDI vendor and class of the specs (defaults DefaultVendor and
+// DefaultClass). The Writer that stores them needs the same kind (WithWriterKind).
+func WithKind(vendor, class string) GeneratorOption {
+	return func(g *Generator) { g.vendor, g.class = vendor, class }
+}
 
 // WithHooks adds nvidia-cdi-hook hooks to every spec. Without it specs have no hooks.
-func WithHooks(h Hooks) Option { return generatorOption(func(g *Generator) { g.hooks = &h }) }
+func WithHooks(h Hooks) GeneratorOption { return func(g *Generator) { g.hooks = &h } }
 
 // WithVisibleDevicesVoid chooses whether specs set VisibleDevicesVoid (default true).
-func WithVisibleDevicesVoid(enabled bool) Option {
-	return generatorOption(func(g *Generator) { g.void = enabled })
+func WithVisibleDevicesVoid(enabled bool) GeneratorOption {
+	return func(g *Generator) { g.void = enabled }
 }
 
 // WithoutDriverFiles leaves library, binary and firmware mounts out of the specs, for runtimes
 // that get the driver files another way. Device nodes are still added.
-func WithoutDriverFiles() Option { return generatorOption(func(g *Generator) { g.noFiles = true }) }
+func WithoutDriverFiles() GeneratorOption { return func(g *Generator) { g.noFiles = true } }
 
 // Generator turns ClaimDevices into CDI specs. It is immutable and safe for concurrent use.
 type Generator struct {
@@ -127,13 +116,13 @@ type Generator struct {
 }
 
 // NewGenerator returns a Generator for the driver installation inst.
-func NewGenerator(inst *Installation, opts ...Option) (*Generator, error) {
+func NewGenerator(inst *Installation, opts ...GeneratorOption) (*Generator, error) {
 	if inst == nil {
 		return nil, errors.New("cdi generator: nil Installation (use Discover)")
 	}
 	g := &Generator{inst: inst, vendor: DefaultVendor, class: DefaultClass, void: true}
 	for _, o := range opts {
-		o.applyGenerator(g)
+		o(g)
 	}
 	if err := validateKind(g.vendor, g.class); err != nil {
 		return nil, fmt.Errorf("cdi generator: %w", err)

@@ -3,6 +3,7 @@ package draplugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -146,6 +147,9 @@ func (c *Config) validate() error {
 		return errors.New("plugin config: CDIGenerator and CDIWriter are required")
 	case c.NVML == nil && c.Inventory == nil:
 		return errors.New("plugin config: NVML or Inventory is required")
+	case c.CDIGenerator.Kind() != c.CDIWriter.Kind():
+		return fmt.Errorf("plugin config: the CDI generator makes specs of kind %s but the writer stores kind %s (cdi.WithKind and cdi.WithWriterKind must agree)",
+			c.CDIGenerator.Kind(), c.CDIWriter.Kind())
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 	p.health.attach(p.devices, p.onHealthChange)
 	if p.sharing == nil {
-		p.sharing = sharing.NewManager(sharing.WithDriverName(p.driverName))
+		p.sharing = sharing.NewManager(p.driverName)
 	}
 	if lookup := p.builder.DynamicMIG(); p.mig == nil && cfg.NVML != nil && lookup != nil {
 		p.mig = NewNVMLMIGController(cfg.NVML, lookup)

@@ -33,10 +33,6 @@ type Manager struct {
 // Option configures NewManager.
 type Option func(*Manager)
 
-// WithDriverName sets the driver whose configs and devices the manager handles
-// (default DefaultDriverName).
-func WithDriverName(name string) Option { return func(m *Manager) { m.driver = name } }
-
 // WithMPSRoot sets the host directory under which each MPS daemon gets <id>/{pipe,log,shm}
 // (default /var/lib/kubelet/plugins/<driver>/mps).
 func WithMPSRoot(dir string) Option { return func(m *Manager) { m.mpsRoot = dir } }
@@ -53,10 +49,11 @@ func WithMPSDaemons(d MPSDaemons) Option { return func(m *Manager) { m.daemons =
 // WithDecoder sets the config decoder (default v1beta1.NewDecoder()).
 func WithDecoder(d *v1beta1.Decoder) Option { return func(m *Manager) { m.decoder = d } }
 
-// NewManager returns a manager with an empty registry. Host interfaces that are not given
-// make Prepare fail for the strategies that need them, with an error naming the option.
-func NewManager(opts ...Option) *Manager {
-	m := &Manager{driver: DefaultDriverName, registry: NewRegistry()}
+// NewManager returns a manager for the devices and opaque configs of the DRA driver named
+// driverName, with an empty registry. Host interfaces that are not given make Prepare fail for
+// the strategies that need them, with an error naming the option.
+func NewManager(driverName string, opts ...Option) *Manager {
+	m := &Manager{driver: driverName, registry: NewRegistry()}
 	for _, o := range opts {
 		o(m)
 	}

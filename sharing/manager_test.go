@@ -435,7 +435,7 @@ func TestPlanErrors(t *testing.T) {
 }
 
 func TestMissingHostInterfaces(t *testing.T) {
-	m := sharing.NewManager()
+	m := sharing.NewManager("gpu.nvidia.com")
 	_, err := m.Prepare(ctxFor(t), newClaim("u", results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")), lookup)
 	if err == nil || !strings.Contains(err.Error(), "WithComputeModeSetter") {
 		t.Fatalf("Prepare without host = %v, want an error naming WithComputeModeSetter", err)

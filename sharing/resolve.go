@@ -10,10 +10,6 @@ import (
 	"github.com/gpudra/gpudra/sharing/v1beta1"
 )
 
-// DefaultDriverName is the DRA driver name whose opaque configs and allocation results this
-// package handles unless WithDriverName says otherwise.
-const DefaultDriverName = "gpu.nvidia.com"
-
 // DeviceConfig is the effective configuration of one allocated device of a claim.
 type DeviceConfig struct {
 	// Request is the allocation result's request name ("req" or "req/sub").

@@ -172,7 +172,7 @@ func (n *Node) Config() (draplugin.Config, error) {
 		return draplugin.Config{}, err
 	}
 	driver := gpudra.NewBuilder(n.Slices...).DriverName()
-	mgr := sharing.NewManager(sharing.WithDriverName(driver), sharing.WithTimeSlicer(n.Host),
+	mgr := sharing.NewManager(driver, sharing.WithTimeSlicer(n.Host),
 		sharing.WithComputeModeSetter(n.Host), sharing.WithMPSDaemons(n.Host), sharing.WithMPSRoot(n.MPSDir))
 	return draplugin.Config{
 		NodeName: n.Name, Slices: slices.Clone(n.Slices), NVML: n.Machine, StateDir: n.StateDir,

@@ -118,7 +118,7 @@ func newDemo(ctx context.Context, nf *nodeFlags, dir string) (*demo, error) {
 	}
 	// Host actions (time slices, compute mode, MPS daemons) are recorded by an in-memory host.
 	d.host = sharingtest.NewFakeHost(uuids...)
-	mgr := sharing.NewManager(sharing.WithTimeSlicer(d.host), sharing.WithComputeModeSetter(d.host),
+	mgr := sharing.NewManager(gpudra.DefaultDriverName, sharing.WithTimeSlicer(d.host), sharing.WithComputeModeSetter(d.host),
 		sharing.WithMPSDaemons(d.host), sharing.WithMPSRoot(filepath.Join(dir, "mps")))
 	bootID := filepath.Join(dir, "boot_id")
 	if err := os.WriteFile(bootID, []byte("demo\n"), 0o600); err != nil {

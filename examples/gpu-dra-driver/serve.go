@@ -79,7 +79,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	mgr := sharing.NewManager(
+	mgr := sharing.NewManager(gpudra.DefaultDriverName,
 		sharing.WithTimeSlicer(sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRoot(*driverRoot)))),
 		sharing.WithComputeModeSetter(sharing.NewNVMLComputeMode(n.nvml)),
 		sharing.WithMPSDaemons(sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRoot(*driverRoot)))),
