@@ -52,6 +52,8 @@ type HostRoot struct {
 	hostDriverRoot, hostDevRoot   string
 }
 
+var _ DriverRoot = (*HostRoot)(nil)
+
 // HostRootOption configures NewHostRoot.
 type HostRootOption func(*HostRoot)
 

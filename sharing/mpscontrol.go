@@ -28,6 +28,8 @@ type MPSControl struct {
 	poll         time.Duration
 }
 
+var _ MPSDaemons = (*MPSControl)(nil)
+
 // MPSControlOption configures NewMPSControl.
 type MPSControlOption func(*MPSControl)
 

@@ -30,6 +30,8 @@ type EventSet struct {
 	closed chan struct{}
 }
 
+var _ nvml.EventSet = (*EventSet)(nil)
+
 type queuedEvent struct {
 	data nvml.EventData
 	ret  nvml.Return
