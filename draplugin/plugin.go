@@ -141,36 +141,31 @@ func driverResources(pool *gpudra.Pool) resourceslice.DriverResources {
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin. Claims are prepared concurrently;
 // each gets its own result, so one failing claim does not fail the others.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, claim := range claims {
-		wg.Go(func() {
-			res := p.prepareClaim(ctx, claim)
-			mu.Lock()
-			out[claim.UID] = res
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return out, nil
+	return concurrently(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
+		func(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult { return p.prepareClaim(ctx, c) }), nil
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown claims succeed.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	out := make(map[types.UID]error, len(claims))
+	return concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
+		func(c kubeletplugin.NamespacedObject) error { return p.unprepareClaim(ctx, c) }), nil
+}
+
+// concurrently runs do for every item in its own goroutine and collects the results by key.
+func concurrently[T any, R any](items []T, key func(T) types.UID, do func(T) R) map[types.UID]R {
+	out := make(map[types.UID]R, len(items))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, claim := range claims {
+	for _, it := range items {
 		wg.Go(func() {
-			err := p.unprepareClaim(ctx, claim)
+			r := do(it)
 			mu.Lock()
-			out[claim.UID] = err
+			out[key(it)] = r
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	return out, nil
+	return out
 }
 
 // HandleError implements kubeletplugin.DRAPlugin: background errors of the kubelet-plugin
