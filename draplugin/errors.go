@@ -21,6 +21,7 @@ type Step string
 // The steps that can fail.
 const (
 	StepValidate     Step = "validate claim"
+	StepLock         Step = "lock GPUs"
 	StepCheckpoint   Step = "checkpoint"
 	StepResolve      Step = "resolve device"
 	StepPlanSharing  Step = "resolve sharing config"

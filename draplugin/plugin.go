@@ -47,8 +47,7 @@ type Plugin struct {
 	health     *health
 	devices    *deviceIndex
 
-	locksMu sync.Mutex
-	locks   map[string]*sync.Mutex
+	locks *gpuLocks
 
 	helperMu sync.Mutex
 	helper   *kubeletplugin.Helper
@@ -69,7 +68,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	p := &Plugin{
 		nodeName: cfg.NodeName, lib: cfg.NVML, inv: inv, stateDir: cfg.StateDir,
 		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
-		hooks: cfg.Hooks, now: cfg.Now, locks: map[string]*sync.Mutex{},
+		hooks: cfg.Hooks, now: cfg.Now,
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -88,6 +87,9 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 	if lookup := p.builder.DynamicMIG(); p.mig == nil && cfg.NVML != nil && lookup != nil {
 		p.mig = NewNVMLMIGController(cfg.NVML, lookup)
+	}
+	if p.locks, err = newGPULocks(p.stateDir); err != nil {
+		return nil, err
 	}
 	if err := p.openCheckpoint(ctx, cfg.BootIDPath); err != nil {
 		return nil, err
@@ -268,30 +270,25 @@ func (p *Plugin) Stop() {
 	}
 }
 
-// lockGPUs takes the locks of the given physical GPUs in sorted order and returns the unlock.
-func (p *Plugin) lockGPUs(uuids []string) func() {
-	uuids = slices.Clone(uuids)
-	slices.Sort(uuids)
-	uuids = slices.Compact(uuids)
-	ms := make([]*sync.Mutex, 0, len(uuids))
-	p.locksMu.Lock()
-	for _, u := range uuids {
-		m := p.locks[u]
-		if m == nil {
-			m = &sync.Mutex{}
-			p.locks[u] = m
-		}
-		ms = append(ms, m)
+// lockGPUs takes the locks of the given physical GPUs (in this process and across processes)
+// and re-reads the checkpoint, which another process may have changed while it did not hold
+// them. It returns the unlock.
+func (p *Plugin) lockGPUs(uuids []string) (func(), error) {
+	unlock, err := p.locks.lock(uuids)
+	if err != nil {
+		return nil, err
 	}
-	p.locksMu.Unlock()
-	for _, m := range ms {
-		m.Lock()
+	if err := p.store.Refresh(); err != nil {
+		unlock()
+		return nil, err
 	}
-	return func() {
-		for i := len(ms) - 1; i >= 0; i-- {
-			ms[i].Unlock()
-		}
-	}
+	return unlock, nil
+}
+
+// Close releases the plugin's checkpoint and lock files. Call it after Stop when the plugin is
+// not used any more; a process that exits need not.
+func (p *Plugin) Close() error {
+	return errors.Join(p.store.Close(), p.locks.close())
 }
 
 // crashPoint reports a crash point to the test hook.

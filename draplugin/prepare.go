@@ -60,7 +60,10 @@ func (p *Plugin) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	for _, d := range ours {
 		gpus = append(gpus, d.GPU.UUID)
 	}
-	unlock := p.lockGPUs(gpus)
+	unlock, err := p.lockGPUs(gpus)
+	if err != nil {
+		return nil, stepErr(StepLock, "", err)
+	}
 	defer unlock()
 	if devices, done, err := p.resume(ctx, claim); done || err != nil {
 		return devices, err

@@ -59,8 +59,10 @@ func (r *ReconcileReport) String() string {
 }
 
 // Reconcile brings checkpoint, CDI specs and MIG instances back in line after a restart, a
-// crash or a reboot. Call it before serving (Start does); it takes the GPU locks of each claim
-// it repairs. In order:
+// crash or a reboot. Call it before serving (Start does). It holds the lock of every GPU for its
+// whole run, so it never races a prepare or unprepare, of this process or of another plugin
+// process on the node (a rolling update), and it works on the checkpoint as it is on disk. In
+// order:
 //
 //  1. temporary files of interrupted spec writes are removed;
 //  2. claims recorded in an earlier boot lose what a reboot erases: those whose preparation
@@ -82,6 +84,11 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	logger := klog.FromContext(ctx).WithName("reconcile")
 	ctx = klog.NewContext(ctx, logger)
 	rep := &ReconcileReport{Checkpoint: p.checkpoint}
+	unlock, err := p.lockAll()
+	if err != nil {
+		return rep, fmt.Errorf("reconcile: %w", err)
+	}
+	defer unlock()
 	var errs []error
 	if tmp, err := p.writer.CleanTemp(); err != nil {
 		errs = append(errs, fmt.Errorf("remove temporary CDI files: %w", err))
@@ -104,6 +111,21 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 }
 
 func ref(c checkpoint.ClaimState) string { return claimRef(c.Namespace, c.Name, types.UID(c.UID)) }
+
+// lockAll takes the locks of every GPU of the node and of every GPU a claim records.
+func (p *Plugin) lockAll() (func(), error) {
+	if err := p.store.Refresh(); err != nil {
+		return nil, err
+	}
+	var uuids []string
+	for _, g := range p.inv.GPUs {
+		uuids = append(uuids, g.UUID)
+	}
+	for _, c := range p.store.List() {
+		uuids = append(uuids, claimGPUs(c)...)
+	}
+	return p.lockGPUs(uuids)
+}
 
 // forgetRebooted forgets the claims of an earlier boot whose node state the reboot erased.
 func (p *Plugin) forgetRebooted(ctx context.Context, rep *ReconcileReport) error {
@@ -154,24 +176,20 @@ func (p *Plugin) finishInterrupted(ctx context.Context, rep *ReconcileReport) er
 			continue
 		}
 		cctx := klog.NewContext(ctx, klog.FromContext(ctx).WithValues("claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID))
-		unlock := p.lockGPUs(claimGPUs(c))
-		c, ok := p.store.Get(c.UID)
-		switch {
-		case !ok:
-		case c.Phase == checkpoint.PrepareStarted:
+		switch c.Phase {
+		case checkpoint.PrepareStarted:
 			if err := p.rollback(cctx, c, true); err != nil {
 				errs = append(errs, fmt.Errorf("roll back claim %s: %w", ref(c), err))
 			} else {
 				rep.RolledBack = append(rep.RolledBack, ref(c))
 			}
-		case c.Phase == checkpoint.UnprepareStarted:
+		case checkpoint.UnprepareStarted:
 			if err := p.finishUnprepare(cctx, c); err != nil {
 				errs = append(errs, fmt.Errorf("finish unprepare of claim %s: %w", ref(c), err))
 			} else {
 				rep.UnprepareFinished = append(rep.UnprepareFinished, ref(c))
 			}
 		}
-		unlock()
 	}
 	return errors.Join(errs...)
 }
@@ -287,10 +305,8 @@ func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
 		if !p.devices.partitioned[g.UUID] {
 			continue // published statically: its instances are not ours
 		}
-		unlock := p.lockGPUs([]string{g.UUID})
 		insts, err := p.mig.Instances(ctx, g.UUID)
 		if err != nil {
-			unlock()
 			errs = append(errs, fmt.Errorf("list MIG instances of GPU %s: %w", g.UUID, err))
 			continue
 		}
@@ -314,7 +330,6 @@ func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
 			rep.MIGDestroyed = append(rep.MIGDestroyed, name)
 			klog.FromContext(ctx).Info("Destroyed MIG instance no claim owns", "gpu", g.UUID, "profile", in.Profile, "placement", in.Placement.Start)
 		}
-		unlock()
 	}
 	if fresh {
 		errs = append(errs, p.saveBaseline(base))

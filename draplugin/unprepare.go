@@ -35,11 +35,18 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 	if err := cdi.ValidateClaimUID(uid); err != nil {
 		return stepErr(StepValidate, "", err)
 	}
+	// The claim may have been prepared by another process (rolling update): look it up on disk.
+	if err := p.store.Refresh(); err != nil {
+		return stepErr(StepCheckpoint, "", err)
+	}
 	st, ok := p.store.Get(uid)
 	if !ok {
 		return nil
 	}
-	unlock := p.lockGPUs(claimGPUs(st))
+	unlock, err := p.lockGPUs(claimGPUs(st))
+	if err != nil {
+		return stepErr(StepLock, "", err)
+	}
 	defer unlock()
 	if st, ok = p.store.Get(uid); !ok {
 		return nil
