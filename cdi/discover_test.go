@@ -352,3 +352,34 @@ func TestDiscoverSearchPaths(t *testing.T) {
 		t.Errorf("libraries %v, root %v", inst.Libraries, inst.Root())
 	}
 }
+
+// TestGenerateSameDeviceTwice: consumable capacity lets one claim get one device for two
+// requests. The spec has one CDI device for it, with the edits of both entries, and both
+// entries map to the same device ID.
+func TestGenerateSameDeviceTwice(t *testing.T) {
+	g, _ := generator(t, cditest.Layout{GPUs: 2})
+	env := func(e ...string) *specs.ContainerEdits { return &specs.ContainerEdits{Env: e} }
+	spec, err := g.Generate(cdi.ClaimDevices{ClaimUID: uidGPU, Devices: []cdi.Device{
+		{Name: "gpu-1", GPUMinor: 1, Edits: env("CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps")},
+		{Name: "gpu-1", GPUMinor: 1, Edits: env("CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "EXTRA=1")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Spec.Devices) != 1 {
+		t.Fatalf("%d CDI devices, want 1", len(spec.Spec.Devices))
+	}
+	if diff := cmp.Diff([]string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "EXTRA=1"}, spec.Spec.Devices[0].ContainerEdits.Env); diff != "" {
+		t.Errorf("merged env (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"gpu-1": "k8s.gpu.nvidia.com/claim=" + uidGPU + "-gpu-1"}, spec.DeviceIDs); diff != "" {
+		t.Errorf("device IDs (-want +got):\n%s", diff)
+	}
+	// Conflicting edits for the one device are an error.
+	_, err = g.Generate(cdi.ClaimDevices{ClaimUID: uidGPU, Devices: []cdi.Device{
+		{Name: "gpu-1", GPUMinor: 1, Edits: env("A=1")}, {Name: "gpu-1", GPUMinor: 1, Edits: env("A=2")},
+	}})
+	if err == nil || !strings.Contains(err.Error(), `device "gpu-1": listed twice: device edits`) {
+		t.Errorf("conflicting edits: %v", err)
+	}
+}

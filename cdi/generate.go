@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -161,7 +162,10 @@ func (g *Generator) DeviceID(claimUID, device string) (string, error) {
 // mounts, hooks, VisibleDevicesVoid and the claim's Edits. Each device holds its own nodes (GPU
 // node; for MIG the parent node plus GI and CI capability nodes) and its Edits. Within one of
 // these edit sets, an entry given twice with different content (an environment variable, a
-// device node or mount path) is an error; identical duplicates are dropped.
+// device node or mount path) is an error; identical duplicates are dropped. A device listed
+// twice (a claim that got one device for two requests, as consumable capacity allows) is one
+// CDI device with both entries' edits merged; listing one name with different hardware is an
+// error.
 func (g *Generator) Generate(claim ClaimDevices) (*ClaimSpec, error) {
 	if err := ValidateClaimUID(claim.ClaimUID); err != nil {
 		return nil, err
@@ -196,6 +200,7 @@ func (g *Generator) Generate(claim ClaimDevices) (*ClaimSpec, error) {
 
 	spec := &specs.Spec{Kind: g.Kind(), ContainerEdits: common}
 	ids := make(map[string]string, len(claim.Devices))
+	seen := make(map[string]int, len(claim.Devices)) // device name → index in spec.Devices
 	var caps *MIGCaps
 	for _, d := range claim.Devices {
 		where := fmt.Sprintf("claim %s device %q", uid, d.Name)
@@ -205,9 +210,13 @@ func (g *Generator) Generate(claim ClaimDevices) (*ClaimSpec, error) {
 		if err := validateDeviceName(d.Name); err != nil {
 			return nil, fmt.Errorf("claim %s: %w", uid, err)
 		}
-		if _, dup := ids[d.Name]; dup {
-			return nil, fmt.Errorf("%s: listed twice", where)
+		if j, dup := seen[d.Name]; dup {
+			if err := g.mergeRepeated(&spec.Devices[j], d, caps); err != nil {
+				return nil, fmt.Errorf("%s: listed twice: %w", where, err)
+			}
+			continue
 		}
+		seen[d.Name] = len(spec.Devices)
 		var edits specs.ContainerEdits
 		n, err := g.inst.GPUDeviceNode(d.GPUMinor)
 		if err != nil {
@@ -246,6 +255,38 @@ func (g *Generator) Generate(claim ClaimDevices) (*ClaimSpec, error) {
 		return nil, fmt.Errorf("claim %s: generated spec is invalid: %w", uid, err)
 	}
 	return &ClaimSpec{ClaimUID: uid, Spec: spec, DeviceIDs: ids}, nil
+}
+
+// mergeRepeated merges a device listed a second time into its CDI device: it must name the same
+// hardware (its device nodes come out the same); its edits are merged.
+func (g *Generator) mergeRepeated(dst *specs.Device, d Device, caps *MIGCaps) error {
+	var nodes specs.ContainerEdits
+	n, err := g.inst.GPUDeviceNode(d.GPUMinor)
+	if err != nil {
+		return err
+	}
+	nodes.DeviceNodes = append(nodes.DeviceNodes, n)
+	if d.MIG != nil {
+		if caps == nil {
+			if caps, err = g.inst.MIGCaps(); err != nil {
+				return err
+			}
+		}
+		capNodes, err := caps.DeviceNodes(d.GPUMinor, d.MIG.GI, d.MIG.CI)
+		if err != nil {
+			return err
+		}
+		nodes.DeviceNodes = append(nodes.DeviceNodes, capNodes...)
+	}
+	for _, n := range nodes.DeviceNodes {
+		if !slices.ContainsFunc(dst.ContainerEdits.DeviceNodes, func(m *specs.DeviceNode) bool { return m.Path == n.Path && m.Minor == n.Minor }) {
+			return fmt.Errorf("the two entries name different hardware (device node %s %d:%d)", n.Path, n.Major, n.Minor)
+		}
+	}
+	if err := mergeEdits(&dst.ContainerEdits, d.Edits); err != nil {
+		return fmt.Errorf("device edits: %w", err)
+	}
+	return nil
 }
 
 func (g *Generator) hookEdits() []*specs.Hook {

@@ -36,6 +36,11 @@ func newEnv(t testing.TB, machine string, dynamic bool, opts ...gputest.Option) 
 	if dynamic {
 		nopts = append(nopts, draplugintest.WithDynamicMIG())
 	}
+	return newEnvWith(t, machine, nopts...)
+}
+
+func newEnvWith(t testing.TB, machine string, nopts ...draplugintest.NodeOption) *env {
+	t.Helper()
 	n, err := draplugintest.NewNode(machine, nopts...)
 	if err != nil {
 		t.Fatal(err)

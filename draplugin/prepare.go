@@ -65,7 +65,7 @@ func (p *Plugin) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		return nil, stepErr(StepLock, "", err)
 	}
 	defer unlock()
-	if devices, done, err := p.resume(ctx, claim); done || err != nil {
+	if devices, done, err := p.resume(ctx, claim, ours); done || err != nil {
 		return devices, err
 	}
 	return p.prepareLocked(ctx, claim, ours)
@@ -77,6 +77,9 @@ func (p *Plugin) ourDevices(claim *resourceapi.ResourceClaim) ([]prepDevice, err
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != p.driverName {
 			continue
+		}
+		if r.Pool != p.nodeName {
+			return nil, stepErr(StepResolve, r.Device, fmt.Errorf("the device is in pool %q, but this plugin serves pool %q of node %s: the claim was allocated on another node", r.Pool, p.nodeName, p.nodeName))
 		}
 		d, ok := p.devices.lookup(r.Device)
 		if !ok {
@@ -90,13 +93,16 @@ func (p *Plugin) ourDevices(claim *resourceapi.ResourceClaim) ([]prepDevice, err
 // resume handles a claim the checkpoint already holds: a completed prepare is answered from
 // the checkpoint (done); an interrupted prepare is rolled back and an interrupted unprepare
 // finished, so that prepare starts afresh.
-func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, bool, error) {
+func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim, ours []prepDevice) ([]kubeletplugin.Device, bool, error) {
 	st, ok := p.store.Get(string(claim.UID))
 	if !ok {
 		return nil, false, nil
 	}
 	switch st.Phase {
 	case checkpoint.PrepareCompleted:
+		if err := sameAllocation(st, ours); err != nil {
+			return nil, false, stepErr(StepValidate, "", err)
+		}
 		klog.FromContext(ctx).V(3).Info("Claim already prepared, returning the recorded devices")
 		return p.resultFromState(claim, st), true, nil
 	case checkpoint.PrepareStarted:
@@ -109,6 +115,25 @@ func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim) (
 		}
 	}
 	return nil, false, nil
+}
+
+// sameAllocation checks that a prepared claim is still allocated the devices it was prepared
+// with: a claim re-allocated without being unprepared must not be answered from the checkpoint.
+func sameAllocation(st checkpoint.ClaimState, ours []prepDevice) error {
+	key := func(request, pool, device string) string { return request + "/" + pool + "/" + device }
+	var recorded, now []string
+	for _, d := range st.Devices {
+		recorded = append(recorded, key(d.Request, d.Pool, d.Device))
+	}
+	for _, d := range ours {
+		now = append(now, key(d.result.Request, d.result.Pool, d.result.Device))
+	}
+	slices.Sort(recorded)
+	slices.Sort(now)
+	if !slices.Equal(recorded, now) {
+		return fmt.Errorf("the claim was prepared on this node with %v (request/pool/device) but is now allocated %v; it must be unprepared before it is prepared again", recorded, now)
+	}
+	return nil
 }
 
 // resultFromState rebuilds the prepare result of a completed claim from the checkpoint.
