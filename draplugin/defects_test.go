@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
 )
