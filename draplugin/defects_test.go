@@ -1,12 +1,20 @@
 package draplugin_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/utils/ptr"
+
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
+	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/gpu/gputest"
 )
 
 // Tests for the node-runtime defects of issue 11, named after them. Each failed on the code
@@ -43,5 +51,94 @@ func TestDefect12OtherNodesPool(t *testing.T) {
 	}
 	if got := e.specs(); len(got) != 0 {
 		t.Errorf("specs = %v, want none", got)
+	}
+}
+
+// adminClaim is a claim with admin access to the device selected.
+func (e *env) adminClaim(class, selector string) *resourceapi.ResourceClaim {
+	e.t.Helper()
+	e.n++
+	c := draplugintest.Claim(fmt.Sprintf("admin-%d", e.n), class, selector, "")
+	c.Spec.Devices.Requests[0].Exactly.AdminAccess = ptr.To(true)
+	allocated, err := e.Allocate(context.Background(), c)
+	if err != nil {
+		e.t.Fatalf("allocate %s: %v", c.Name, err)
+	}
+	return allocated
+}
+
+func TestDefect5AdminAccessNeverOwns(t *testing.T) {
+	// Admin access to a time-sliced GPU and a static MIG device that workload claims use.
+	e := newEnv(t, "dgx-a100-40gb", false, gputest.WithMIG(2, "3g.20gb", "3g.20gb"))
+	p := e.plugin()
+	e.reconcile(p)
+	work := e.claim(gpudra.GPUDeviceClassName, gpuIndex(1), timeSlicingConfig)
+	workMIG := e.claim(gpudra.MIGDeviceClassName, "device.attributes['gpu.nvidia.com'].parentIndex == 2", mpsConfig)
+	for _, c := range []*resourceapi.ResourceClaim{work, workMIG} {
+		if _, err := prepareOne(t, p, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hostBefore := e.Host.State()
+	adminGPU := e.adminClaim(gpudra.GPUDeviceClassName, gpuIndex(1))
+	adminMIG := e.adminClaim(gpudra.MIGDeviceClassName, "device.attributes['gpu.nvidia.com'].parentIndex == 2")
+	adminMIG.Status.Allocation.Devices.Results[0].Device = workMIG.Status.Allocation.Devices.Results[0].Device
+	for _, c := range []*resourceapi.ResourceClaim{adminGPU, adminMIG} {
+		if _, err := prepareOne(t, p, c); err != nil {
+			t.Errorf("admin access to a device in use: %v", err)
+		}
+	}
+	if diff := cmp.Diff(hostBefore, e.Host.State()); diff != "" {
+		t.Errorf("admin claims changed the host (-before +after):\n%s", diff)
+	}
+	for _, c := range []*resourceapi.ResourceClaim{adminGPU, adminMIG} {
+		if err := unprepareOne(t, p, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(hostBefore, e.Host.State()); diff != "" {
+		t.Errorf("unpreparing admin claims changed the host (-before +after):\n%s", diff)
+	}
+}
+
+// TestDefect5AdminAccessNeverCreates: admin access to a dynamic MIG partition nobody prepared
+// creates nothing and fails clearly; the workload claim that gets the partition later prepares.
+func TestDefect5AdminAccessNeverCreates(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", true)
+	p := e.plugin()
+	e.reconcile(p)
+	free := e.adminClaim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 5))
+	_, err := prepareOne(t, p, free)
+	if err == nil || !strings.Contains(err.Error(), "admin access") {
+		t.Errorf("admin access to an uncreated partition: %v", err)
+	}
+	if got := e.MIGInstances(); len(got) != 0 {
+		t.Errorf("admin access created an instance: %v", got)
+	}
+	if e.Machine.MIGEnabled(5) {
+		t.Error("admin access enabled MIG mode")
+	}
+	e.Release(free)
+	later := e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 5), "")
+	if _, err := prepareOne(t, p, later); err != nil {
+		t.Errorf("workload claim after a refused admin claim: %v", err)
+	}
+	// Admin access to the partition now in use takes the workload's instance and, unprepared,
+	// leaves it to the workload.
+	free.Status.Allocation.Devices.Results[0].Device = later.Status.Allocation.Devices.Results[0].Device
+	if _, err := prepareOne(t, p, free); err != nil {
+		t.Errorf("admin access to a partition in use: %v", err)
+	}
+	if err := unprepareOne(t, p, free); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.MIGInstances(); len(got) != 1 {
+		t.Errorf("after the admin claim's unprepare: instances %v, want the workload's", got)
+	}
+	if err := unprepareOne(t, p, later); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.MIGInstances(); len(got) != 0 {
+		t.Errorf("after the workload's unprepare: instances %v", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
@@ -157,14 +158,15 @@ func (p *Plugin) resultFromState(claim *resourceapi.ResourceClaim, st checkpoint
 	return out
 }
 
-// ownerOf returns the claim (other than except) that records an instance at the placement.
+// ownerOf returns the claim (other than except) that records an instance at the placement for
+// its own use (admin access owns nothing).
 func (p *Plugin) ownerOf(gpuUUID string, start int, except string) (string, bool) {
 	for _, c := range p.store.List() {
 		if c.UID == except {
 			continue
 		}
 		for _, d := range c.Devices {
-			if d.MIG != nil && d.MIG.ParentUUID == gpuUUID && d.MIG.Placement.Start == start {
+			if d.MIG != nil && !d.AdminAccess && d.MIG.ParentUUID == gpuUUID && d.MIG.Placement.Start == start {
 				return claimRef(c.Namespace, c.Name, types.UID(c.UID)), true
 			}
 		}
@@ -247,7 +249,8 @@ func (a *attempt) recordIntent(ctx context.Context) error {
 
 // planDevice is the checkpoint entry of one device before anything is done.
 func (a *attempt) planDevice(ctx context.Context, d prepDevice) (checkpoint.PreparedDevice, error) {
-	pd := checkpoint.PreparedDevice{Request: d.result.Request, Pool: d.result.Pool, Device: d.result.Device, GPUUUID: d.GPU.UUID}
+	pd := checkpoint.PreparedDevice{Request: d.result.Request, Pool: d.result.Pool, Device: d.result.Device, GPUUUID: d.GPU.UUID,
+		AdminAccess: ptr.Deref(d.result.AdminAccess, false)}
 	switch {
 	case d.MIG != nil:
 		m := d.MIG
@@ -265,29 +268,37 @@ func (a *attempt) planDevice(ctx context.Context, d prepDevice) (checkpoint.Prep
 	return pd, nil
 }
 
-// planPartition records the instance a dynamic MIG device needs: created by this prepare, or
-// an unowned instance already at the placement, which is used and never destroyed.
+// planPartition records the instance a dynamic MIG device needs: one this prepare creates, or,
+// for admin access, the instance some other claim created there. An instance nobody prepared is
+// never taken over: it may be another tool's, or a leak that reconciliation reports.
 func (a *attempt) planPartition(ctx context.Context, d prepDevice) (*checkpoint.MIGInstance, error) {
-	pt, dev := d.Partition, d.result.Device
-	if owner, taken := a.p.ownerOf(d.GPU.UUID, pt.Placement.Start, a.st.UID); taken {
-		return nil, stepErr(StepCreateMIG, dev, fmt.Errorf("the instance at placement %d on GPU %s is prepared for claim %s", pt.Placement.Start, d.GPU.UUID, owner))
-	}
-	mi := &checkpoint.MIGInstance{ParentUUID: d.GPU.UUID, Profile: pt.Profile.Name, GIProfileID: pt.Profile.ID,
-		Placement: checkpoint.Placement{Start: pt.Placement.Start, Size: pt.Placement.Size}, Created: true}
+	pt, dev, admin := d.Partition, d.result.Device, ptr.Deref(d.result.AdminAccess, false)
 	if a.p.mig == nil {
 		return nil, stepErr(StepCreateMIG, dev, errors.New("no MIG controller configured"))
 	}
+	owner, taken := a.p.ownerOf(d.GPU.UUID, pt.Placement.Start, a.st.UID)
+	if taken && !admin {
+		return nil, stepErr(StepCreateMIG, dev, fmt.Errorf("the instance at placement %d on GPU %s is prepared for claim %s", pt.Placement.Start, d.GPU.UUID, owner))
+	}
+	mi := &checkpoint.MIGInstance{ParentUUID: d.GPU.UUID, Profile: pt.Profile.Name, GIProfileID: pt.Profile.ID,
+		Placement: checkpoint.Placement{Start: pt.Placement.Start, Size: pt.Placement.Size}, Created: !admin}
 	existing, err := a.p.mig.Instances(ctx, d.GPU.UUID)
 	if err != nil {
 		return nil, stepErr(StepCreateMIG, dev, err)
 	}
-	for _, in := range existing {
-		if in.Placement.Start == pt.Placement.Start && in.GIProfileID == pt.Profile.ID && in.UUID != "" {
-			mi.Created = false
-			mi.GIID, mi.CIID, mi.UUID = in.GIID, in.CIID, in.UUID
-			a.mig[dev] = migDevice{uuid: in.UUID, ids: cdi.MIGDevice{GI: in.GIID, CI: in.CIID}}
-			klog.FromContext(ctx).V(2).Info("Reusing existing MIG instance", "device", dev, "migUUID", in.UUID)
-		}
+	i := slices.IndexFunc(existing, func(in MIGInstance) bool { return in.Placement.Overlaps(pt.Placement) })
+	exact := i >= 0 && existing[i].Placement == pt.Placement && existing[i].GIProfileID == pt.Profile.ID && existing[i].UUID != ""
+	switch {
+	case admin && (!taken || !exact):
+		return nil, stepErr(StepCreateMIG, dev, fmt.Errorf("admin access to %s needs the MIG instance a claim prepared there, and there is none: admin access never creates, destroys or reconfigures a device", dev))
+	case admin:
+		in := existing[i]
+		mi.GIID, mi.CIID, mi.UUID = in.GIID, in.CIID, in.UUID
+		a.mig[dev] = migDevice{uuid: in.UUID, ids: cdi.MIGDevice{GI: in.GIID, CI: in.CIID}}
+	case i >= 0:
+		in := existing[i]
+		return nil, stepErr(StepCreateMIG, dev, fmt.Errorf("MIG instance %s at placement %d on GPU %s overlaps the partition and no claim prepared it: it is not taken over; remove it (nvidia-smi mig -dci/-dgi) or restart the plugin to have reconciliation report it",
+			in.Profile, in.Placement.Start, d.GPU.UUID))
 	}
 	return mi, nil
 }

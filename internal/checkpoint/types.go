@@ -82,6 +82,9 @@ type PreparedDevice struct {
 	GPUUUID string `json:"gpuUUID,omitempty"`
 	// MIG is set when the device is a MIG device.
 	MIG *MIGInstance `json:"mig,omitempty"`
+	// AdminAccess is set for a device allocated with admin access: the claim only looks at a
+	// device others may use, so it owns nothing (no instance it may destroy, no host setting).
+	AdminAccess bool `json:"adminAccess,omitempty"`
 	// Sharing is the sharing package's undo record for this device (time-slice applied, MPS
 	// daemon started, compute mode changed...), opaque to the checkpoint. It must be valid JSON;
 	// Store stores it compacted. Nil when no host action was applied.
