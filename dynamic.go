@@ -32,8 +32,8 @@ func CounterSetName(minor int) string { return fmt.Sprintf("gpu-%d-counter-set",
 func MemorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i) }
 
 // WithDynamicMIG publishes, for each MIG-capable GPU, every GPU-instance profile at every
-// placement the MIG catalog allows as a partitionable device, plus the full GPU while MIG mode is
-// off. A counter set per GPU makes the scheduler pick only sets of devices that form a valid MIG
+// placement the MIG catalog allows as a partitionable device, plus the full GPU while it has no MIG
+// devices. A counter set per GPU makes the scheduler pick only sets of devices that form a valid MIG
 // layout; the kubelet plugin creates the instances at prepare time. GPUs without MIG keep being
 // published as full GPUs.
 func WithDynamicMIG(lookup func(productName string) (*mig.Model, error)) Option {
@@ -146,7 +146,9 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourcea
 
 	var devs []resourceapi.Device
 	var refs []PublishedDevice
-	if !g.MIGEnabled {
+	// The whole GPU is one more way to use it: the kubelet plugin turns MIG mode off to prepare
+	// it. It is left out while MIG devices exist that the plugin did not create.
+	if len(g.MIGDevices) == 0 {
 		d := b.gpuDevice(inv, g)
 		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: setName, Counters: full}}
 		devs = append(devs, d)

@@ -142,3 +142,38 @@ func TestDefect5AdminAccessNeverCreates(t *testing.T) {
 		t.Errorf("after the workload's unprepare: instances %v", got)
 	}
 }
+
+// TestDefect6WholeGPUAfterDynamicMIG: after the last partition of a GPU is unprepared, a claim
+// that gets the whole GPU must not be handed a GPU still in MIG mode (CUDA sees no device).
+func TestDefect6WholeGPUAfterDynamicMIG(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", true)
+	p := e.plugin()
+	e.reconcile(p)
+	part := e.claim(gpudra.MIGDeviceClassName, migProfileOn("3g.20gb", 3), "")
+	if _, err := prepareOne(t, p, part); err != nil {
+		t.Fatal(err)
+	}
+	if !e.Machine.MIGEnabled(3) {
+		t.Fatal("MIG mode not on after preparing a partition")
+	}
+	if err := unprepareOne(t, p, part); err != nil {
+		t.Fatal(err)
+	}
+	e.Release(part)
+	whole := e.claim(gpudra.GPUDeviceClassName, gpuIndex(3), "")
+	if _, err := prepareOne(t, p, whole); err != nil {
+		t.Fatal(err)
+	}
+	if e.Machine.MIGEnabled(3) {
+		t.Error("the whole GPU was prepared while it is in MIG mode")
+	}
+	// A partition prepared later turns MIG mode on again.
+	if err := unprepareOne(t, p, whole); err != nil {
+		t.Fatal(err)
+	}
+	e.Release(whole)
+	again := e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 3), "")
+	if _, err := prepareOne(t, p, again); err != nil || !e.Machine.MIGEnabled(3) {
+		t.Errorf("partition after the whole GPU: %v, MIG mode %v", err, e.Machine.MIGEnabled(3))
+	}
+}

@@ -26,6 +26,7 @@ const (
 	StepResolve      Step = "resolve device"
 	StepPlanSharing  Step = "resolve sharing config"
 	StepCreateMIG    Step = "create MIG instance"
+	StepMIGMode      Step = "turn MIG mode off"
 	StepApplySharing Step = "apply sharing"
 	StepGenerateCDI  Step = "generate CDI spec"
 	StepWriteCDI     Step = "write CDI spec"

@@ -57,4 +57,7 @@ type MIGController interface {
 	// Destroy destroys the GPU instance of the profile at that placement and its compute
 	// instances. An instance that does not exist is not an error.
 	Destroy(ctx context.Context, gpuUUID, profile string, placement mig.Placement) error
+	// DisableMIG turns MIG mode off, so the whole GPU can be used; it fails when GPU instances
+	// exist or the change needs a GPU reset.
+	DisableMIG(ctx context.Context, gpuUUID string) error
 }

@@ -116,3 +116,19 @@ func (n *nvmlMIG) Destroy(_ context.Context, gpuUUID, profile string, placement 
 	pl := placement
 	return m.Remove([]mig.Instance{{Profile: profile, Placement: &pl}})
 }
+
+// DisableMIG implements MIGController.
+func (n *nvmlMIG) DisableMIG(_ context.Context, gpuUUID string) error {
+	m, err := n.manager(gpuUUID)
+	if err != nil {
+		return err
+	}
+	reset, err := m.DisableMIG()
+	if err != nil {
+		return err
+	}
+	if reset {
+		return fmt.Errorf("MIG mode on GPU %s is off only after a GPU reset (nvidia-smi -r): the whole GPU cannot be used until then", gpuUUID)
+	}
+	return nil
+}

@@ -303,10 +303,18 @@ func (a *attempt) planPartition(ctx context.Context, d prepDevice) (*checkpoint.
 	return mi, nil
 }
 
-// createMIG is step 2: it creates the dynamic MIG instances the intent records.
+// createMIG is step 2: it creates the dynamic MIG instances the intent records, and turns MIG
+// mode off on a GPU published as dynamic partitions whose whole GPU the claim got: a GPU in MIG
+// mode without instances shows CUDA no device at all.
 func (a *attempt) createMIG(ctx context.Context) error {
 	for i, d := range a.ours {
 		pd := &a.st.Devices[i]
+		if d.Partition == nil && d.MIG == nil && a.p.devices.partitioned[d.GPU.UUID] && !pd.AdminAccess {
+			if err := a.wholeGPU(ctx, d); err != nil {
+				return a.fail(StepMIGMode, d.result.Device, err)
+			}
+			continue
+		}
 		if d.Partition == nil || !pd.MIG.Created {
 			continue
 		}
@@ -322,6 +330,14 @@ func (a *attempt) createMIG(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// wholeGPU makes sure a GPU published as dynamic partitions is not in MIG mode.
+func (a *attempt) wholeGPU(ctx context.Context, d prepDevice) error {
+	if a.p.mig == nil {
+		return errors.New("no MIG controller configured")
+	}
+	return a.p.mig.DisableMIG(ctx, d.GPU.UUID)
 }
 
 // applySharing is step 3: the sharing engine's host changes, then their record.

@@ -81,6 +81,41 @@ func (mg *Manager) EnableMIG() (resetRequired bool, err error) {
 	return cur != nvml.DEVICE_MIG_ENABLE, nil
 }
 
+// DisableMIG turns MIG mode off if it is on. A GPU instance that still exists is an error naming
+// it (destroy the instances first). It reports resetRequired when the new mode is pending until
+// a reset, as EnableMIG does.
+func (mg *Manager) DisableMIG() (resetRequired bool, err error) {
+	cur, pending, ret := mg.dev.GetMigMode()
+	if ret == nvml.ERROR_NOT_SUPPORTED {
+		return false, nil
+	}
+	if ret != nvml.SUCCESS {
+		return false, fmt.Errorf("get MIG mode of GPU %s: %w", mg.label, ret)
+	}
+	if cur != nvml.DEVICE_MIG_ENABLE {
+		return pending == nvml.DEVICE_MIG_ENABLE, nil
+	}
+	current, err := mg.Current()
+	if err != nil {
+		return false, err
+	}
+	if len(current) > 0 {
+		return false, fmt.Errorf("disable MIG mode on GPU %s: GPU instances exist: %s", mg.label, FormatLayout(current))
+	}
+	ret, status := mg.dev.SetMigMode(nvml.DEVICE_MIG_DISABLE)
+	if ret != nvml.SUCCESS {
+		return false, fmt.Errorf("disable MIG mode on GPU %s: %w", mg.label, ret)
+	}
+	if status == nvml.ERROR_RESET_REQUIRED || status == nvml.ERROR_IN_USE {
+		return true, nil
+	}
+	cur, _, ret = mg.dev.GetMigMode()
+	if ret != nvml.SUCCESS {
+		return false, fmt.Errorf("get MIG mode of GPU %s after disabling it: %w", mg.label, ret)
+	}
+	return cur == nvml.DEVICE_MIG_ENABLE, nil
+}
+
 // Current returns the GPU instances that exist now, as placed Instances sorted by placement. A
 // GPU instance whose profile the model does not know is an error: its slices would be invisible
 // to validation.
