@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +17,8 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
 )
 
@@ -176,4 +181,53 @@ func TestDefect6WholeGPUAfterDynamicMIG(t *testing.T) {
 	if _, err := prepareOne(t, p, again); err != nil || !e.Machine.MIGEnabled(3) {
 		t.Errorf("partition after the whole GPU: %v, MIG mode %v", err, e.Machine.MIGEnabled(3))
 	}
+}
+
+// TestDefect7StaticMIGLayoutChangedByReboot: a claim prepared on a static MIG device whose
+// instance a reboot replaced with another layout must not get a spec for whatever instance now
+// has its old GPU-instance id; it is forgotten. A claim whose device the new layout still has
+// (same name: profile and placement) gets a spec for the instance that exists now.
+func TestDefect7StaticMIGLayoutChangedByReboot(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", false, gputest.WithMIG(0, "3g.20gb", "3g.20gb"), gputest.WithMIG(1, "3g.20gb", "3g.20gb"))
+	p := e.plugin()
+	e.reconcile(p)
+	gone := e.claim(gpudra.MIGDeviceClassName, "device.attributes['gpu.nvidia.com'].parentIndex == 0", "")
+	kept := e.claim(gpudra.MIGDeviceClassName, "device.attributes['gpu.nvidia.com'].parentIndex == 1", "")
+	prepareAll(t, p, gone, kept)
+	if err := e.Reboot(gputest.WithMIG(0, "7g.40gb"), gputest.WithMIG(1, "3g.20gb", "1g.5gb", "1g.5gb")); err != nil {
+		t.Fatal(err)
+	}
+	rep := e.reconcile(e.plugin())
+	if !slices.Contains(rep.Forgotten, claimRefOf(gone)) || slices.Contains(rep.Forgotten, claimRefOf(kept)) {
+		t.Errorf("forgotten %v, want only %s", rep.Forgotten, claimRefOf(gone))
+	}
+	if got := e.specs(); !cmp.Equal(got, []string{string(kept.UID)}) {
+		t.Fatalf("specs after the reboot = %v, want only the surviving claim's", got)
+	}
+	spec, err := os.ReadFile(filepath.Join(e.CDIDir, "k8s.gpu.nvidia.com-claim_"+string(kept.UID)+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := kept.Status.Allocation.Devices.Results[0].Device
+	var now *gpu.MIGDevice
+	inv, err := gpu.Enumerate(context.Background(), e.Machine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range inv.GPUs[1].MIGDevices {
+		if m := &inv.GPUs[1].MIGDevices[i]; gpudra.MIGDeviceNameOf(m) == dev {
+			now = m
+		}
+	}
+	if now == nil {
+		t.Fatalf("device %s is not on the machine after the reboot", dev)
+	}
+	giPath := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", cditest.GIMinor(inv.GPUs[1].Minor, now.GIID))
+	if !strings.Contains(string(spec), giPath) {
+		t.Errorf("rewritten spec of %s does not grant the GPU instance that exists now (%s):\n%s", dev, giPath, spec)
+	}
+}
+
+func claimRefOf(c *resourceapi.ResourceClaim) string {
+	return fmt.Sprintf("%s/%s (%s)", c.Namespace, c.Name, c.UID)
 }

@@ -71,9 +71,12 @@ func (r *ReconcileReport) String() string {
 //  3. the sharing engine's registry is restored from the recorded sharing setups;
 //  4. interrupted prepares (PrepareStarted) are rolled back, including host changes that a crash
 //     kept from being recorded; interrupted unprepares (UnprepareStarted) are finished;
-//  5. prepared claims whose CDI spec is missing get it written again;
-//  6. specs of claims the checkpoint does not hold are removed;
-//  7. with dynamic MIG, MIG instances on GPUs published as partitions that no claim records and
+//  5. prepared claims whose existing (static) MIG device no longer exists — a reboot or an
+//     operator changed the MIG layout — are forgotten: a spec written from their recorded ids
+//     could grant another instance; devices that still exist get their current ids recorded;
+//  6. prepared claims whose CDI spec is missing get it written again;
+//  7. specs of claims the checkpoint does not hold are removed;
+//  8. with dynamic MIG, MIG instances on GPUs published as partitions that no claim records and
 //     that are not in the first-start baseline (MIGBaselineFile) are destroyed. Every instance
 //     the plugin creates is recorded in the checkpoint before it is created, so these can only
 //     be leaks of a lost checkpoint; instances made by others before the plugin first ran in
@@ -96,7 +99,7 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 		rep.TempFilesRemoved = tmp
 	}
 	steps := []func(context.Context, *ReconcileReport) error{
-		p.forgetRebooted, p.restoreSharing, p.finishInterrupted, p.reconcileSpecs,
+		p.forgetRebooted, p.restoreSharing, p.finishInterrupted, p.forgetVanished, p.reconcileSpecs,
 	}
 	if p.dynamicMIG() && p.mig != nil {
 		steps = append(steps, p.reconcileMIG)
@@ -194,6 +197,72 @@ func (p *Plugin) finishInterrupted(ctx context.Context, rep *ReconcileReport) er
 	return errors.Join(errs...)
 }
 
+// forgetVanished forgets prepared claims whose existing MIG device is gone, and records the
+// current ids of those whose device still exists (its instance may have been recreated).
+func (p *Plugin) forgetVanished(ctx context.Context, rep *ReconcileReport) error {
+	var errs []error
+	for _, c := range p.store.List() {
+		if c.Phase != checkpoint.PrepareCompleted {
+			continue
+		}
+		updated, gone := p.currentStatic(c)
+		switch {
+		case gone != "":
+			if err := p.forget(ctx, c); err != nil {
+				errs = append(errs, fmt.Errorf("claim %s: %w", ref(c), err))
+				continue
+			}
+			rep.Forgotten = append(rep.Forgotten, ref(c))
+			klog.FromContext(ctx).Info("Forgot claim whose MIG device no longer exists; kubelet prepares it again or the pod fails",
+				"claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID, "device", gone)
+		case updated != nil:
+			if err := p.store.Put(*updated); err != nil {
+				errs = append(errs, fmt.Errorf("claim %s: %w", ref(c), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// currentStatic checks the existing MIG devices (not created by the plugin) of a claim against
+// the node: gone names the first device that no longer exists; updated is the claim with the
+// devices' current ids when they changed.
+func (p *Plugin) currentStatic(c checkpoint.ClaimState) (updated *checkpoint.ClaimState, gone string) {
+	changed := false
+	for i, d := range c.Devices {
+		if d.MIG == nil || d.MIG.Created {
+			continue
+		}
+		pub, ok := p.devices.lookup(d.Device)
+		if !ok || pub.MIG == nil || pub.GPU.UUID != d.GPUUUID {
+			return nil, d.Device
+		}
+		m := pub.MIG
+		if d.MIG.GIID != m.GIID || d.MIG.CIID != m.CIID || d.MIG.UUID != m.UUID {
+			c.Devices[i].MIG.GIID, c.Devices[i].MIG.CIID, c.Devices[i].MIG.UUID = m.GIID, m.CIID, m.UUID
+			changed = true
+		}
+	}
+	if changed {
+		return &c, ""
+	}
+	return nil, ""
+}
+
+// forget drops a prepared claim whose devices are gone: its spec, its host changes and its
+// entry. Nothing it records is destroyed: its instances no longer exist.
+func (p *Plugin) forget(ctx context.Context, c checkpoint.ClaimState) error {
+	if err := p.writer.Remove(c.UID); err != nil {
+		return fmt.Errorf("remove CDI spec: %w", err)
+	}
+	if ss, err := sharingOf(c); err == nil && ss != nil && ss.Applied && c.BootID == p.store.BootID() {
+		if err := p.sharing.Undo(ctx, ss.Record); err != nil {
+			return fmt.Errorf("undo sharing: %w", err)
+		}
+	}
+	return p.store.Delete(c.UID)
+}
+
 // reconcileSpecs writes the missing specs of prepared claims and removes the specs of claims
 // the checkpoint does not hold.
 func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error {
@@ -244,19 +313,15 @@ func (p *Plugin) rewriteSpec(c checkpoint.ClaimState) error {
 	}
 	cds := cdi.ClaimDevices{ClaimUID: c.UID}
 	for _, d := range c.Devices {
-		pub, published := p.devices.lookup(d.Device)
 		g, ok := p.devices.gpus[d.GPUUUID]
-		if !ok && published {
-			g, ok = pub.GPU, true
+		if pub, published := p.devices.lookup(d.Device); !ok && d.GPUUUID == "" && published {
+			g, ok = pub.GPU, true // migrated from checkpoint version 1, which kept names only
 		}
 		if !ok {
 			return fmt.Errorf("device %s: GPU %s is not on this node", d.Device, d.GPUUUID)
 		}
 		cd := cdi.Device{Name: d.Device, GPUMinor: g.Minor, UUID: g.UUID, Edits: editsFor(rec, d)}
-		switch {
-		case published && pub.MIG != nil:
-			cd.MIG, cd.UUID = &cdi.MIGDevice{GI: pub.MIG.GIID, CI: pub.MIG.CIID}, pub.MIG.UUID
-		case d.MIG != nil:
+		if d.MIG != nil {
 			cd.MIG, cd.UUID = &cdi.MIGDevice{GI: d.MIG.GIID, CI: d.MIG.CIID}, d.MIG.UUID
 		}
 		cds.Devices = append(cds.Devices, cd)

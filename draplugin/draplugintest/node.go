@@ -154,9 +154,13 @@ func (n *Node) Close() error {
 }
 
 // Reboot simulates a reboot of the node: a new boot ID, a fresh machine (MIG instances gone;
-// the machine options are applied again), a fresh host (default settings, no MPS daemon) and
-// an empty CDI directory, as with a tmpfs /var/run/cdi. The state directory survives.
-func (n *Node) Reboot() error {
+// the machine options are applied again, or replaced by opts when given, as a MIG layout
+// changed during the reboot), a fresh host (default settings, no MPS daemon) and an empty CDI
+// directory, as with a tmpfs /var/run/cdi. The state directory survives.
+func (n *Node) Reboot(opts ...gputest.Option) error {
+	if len(opts) > 0 {
+		n.machineOpts = opts
+	}
 	if err := os.RemoveAll(n.CDIDir); err != nil {
 		return err
 	}
