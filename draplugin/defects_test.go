@@ -15,9 +15,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
-	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
 )
@@ -230,4 +230,48 @@ func TestDefect7StaticMIGLayoutChangedByReboot(t *testing.T) {
 
 func claimRefOf(c *resourceapi.ResourceClaim) string {
 	return fmt.Sprintf("%s/%s (%s)", c.Namespace, c.Name, c.UID)
+}
+
+// TestDefect1CorruptCheckpointDestroysNothing: a corrupt checkpoint (or a wiped state
+// directory) must not make the plugin destroy the MIG instances and CDI specs of claims kubelet
+// considers prepared. They are adopted from what is on the node: kubelet's repeated prepare gets
+// the same answer, and its unprepare releases the instance, the spec and the MPS daemon.
+func TestDefect1CorruptCheckpointDestroysNothing(t *testing.T) {
+	for _, damage := range []string{"corrupt", "wiped"} {
+		t.Run(damage, func(t *testing.T) {
+			e := newEnv(t, "dgx-a100-40gb", true)
+			p := e.plugin()
+			e.reconcile(p)
+			claims := []*resourceapi.ResourceClaim{
+				e.claim(gpudra.MIGDeviceClassName, migProfileOn("2g.10gb", 1), ""),
+				e.claim(gpudra.GPUDeviceClassName, gpuIndex(2), mpsConfig),
+				e.claim(gpudra.GPUDeviceClassName, gpuIndex(3), ""),
+			}
+			want := prepareAll(t, p, claims...)
+			instances, host := e.MIGInstances(), e.Host.State()
+			switch damage {
+			case "corrupt":
+				if err := os.WriteFile(filepath.Join(e.StateDir, "checkpoint.json"), []byte(`{"version":2,"checksum":"sha256:00","data":{}}`), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			case "wiped":
+				if err := os.Remove(filepath.Join(e.StateDir, "checkpoint.json")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p2 := e.plugin()
+			rep := e.reconcile(p2)
+			if len(rep.Adopted) != 3 || len(rep.MIGDestroyed)+len(rep.SpecsPruned) != 0 {
+				t.Errorf("reconciliation: %v (adopted %v, destroyed %v, pruned %v)", rep, rep.Adopted, rep.MIGDestroyed, rep.SpecsPruned)
+			}
+			if got := e.MIGInstances(); !cmp.Equal(got, instances) {
+				t.Errorf("MIG instances %v, want %v untouched", got, instances)
+			}
+			if diff := cmp.Diff(host, e.Host.State()); diff != "" {
+				t.Errorf("host changed (-before +after):\n%s", diff)
+			}
+			checkPrepared(t, e, p2, want, claims)
+			unprepareAll(t, e, p2, claims...)
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/sharing"
@@ -25,6 +26,9 @@ type SharingEngine interface {
 	// into a record whose Undo puts the planned settings back to their defaults; nil when the
 	// plan makes no host change.
 	ResetPlan(plan *sharing.Record) *sharing.Record
+	// RecoverRecord rebuilds the record of a claim whose checkpoint was lost from its devices
+	// and the container edits found in its CDI spec.
+	RecoverRecord(claimUID types.UID, devices []sharing.PreparedDevice) *sharing.Record
 }
 
 var _ SharingEngine = (*sharing.Manager)(nil)

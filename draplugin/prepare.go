@@ -101,6 +101,9 @@ func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim, o
 	}
 	switch st.Phase {
 	case checkpoint.PrepareCompleted:
+		if st.Recovered {
+			return p.completeRecovered(ctx, claim, st, ours)
+		}
 		if err := sameAllocation(st, ours); err != nil {
 			return nil, false, stepErr(StepValidate, "", err)
 		}
@@ -116,6 +119,35 @@ func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim, o
 		}
 	}
 	return nil, false, nil
+}
+
+// completeRecovered fills in what the CDI spec of a recovered claim could not say (request
+// names, namespace and name) from the claim kubelet prepares again, and answers from it.
+func (p *Plugin) completeRecovered(ctx context.Context, claim *resourceapi.ResourceClaim, st checkpoint.ClaimState, ours []prepDevice) ([]kubeletplugin.Device, bool, error) {
+	used := make([]bool, len(ours))
+	for i := range st.Devices {
+		j := -1
+		for k, d := range ours {
+			if !used[k] && d.result.Device == st.Devices[i].Device {
+				j = k
+				break
+			}
+		}
+		if j < 0 {
+			return nil, false, stepErr(StepValidate, st.Devices[i].Device, fmt.Errorf("the claim was recovered from its CDI spec with this device, but is not allocated it now; it must be unprepared first"))
+		}
+		used[j] = true
+		st.Devices[i].Request = ours[j].result.Request
+	}
+	st.Namespace, st.Name, st.Recovered = claim.Namespace, claim.Name, false
+	if err := sameAllocation(st, ours); err != nil {
+		return nil, false, stepErr(StepValidate, "", err)
+	}
+	if err := p.store.Put(st); err != nil {
+		return nil, false, stepErr(StepCheckpoint, "", err)
+	}
+	klog.FromContext(ctx).Info("Claim recovered from its CDI spec is prepared again; its record is complete now")
+	return p.resultFromState(claim, st), true, nil
 }
 
 // sameAllocation checks that a prepared claim is still allocated the devices it was prepared

@@ -39,8 +39,17 @@ type ReconcileReport struct {
 	// SpecsRewritten are prepared claims whose CDI spec was missing (a tmpfs /var/run/cdi
 	// after a reboot) and was written again.
 	SpecsRewritten []string
-	// SpecsPruned are the UIDs of claims whose CDI spec existed with no checkpoint entry.
+	// SpecsPruned are the UIDs of claims whose CDI spec existed with no checkpoint entry
+	// (only when the checkpoint is trusted).
 	SpecsPruned []string
+	// Adopted are the UIDs of claims rebuilt from their CDI spec and the node because the
+	// checkpoint was corrupt or missing; NotAdopted those whose spec names devices that are not
+	// on the node any more (their specs are kept, and nothing is destroyed for them).
+	Adopted, NotAdopted []string
+	// MIGUnowned are instances on GPUs published as partitions that no claim records, kept
+	// because the checkpoint cannot be trusted to say they are leaks, as "<GPU UUID>
+	// <profile>@<start>". They are added to the baseline and reported until removed by hand.
+	MIGUnowned []string
 	// MIGDestroyed are MIG instances nobody owned (dynamic MIG only), as "<GPU UUID>
 	// <profile>@<start>".
 	MIGDestroyed []string
@@ -53,9 +62,9 @@ type ReconcileReport struct {
 
 // String summarizes the report on one line.
 func (r *ReconcileReport) String() string {
-	return fmt.Sprintf("prepared=%d rolledBack=%d unprepareFinished=%d forgotten=%d specsRewritten=%d specsPruned=%d migDestroyed=%d migBaseline=%d checkpointCorrupt=%t rebooted=%t",
-		r.Prepared, len(r.RolledBack), len(r.UnprepareFinished), len(r.Forgotten), len(r.SpecsRewritten), len(r.SpecsPruned),
-		len(r.MIGDestroyed), len(r.MIGBaseline), r.Checkpoint.Corrupt, r.Checkpoint.Rebooted)
+	return fmt.Sprintf("prepared=%d rolledBack=%d unprepareFinished=%d forgotten=%d adopted=%d notAdopted=%d specsRewritten=%d specsPruned=%d migDestroyed=%d migBaseline=%d migUnowned=%d checkpointCorrupt=%t rebooted=%t",
+		r.Prepared, len(r.RolledBack), len(r.UnprepareFinished), len(r.Forgotten), len(r.Adopted), len(r.NotAdopted), len(r.SpecsRewritten), len(r.SpecsPruned),
+		len(r.MIGDestroyed), len(r.MIGBaseline), len(r.MIGUnowned), r.Checkpoint.Corrupt, r.Checkpoint.Rebooted)
 }
 
 // Reconcile brings checkpoint, CDI specs and MIG instances back in line after a restart, a
@@ -68,19 +77,22 @@ func (r *ReconcileReport) String() string {
 //  2. claims recorded in an earlier boot lose what a reboot erases: those whose preparation
 //     needed dynamic MIG instances or host changes are forgotten (kubelet prepares them again),
 //     the others stay prepared;
-//  3. the sharing engine's registry is restored from the recorded sharing setups;
+//  3. when the checkpoint was corrupt or missing, claims whose CDI spec exists are adopted:
+//     rebuilt from the spec, their MIG instances and MPS daemons (ReconcileReport.Adopted);
+//     the sharing engine's registry is restored from the recorded sharing setups;
 //  4. interrupted prepares (PrepareStarted) are rolled back, including host changes that a crash
 //     kept from being recorded; interrupted unprepares (UnprepareStarted) are finished;
 //  5. prepared claims whose existing (static) MIG device no longer exists — a reboot or an
 //     operator changed the MIG layout — are forgotten: a spec written from their recorded ids
 //     could grant another instance; devices that still exist get their current ids recorded;
 //  6. prepared claims whose CDI spec is missing get it written again;
-//  7. specs of claims the checkpoint does not hold are removed;
+//  7. specs of claims the checkpoint does not hold are removed, when it can be trusted;
 //  8. with dynamic MIG, MIG instances on GPUs published as partitions that no claim records and
 //     that are not in the first-start baseline (MIGBaselineFile) are destroyed. Every instance
 //     the plugin creates is recorded in the checkpoint before it is created, so these can only
 //     be leaks of a lost checkpoint; instances made by others before the plugin first ran in
-//     this boot are in the baseline and kept.
+//     this boot are in the baseline and kept. When the checkpoint cannot be trusted, no
+//     instance is destroyed: unowned ones join the baseline and are reported.
 //
 // Reconcile goes on after a failed repair and returns all errors joined with the report.
 func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
@@ -99,7 +111,7 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 		rep.TempFilesRemoved = tmp
 	}
 	steps := []func(context.Context, *ReconcileReport) error{
-		p.forgetRebooted, p.restoreSharing, p.finishInterrupted, p.forgetVanished, p.reconcileSpecs,
+		p.forgetRebooted, p.adoptOrphans, p.restoreSharing, p.finishInterrupted, p.forgetVanished, p.reconcileSpecs,
 	}
 	if p.dynamicMIG() && p.mig != nil {
 		steps = append(steps, p.reconcileMIG)
@@ -289,6 +301,9 @@ func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error
 		rep.SpecsRewritten = append(rep.SpecsRewritten, ref(c))
 		logger.Info("Rewrote missing CDI spec", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
 	}
+	if !p.trusted() {
+		return errors.Join(errs...)
+	}
 	pruned, perr := p.writer.Prune(keep)
 	rep.SpecsPruned = pruned
 	if perr != nil {
@@ -365,6 +380,7 @@ func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
 		inBase[it] = true
 	}
 	referenced := p.referencedPlacements()
+	changed := false
 	var errs []error
 	for _, g := range p.inv.GPUs {
 		if !p.devices.partitioned[g.UUID] {
@@ -381,11 +397,19 @@ func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
 			}
 			item := migBaselineItem{GPUUUID: g.UUID, GIProfileID: in.GIProfileID, Start: in.Placement.Start}
 			name := instanceName(g.UUID, in.Profile, in.Placement.Start)
-			if fresh {
-				base.Instances = append(base.Instances, item)
-			}
 			if fresh || inBase[item] {
 				rep.MIGBaseline = append(rep.MIGBaseline, name)
+			}
+			if (fresh || !p.trusted()) && !inBase[item] {
+				base.Instances = append(base.Instances, item)
+				inBase[item], changed = true, true
+				if !fresh {
+					rep.MIGUnowned = append(rep.MIGUnowned, name)
+					klog.FromContext(ctx).Info("Keeping a MIG instance no claim records: the checkpoint was lost, so it may be in use; remove it by hand if it is not",
+						"gpu", g.UUID, "profile", in.Profile, "placement", in.Placement.Start)
+				}
+			}
+			if inBase[item] {
 				continue
 			}
 			if err := p.mig.Destroy(ctx, g.UUID, in.Profile, in.Placement); err != nil {
@@ -396,7 +420,7 @@ func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
 			klog.FromContext(ctx).Info("Destroyed MIG instance no claim owns", "gpu", g.UUID, "profile", in.Profile, "placement", in.Placement.Start)
 		}
 	}
-	if fresh {
+	if changed || fresh {
 		errs = append(errs, p.saveBaseline(base))
 	}
 	return errors.Join(errs...)

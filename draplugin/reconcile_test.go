@@ -89,28 +89,38 @@ func TestReconcileAfterReboot(t *testing.T) {
 }
 
 // TestReconcileMIGBaseline: with dynamic MIG, instances that existed before the plugin first
-// ran in this boot are kept; instances nobody owns that appeared later (leaked by a lost
-// checkpoint) are destroyed.
+// ran in this boot are kept; an instance nobody owns that appeared later is a leak and is
+// destroyed while the checkpoint can be trusted, and kept and reported (never destroyed for lack
+// of a record) when the checkpoint was lost.
 func TestReconcileMIGBaseline(t *testing.T) {
 	e := newEnv(t, "dgx-a100-40gb", true, gputest.WithMIG(5, "3g.20gb"))
 	rep := e.reconcile(e.plugin())
 	if len(rep.MIGBaseline) != 1 || len(rep.MIGDestroyed) != 0 {
 		t.Fatalf("first start: %v", rep)
 	}
-	// A leak: an instance created behind the checkpoint's back, then the checkpoint is lost.
-	ctl := draplugin.NewNVMLMIGController(e.Machine, nil)
-	if _, err := ctl.Create(context.Background(), e.Inventory.GPUs[4].UUID, "1g.5gb", mig.Placement{Start: 6, Size: 1}); err != nil {
-		t.Fatal(err)
+	leak := func() {
+		ctl := draplugin.NewNVMLMIGController(e.Machine, nil)
+		if _, err := ctl.Create(context.Background(), e.Inventory.GPUs[4].UUID, "1g.5gb", mig.Placement{Start: 6, Size: 1}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	preExisting := e.MIGInstances()
+	leak()
+	rep = e.reconcile(e.plugin())
+	if len(rep.MIGDestroyed) != 1 || len(rep.MIGBaseline) != 1 || !cmp.Equal(e.MIGInstances(), preExisting) {
+		t.Fatalf("leak with a trusted checkpoint: %v destroyed %v, instances %v", rep, rep.MIGDestroyed, e.MIGInstances())
+	}
+	leak()
 	if err := os.WriteFile(filepath.Join(e.StateDir, "checkpoint.json"), []byte("{garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	rep = e.reconcile(e.plugin())
-	if !rep.Checkpoint.Corrupt || len(rep.MIGDestroyed) != 1 || len(rep.MIGBaseline) != 1 {
-		t.Fatalf("after leak: %v destroyed %v", rep, rep.MIGDestroyed)
+	if !rep.Checkpoint.Corrupt || len(rep.MIGDestroyed) != 0 || len(rep.MIGUnowned) != 1 || len(e.MIGInstances()) != 2 {
+		t.Fatalf("unowned instance after a corrupt checkpoint: %v destroyed %v unowned %v, instances %v", rep, rep.MIGDestroyed, rep.MIGUnowned, e.MIGInstances())
 	}
-	if got := e.MIGInstances(); !cmp.Equal(got, []string{"5:3g.20gb@4"}) && !cmp.Equal(got, []string{"5:3g.20gb@0"}) {
-		t.Errorf("instances = %v, want only the pre-existing 3g.20gb", got)
+	rep = e.reconcile(e.plugin())
+	if len(rep.MIGDestroyed) != 0 || len(rep.MIGBaseline) != 2 || len(e.MIGInstances()) != 2 {
+		t.Errorf("the next start destroyed the instance kept for lack of a record: %v destroyed %v", rep, rep.MIGDestroyed)
 	}
 }
 

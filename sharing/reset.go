@@ -1,7 +1,14 @@
 package sharing
 
 import (
+	"path/filepath"
 	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/sharing/v1beta1"
 )
 
 // ResetPlan turns a plan (from Plan) whose host changes may have been made but not recorded —
@@ -60,4 +67,47 @@ func (m *Manager) plannedDaemons(rec *Record) []MPSDaemonSpec {
 		}
 	}
 	return out
+}
+
+// RecoverRecord rebuilds the record of a claim whose checkpoint was lost, from what is on the
+// node: devices carries each device's identity and the container edits found in its CDI spec.
+// A device whose edits mount an MPS pipe directory of this manager is served by that daemon;
+// the record's steps reset what such a daemon needs (its devices' compute mode back to
+// DEFAULT, the daemon stopped), as ResetPlan does. Time slices leave no trace in a spec and are
+// not recovered. The record can be passed to Restore and, on unprepare, to Undo.
+func (m *Manager) RecoverRecord(claimUID types.UID, devices []PreparedDevice) *Record {
+	rec := &Record{Version: RecordVersion, ClaimUID: claimUID, Devices: slices.Clone(devices)}
+	for i := range rec.Devices {
+		d := &rec.Devices[i]
+		if d.Strategy == "" {
+			d.Strategy = v1beta1.StrategyExclusive
+		}
+		if id, ok := m.daemonOf(d.Edits); ok {
+			d.Strategy, d.MPSDaemonID = v1beta1.StrategyMPS, id
+		}
+	}
+	if reset := m.ResetPlan(rec); reset != nil {
+		rec.Steps = reset.Steps
+	}
+	return rec
+}
+
+// daemonOf returns the daemon whose pipe directory the edits mount, if it is one of this
+// manager's.
+func (m *Manager) daemonOf(edits cdispec.ContainerEdits) (string, bool) {
+	for _, mnt := range edits.Mounts {
+		if mnt == nil || mnt.ContainerPath != MPSPipeContainerPath {
+			continue
+		}
+		rel, err := filepath.Rel(m.mpsRoot, mnt.HostPath)
+		if err != nil {
+			continue
+		}
+		id, pipe := filepath.Split(rel)
+		id = strings.TrimSuffix(id, string(filepath.Separator))
+		if pipe == "pipe" && id != "" && !strings.Contains(id, string(filepath.Separator)) && !strings.HasPrefix(id, "..") {
+			return id, true
+		}
+	}
+	return "", false
 }

@@ -203,9 +203,10 @@ func (s *Store) load(cfg config, report *LoadReport, logger klog.Logger) error {
 	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		// Write the empty state at once: a later start that finds no file knows it was wiped.
 		report.Fresh = true
 		logger.V(1).Info("No checkpoint, starting empty", "path", path, "bootID", s.bootID)
-		return nil
+		return s.writeState(s.state, nil)
 	case err != nil:
 		err = fmt.Errorf("read checkpoint %s: %w", path, err)
 	default:

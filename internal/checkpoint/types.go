@@ -63,6 +63,10 @@ type ClaimState struct {
 	// UpdatedAt is when the claim was last changed, stamped by Store in UTC. Zero for claims
 	// migrated from version 1.
 	UpdatedAt time.Time `json:"updatedAt"`
+	// Recovered is set for a claim rebuilt from what was on the node (its CDI spec, MIG
+	// instances, MPS daemon) because the checkpoint could not be trusted. Its request names and
+	// its namespace and name are unknown until kubelet prepares it again.
+	Recovered bool `json:"recovered,omitempty"`
 }
 
 // PreparedDevice is one device of a claim and everything needed to undo its preparation or to
