@@ -9,9 +9,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra"
@@ -274,4 +276,84 @@ func TestDefect1CorruptCheckpointDestroysNothing(t *testing.T) {
 			unprepareAll(t, e, p2, claims...)
 		})
 	}
+}
+
+// TestDefect14SmallerOnes covers the smaller defects: fatal helper errors are not only logged,
+// a failed Start leaves no stopped helper behind, devices without a running health monitor are
+// Unknown (not Healthy), a lost GPU does not make the monitor spin, and a MIG-scoped XID taints
+// the MIG device, not its GPU.
+func TestDefect14SmallerOnes(t *testing.T) {
+	t.Run("fatal error", func(t *testing.T) {
+		e := newEnv(t, "l4x8", false)
+		p := e.plugin()
+		p.HandleError(context.Background(), fmt.Errorf("slice update: %w", kubeletplugin.ErrRecoverable), "publish")
+		if p.Err() != nil {
+			t.Fatalf("a recoverable error is fatal: %v", p.Err())
+		}
+		p.HandleError(context.Background(), errors.New("gRPC server died"), "serve")
+		select {
+		case <-p.Done():
+		default:
+			t.Fatal("a fatal error did not close Done")
+		}
+		if err := p.Err(); err == nil || !strings.Contains(err.Error(), "gRPC server died") {
+			t.Errorf("Err() = %v", err)
+		}
+	})
+	t.Run("failed start", func(t *testing.T) {
+		e := newEnv(t, "l4x8", false)
+		p := e.plugin()
+		_, err := e.Serve(context.Background(), p, draplugin.StartConfig{Options: []kubeletplugin.Option{kubeletplugin.NodeName("")}})
+		if err == nil || p.Helper() != nil {
+			t.Errorf("Start with an unpublishable configuration: %v, helper %v", err, p.Helper())
+		}
+	})
+	t.Run("no monitor", func(t *testing.T) {
+		e := newEnv(t, "l4x8", false)
+		p := e.plugin()
+		srv, err := e.Serve(context.Background(), p, draplugin.StartConfig{NoHealthMonitor: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Stop()
+		reports := make(chan kubeletplugin.DeviceHealthReport, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() { _ = p.WatchHealthStatus(ctx, reports) }()
+		if h := (<-reports).Devices[0]; h.Health != kubeletplugin.HealthStatusUnknown {
+			t.Errorf("device health without a monitor = %+v, want Unknown", h)
+		}
+	})
+	t.Run("lost GPU", func(t *testing.T) {
+		e := newEnv(t, "l4x8", false)
+		p := e.plugin(withHealth(draplugin.HealthConfig{EventWait: 10 * time.Millisecond}))
+		serve(t, e, p)
+		if err := e.Machine.InjectGPULost(3); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return p.Unhealthy()[e.Inventory.GPUs[3].UUID] == "gpu-lost" }, "GPU 3 marked lost")
+		before := e.Machine.Calls("EventSet.Wait")
+		time.Sleep(300 * time.Millisecond)
+		if n := e.Machine.Calls("EventSet.Wait") - before; n > 10 {
+			t.Errorf("the monitor waited for events %d times in 300ms while a GPU is lost: it spins", n)
+		}
+	})
+	t.Run("MIG-scoped XID", func(t *testing.T) {
+		e := newEnv(t, "dgx-a100-40gb", false, gputest.WithMIG(4, "3g.20gb", "3g.20gb"))
+		p := e.plugin(withHealth(draplugin.HealthConfig{EventWait: 10 * time.Millisecond}))
+		serve(t, e, p)
+		m := e.Inventory.GPUs[4].MIGDevices[0]
+		other := gpudra.MIGDeviceNameOf(&e.Inventory.GPUs[4].MIGDevices[1])
+		if err := e.Machine.InjectMIGXID(4, uint32(m.GIID), uint32(m.CIID), 94); err != nil {
+			t.Fatal(err)
+		}
+		dev := gpudra.MIGDeviceNameOf(&m)
+		waitFor(t, func() bool { return len(taintsOf(t, p, dev)) == 1 }, "the MIG device tainted")
+		if got := taintsOf(t, p, other); len(got) != 0 {
+			t.Errorf("the other MIG device of the GPU is tainted too: %v", got)
+		}
+		if got := p.Unhealthy(); got[e.Inventory.GPUs[4].UUID] != "" {
+			t.Errorf("the whole GPU is marked unhealthy: %v", got)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package draplugin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,12 +30,18 @@ type health struct {
 	cfg     HealthConfig
 	now     func() time.Time
 	ignored map[uint64]bool
-	// devices and onChange are set by attach.
-	devices  *deviceIndex
-	onChange func(ctx context.Context)
+	// devices, migDevices and onChange are set by attach.
+	devices *deviceIndex
+	// migDevices names the published MIG devices of a GPU with the given GPU instance id (and
+	// compute instance id, unless it is noInstance).
+	migDevices func(gpuUUID string, gi, ci uint32) []string
+	onChange   func(ctx context.Context)
 
-	mu        sync.Mutex
-	unhealthy map[string]gpuHealth // by GPU UUID
+	mu sync.Mutex
+	// unhealthy is keyed by GPU UUID (the whole GPU and its devices) or by the name of a MIG
+	// device (that device only).
+	unhealthy  map[string]gpuHealth
+	monitoring bool // an NVML monitor runs
 	watchers  map[chan struct{}]struct{}
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -60,9 +67,26 @@ func newHealth(cfg HealthConfig, driverName string, now func() time.Time) *healt
 	return h
 }
 
-// attach gives the health state the devices it reports on and what to call after a change.
-func (h *health) attach(devices *deviceIndex, onChange func(ctx context.Context)) {
-	h.devices, h.onChange = devices, onChange
+// noInstance is NVML's GPU and compute instance id of an event that names no MIG device.
+const noInstance = ^uint32(0)
+
+// attach gives the health state the devices it reports on, how to find MIG devices by their
+// instance ids, and what to call after a change.
+func (h *health) attach(devices *deviceIndex, migDevices func(gpuUUID string, gi, ci uint32) []string, onChange func(ctx context.Context)) {
+	h.devices, h.migDevices, h.onChange = devices, migDevices, onChange
+}
+
+// state returns why a device is unhealthy: its own state, else its GPU's.
+func (h *health) state(device string) (gpuHealth, bool) {
+	if st, bad := h.unhealthy[device]; bad {
+		return st, true
+	}
+	u, ok := h.devices.gpuOf(device)
+	if !ok {
+		return gpuHealth{}, false
+	}
+	st, bad := h.unhealthy[u]
+	return st, bad
 }
 
 // taints is the builder's WithDeviceTaints function: the devices of an unhealthy GPU get a
@@ -71,12 +95,8 @@ func (h *health) taints(device string) []resourceapi.DeviceTaint {
 	if h.devices == nil {
 		return nil
 	}
-	u, ok := h.devices.gpuOf(device)
-	if !ok {
-		return nil
-	}
 	h.mu.Lock()
-	st, bad := h.unhealthy[u]
+	st, bad := h.state(device)
 	h.mu.Unlock()
 	if !bad {
 		return nil
@@ -92,34 +112,36 @@ func (h *health) count() int {
 	return len(h.unhealthy)
 }
 
-// set changes a GPU's health and, when it changed, wakes watchers and calls onChange.
-func (h *health) set(ctx context.Context, gpuUUID string, bad *gpuHealth) {
-	if !h.update(gpuUUID, bad) {
+// set changes the health of a GPU (by UUID) or of one MIG device (by name) and, when it
+// changed, wakes watchers and calls onChange.
+func (h *health) set(ctx context.Context, target string, bad *gpuHealth) {
+	if !h.update(target, bad) {
 		return
 	}
 	logger := klog.FromContext(ctx)
 	if bad != nil {
-		logger.Info("GPU unhealthy, tainting its devices", "gpu", gpuUUID, "reason", bad.reason, "message", bad.message)
+		logger.Info("Unhealthy, tainting devices", "target", target, "reason", bad.reason, "message", bad.message)
 	} else {
-		logger.Info("GPU healthy again, removing its taints", "gpu", gpuUUID)
+		logger.Info("Healthy again, removing taints", "target", target)
 	}
 	h.onChange(ctx)
 }
 
-// update records a GPU's health and wakes watchers; it reports whether anything changed.
-func (h *health) update(gpuUUID string, bad *gpuHealth) bool {
+// update records the health of a target and wakes watchers; it reports whether anything
+// changed.
+func (h *health) update(target string, bad *gpuHealth) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	old, was := h.unhealthy[gpuUUID]
+	old, was := h.unhealthy[target]
 	switch {
 	case bad == nil && !was:
 		return false
 	case bad == nil:
-		delete(h.unhealthy, gpuUUID)
+		delete(h.unhealthy, target)
 	case was && old.reason == bad.reason:
 		return false
 	default:
-		h.unhealthy[gpuUUID] = *bad
+		h.unhealthy[target] = *bad
 	}
 	for ch := range h.watchers {
 		select {
@@ -148,18 +170,22 @@ func (p *Plugin) MarkUnhealthy(ctx context.Context, device, reason, message stri
 	return nil
 }
 
-// MarkHealthy removes the health taints of the physical GPU of device (a DRA device name or a
-// GPU UUID), for example after an operator reset it. Marking a healthy GPU is a no-op.
+// MarkHealthy removes the health taints of device (a DRA device name or a GPU UUID) and of its
+// physical GPU, for example after an operator reset it. Marking a healthy device is a no-op.
 func (p *Plugin) MarkHealthy(ctx context.Context, device string) error {
 	u, ok := p.devices.gpuOf(device)
 	if !ok {
 		return fmt.Errorf("unknown device %q: neither a published device nor a GPU UUID of node %s", device, p.nodeName)
 	}
+	if device != u {
+		p.health.set(ctx, device, nil)
+	}
 	p.health.set(ctx, u, nil)
 	return nil
 }
 
-// Unhealthy returns the UUIDs of the GPUs marked unhealthy, with the reason of each.
+// Unhealthy returns the GPUs (by UUID) and MIG devices (by name) marked unhealthy, with the
+// reason of each.
 func (p *Plugin) Unhealthy() map[string]string {
 	h := p.health
 	h.mu.Lock()
@@ -213,10 +239,10 @@ func (h *health) report(pool string) kubeletplugin.DeviceHealthReport {
 	for _, name := range h.devices.names {
 		d := kubeletplugin.DeviceHealth{PoolName: pool, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy,
 			LastUpdated: now, HealthCheckTimeout: 3 * h.cfg.ReportInterval}
-		if u, ok := h.devices.gpuOf(name); ok {
-			if st, bad := h.unhealthy[u]; bad {
-				d.Health, d.Message = kubeletplugin.HealthStatusUnhealthy, st.reason+": "+st.message
-			}
+		if st, bad := h.state(name); bad {
+			d.Health, d.Message = kubeletplugin.HealthStatusUnhealthy, st.reason+": "+st.message
+		} else if !h.monitoring {
+			d.Health, d.Message = kubeletplugin.HealthStatusUnknown, "no health monitoring runs for this device"
 		}
 		rep.Devices = append(rep.Devices, d)
 	}
@@ -268,28 +294,67 @@ func (h *health) monitor(ctx context.Context, lib nvml.Interface, inv *gpu.Inven
 	}
 	defer set.Free()
 	gpus := register(ctx, lib, inv, set)
+	h.setMonitoring(true)
+	defer h.setMonitoring(false)
 	close(ready)
 	wait := uint32(h.cfg.EventWait / time.Millisecond)
+	backoff := newBackoff(100*time.Millisecond, 30*time.Second)
 	for ctx.Err() == nil {
 		e, ret := set.Wait(wait)
 		switch {
 		case ret == nvml.ERROR_TIMEOUT:
+			backoff.reset()
 		case ret == nvml.ERROR_GPU_IS_LOST:
+			// NVML keeps answering GPU_IS_LOST while a GPU is off the bus: wait, do not spin.
 			h.gpuLost(ctx, gpus, e)
+			backoff.sleep(ctx)
 		case ret != nvml.SUCCESS:
 			if ctx.Err() != nil {
 				return nil
 			}
 			klog.FromContext(ctx).Error(ret, "Waiting for NVML events failed; retrying")
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			backoff.sleep(ctx)
 		default:
+			backoff.reset()
 			h.event(ctx, gpus, e)
 		}
 	}
 	return nil
+}
+
+// setMonitoring records whether a monitor runs (devices are Unknown without one) and wakes
+// watchers to report it.
+func (h *health) setMonitoring(on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.monitoring = on
+	for ch := range h.watchers {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// backoff waits longer each time it is asked to in a row, up to a maximum.
+type backoff struct {
+	first, max, next time.Duration
+}
+
+func newBackoff(first, maximum time.Duration) *backoff {
+	return &backoff{first: first, max: maximum, next: first}
+}
+
+func (b *backoff) reset() { b.next = b.first }
+
+func (b *backoff) sleep(ctx context.Context) {
+	t := time.NewTimer(b.next)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	b.next = min(2*b.next, b.max)
 }
 
 // register asks for XID and double-bit ECC events of every GPU that supports them.
@@ -334,6 +399,18 @@ func (h *health) gpuLost(ctx context.Context, gpus []watchedGPU, e nvml.EventDat
 	}
 }
 
+// targets is what an event on GPU u makes unhealthy: the MIG device it names, when it names one
+// that is published, else the whole GPU.
+func (h *health) targets(u string, e nvml.EventData) []string {
+	if e.GpuInstanceId == noInstance || h.migDevices == nil {
+		return []string{u}
+	}
+	if devs := h.migDevices(u, e.GpuInstanceId, e.ComputeInstanceId); len(devs) > 0 {
+		return devs
+	}
+	return []string{u}
+}
+
 // event handles one XID or ECC event.
 func (h *health) event(ctx context.Context, gpus []watchedGPU, e nvml.EventData) {
 	logger := klog.FromContext(ctx)
@@ -352,14 +429,41 @@ func (h *health) event(ctx context.Context, gpus []watchedGPU, e nvml.EventData)
 		logger.Info("Event for an unknown GPU ignored", "eventType", e.EventType, "data", e.EventData)
 		return
 	}
+	var bad gpuHealth
 	switch {
 	case e.EventType&nvml.EventTypeXidCriticalError != 0:
 		if h.ignored[e.EventData] {
 			logger.V(2).Info("Ignoring benign XID", "gpu", u, "xid", e.EventData)
 			return
 		}
-		h.set(ctx, u, &gpuHealth{reason: fmt.Sprintf("xid-%d", e.EventData), message: fmt.Sprintf("XID %d reported by the driver", e.EventData), since: h.now()})
+		bad = gpuHealth{reason: fmt.Sprintf("xid-%d", e.EventData), message: fmt.Sprintf("XID %d reported by the driver", e.EventData), since: h.now()}
 	case e.EventType&nvml.EventTypeDoubleBitEccError != 0:
-		h.set(ctx, u, &gpuHealth{reason: "ecc-dbe", message: "double-bit ECC error", since: h.now()})
+		bad = gpuHealth{reason: "ecc-dbe", message: "double-bit ECC error", since: h.now()}
+	default:
+		return
 	}
+	for _, target := range h.targets(u, e) {
+		h.set(ctx, target, &bad)
+	}
+}
+
+// migDevicesOf names the published MIG devices of a GPU with GPU instance gi (and compute
+// instance ci unless it is noInstance): existing MIG devices and the instances the plugin
+// created for claims.
+func (p *Plugin) migDevicesOf(gpuUUID string, gi, ci uint32) []string {
+	match := func(g, c int) bool { return uint32(g) == gi && (ci == noInstance || uint32(c) == ci) }
+	var out []string
+	for _, name := range p.devices.names {
+		if d, _ := p.devices.lookup(name); d.MIG != nil && d.GPU.UUID == gpuUUID && match(d.MIG.GIID, d.MIG.CIID) {
+			out = append(out, name)
+		}
+	}
+	for _, c := range p.store.List() {
+		for _, d := range c.Devices {
+			if d.MIG != nil && d.MIG.Created && d.MIG.ParentUUID == gpuUUID && match(d.MIG.GIID, d.MIG.CIID) && !slices.Contains(out, d.Device) {
+				out = append(out, d.Device)
+			}
+		}
+	}
+	return out
 }

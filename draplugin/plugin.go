@@ -51,6 +51,10 @@ type Plugin struct {
 
 	helperMu sync.Mutex
 	helper   *kubeletplugin.Helper
+
+	fatalOnce sync.Once
+	fatal     chan struct{} // closed by a fatal error of the kubelet-plugin helper
+	fatalErr  error
 }
 
 var _ kubeletplugin.DRAPlugin = (*Plugin)(nil)
@@ -68,7 +72,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	p := &Plugin{
 		nodeName: cfg.NodeName, lib: cfg.NVML, inv: inv, stateDir: cfg.StateDir,
 		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
-		hooks: cfg.Hooks, now: cfg.Now,
+		hooks: cfg.Hooks, now: cfg.Now, fatal: make(chan struct{}),
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -81,7 +85,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	if p.devices, err = newDeviceIndex(p.builder, inv); err != nil {
 		return nil, err
 	}
-	p.health.attach(p.devices, p.onHealthChange)
+	p.health.attach(p.devices, p.migDevicesOf, p.onHealthChange)
 	if p.sharing == nil {
 		p.sharing = sharing.NewManager(p.driverName)
 	}
@@ -170,16 +174,34 @@ func concurrently[T any, R any](items []T, key func(T) types.UID, do func(T) R) 
 	return out
 }
 
-// HandleError implements kubeletplugin.DRAPlugin: background errors of the kubelet-plugin
-// helper (ResourceSlice publishing, health streams) are logged; they are all retried by the
-// helper or by the next event.
+// HandleError implements kubeletplugin.DRAPlugin. Recoverable background errors of the
+// kubelet-plugin helper (ResourceSlice publishing, health streams) are logged: the helper or the
+// next event retries them. Any other error is fatal: the plugin cannot go on serving correctly,
+// so Done is closed and Err returns it; the driver should exit and be restarted.
 func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 	logger := klog.FromContext(ctx)
 	if errors.Is(err, kubeletplugin.ErrRecoverable) {
 		logger.Info("Recoverable kubelet-plugin error", "msg", msg, "err", err)
 		return
 	}
-	logger.Error(err, msg)
+	logger.Error(err, "Fatal kubelet-plugin error; the driver must restart", "msg", msg)
+	p.fatalOnce.Do(func() {
+		p.fatalErr = fmt.Errorf("%s: %w", msg, err)
+		close(p.fatal)
+	})
+}
+
+// Done is closed when a fatal error (HandleError) means the plugin must be restarted.
+func (p *Plugin) Done() <-chan struct{} { return p.fatal }
+
+// Err returns the fatal error that closed Done, nil before.
+func (p *Plugin) Err() error {
+	select {
+	case <-p.fatal:
+		return p.fatalErr
+	default:
+		return nil
+	}
 }
 
 // Start reconciles the node (Reconcile), starts the kubelet plugin's gRPC servers
@@ -205,7 +227,7 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 	p.helperMu.Unlock()
 	if !sc.NoPublish {
 		if err := p.Publish(ctx); err != nil {
-			helper.Stop()
+			p.Stop()
 			return report, err
 		}
 	}

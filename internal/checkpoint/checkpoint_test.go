@@ -1133,3 +1133,26 @@ func TestTwoStoresOnOneDirectory(t *testing.T) {
 		t.Errorf("on disk: %d claims, want 39", len(got))
 	}
 }
+
+// TestWriteNotDurableKeepsMemoryAndDiskEqual: when the checkpoint was replaced but its directory
+// could not be synced, the update reports the error and the store holds what the file holds.
+func TestWriteNotDurableKeepsMemoryAndDiskEqual(t *testing.T) {
+	dir := t.TempDir()
+	failSync := false
+	write := func(path string, data []byte, perm fs.FileMode) error {
+		if err := atomicfile.Write(path, data, perm); err != nil || !failSync {
+			return err
+		}
+		return &atomicfile.NotDurableError{Path: path, Err: errors.New("fsync: input/output error")}
+	}
+	s, _ := open(t, dir, WithWriteFunc(write))
+	failSync = true
+	var nd *atomicfile.NotDurableError
+	if err := s.Put(claim("a")); !errors.As(err, &nd) {
+		t.Fatalf("Put = %v, want the not-durable error", err)
+	}
+	s2, _ := open(t, dir)
+	if diff := cmp.Diff(claims(s2), claims(s)); diff != "" {
+		t.Errorf("memory differs from disk (-disk +memory):\n%s", diff)
+	}
+}

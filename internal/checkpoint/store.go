@@ -521,7 +521,9 @@ func (s *Store) commit(batch []*request) {
 			}
 		}
 		err := s.writeState(work, enc)
-		if err == nil {
+		if nd := (*atomicfile.NotDurableError)(nil); err == nil || errors.As(err, &nd) {
+			// The file holds the new state (even when its rename may not be durable): so must
+			// memory, or the store and the disk would disagree.
 			s.mu.Lock()
 			s.state, s.enc, s.loaded = work, enc, statID(s.path)
 			s.mu.Unlock()
