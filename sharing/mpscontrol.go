@@ -70,6 +70,10 @@ func (m *MPSControl) daemonEnv(spec MPSDaemonSpec) []string {
 		"CUDA_MPS_LOG_DIRECTORY="+spec.LogDir)...)
 }
 
+// startLog is the file in the log directory that gets the output of `nvidia-cuda-mps-control -d`
+// and of the daemon it forks.
+const startLog = "start.log"
+
 func controlSocket(spec MPSDaemonSpec) string { return filepath.Join(spec.PipeDir, "control") }
 
 // alive says whether the daemon's control socket accepts a connection.
@@ -104,7 +108,7 @@ func (m *MPSControl) Start(ctx context.Context, spec MPSDaemonSpec) error {
 		logger.V(2).Info("MPS control daemon already runs")
 	} else {
 		logger.V(2).Info("Starting MPS control daemon", "binary", m.binary, "devices", spec.DeviceUUIDs, "pipeDir", spec.PipeDir)
-		if err := run(ctx, m.binary, m.daemonEnv(spec), "", "-d"); err != nil {
+		if err := startDaemon(ctx, m.binary, m.daemonEnv(spec), filepath.Join(spec.LogDir, startLog), "-d"); err != nil {
 			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
 		}
 	}
