@@ -29,6 +29,7 @@ type FakeHost struct {
 	failOn  map[string]error
 	known   bool
 	devices map[string]bool
+	hook    func(call string) error
 }
 
 var (
@@ -106,9 +107,34 @@ func (f *FakeHost) ResetCalls() {
 	f.calls = nil
 }
 
-func (f *FakeHost) call(format string, args ...any) error {
+// SetHook installs a function that every call that changes the host (SetTimeSlice,
+// SetComputeMode, Start, Stop) runs first, with the call's description as Calls lists it, and
+// without the host's lock held, so it may block, or kill the process (a crash test's injection
+// point). An error it returns fails the call before the host changes. nil removes the hook.
+func (f *FakeHost) SetHook(hook func(call string) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hook = hook
+}
+
+// begin records a call and decides whether it fails: a done ctx fails it as exec.CommandContext
+// refuses to start a command, then the hook (for a change), then an error set with FailOn.
+func (f *FakeHost) begin(ctx context.Context, change bool, format string, args ...any) error {
 	c := fmt.Sprintf(format, args...)
+	f.mu.Lock()
 	f.calls = append(f.calls, c)
+	hook := f.hook
+	f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", c, err)
+	}
+	if change && hook != nil {
+		if err := hook(c); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return f.failOn[c]
 }
 
@@ -120,12 +146,12 @@ func (f *FakeHost) device(uuid string) error {
 }
 
 // TimeSlice implements sharing.TimeSlicer.
-func (f *FakeHost) TimeSlice(_ context.Context, uuid string) (int, bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("TimeSlice %s", uuid); err != nil {
+func (f *FakeHost) TimeSlice(ctx context.Context, uuid string) (int, bool, error) {
+	if err := f.begin(ctx, false, "TimeSlice %s", uuid); err != nil {
 		return 0, false, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err := f.device(uuid); err != nil {
 		return 0, false, err
 	}
@@ -133,12 +159,12 @@ func (f *FakeHost) TimeSlice(_ context.Context, uuid string) (int, bool, error) 
 }
 
 // SetTimeSlice implements sharing.TimeSlicer.
-func (f *FakeHost) SetTimeSlice(_ context.Context, uuid string, v int) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("SetTimeSlice %s %d", uuid, v); err != nil {
+func (f *FakeHost) SetTimeSlice(ctx context.Context, uuid string, v int) error {
+	if err := f.begin(ctx, true, "SetTimeSlice %s %d", uuid, v); err != nil {
 		return err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err := f.device(uuid); err != nil {
 		return err
 	}
@@ -150,12 +176,12 @@ func (f *FakeHost) SetTimeSlice(_ context.Context, uuid string, v int) error {
 }
 
 // ComputeMode implements sharing.ComputeModeSetter.
-func (f *FakeHost) ComputeMode(_ context.Context, uuid string) (sharing.ComputeMode, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("ComputeMode %s", uuid); err != nil {
+func (f *FakeHost) ComputeMode(ctx context.Context, uuid string) (sharing.ComputeMode, error) {
+	if err := f.begin(ctx, false, "ComputeMode %s", uuid); err != nil {
 		return 0, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err := f.device(uuid); err != nil {
 		return 0, err
 	}
@@ -163,12 +189,12 @@ func (f *FakeHost) ComputeMode(_ context.Context, uuid string) (sharing.ComputeM
 }
 
 // SetComputeMode implements sharing.ComputeModeSetter.
-func (f *FakeHost) SetComputeMode(_ context.Context, uuid string, m sharing.ComputeMode) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("SetComputeMode %s %s", uuid, m); err != nil {
+func (f *FakeHost) SetComputeMode(ctx context.Context, uuid string, m sharing.ComputeMode) error {
+	if err := f.begin(ctx, true, "SetComputeMode %s %s", uuid, m); err != nil {
 		return err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err := f.device(uuid); err != nil {
 		return err
 	}
@@ -178,12 +204,12 @@ func (f *FakeHost) SetComputeMode(_ context.Context, uuid string, m sharing.Comp
 
 // Start implements sharing.MPSDaemons. Like the real daemon setup, it needs every device in
 // compute mode EXCLUSIVE_PROCESS.
-func (f *FakeHost) Start(_ context.Context, spec sharing.MPSDaemonSpec) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("Start %s", spec.ID); err != nil {
+func (f *FakeHost) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error {
+	if err := f.begin(ctx, true, "Start %s", spec.ID); err != nil {
 		return err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, u := range spec.DeviceUUIDs {
 		if err := f.device(u); err != nil {
 			return err
@@ -197,12 +223,12 @@ func (f *FakeHost) Start(_ context.Context, spec sharing.MPSDaemonSpec) error {
 }
 
 // Ready implements sharing.MPSDaemons.
-func (f *FakeHost) Ready(_ context.Context, spec sharing.MPSDaemonSpec) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("Ready %s", spec.ID); err != nil {
+func (f *FakeHost) Ready(ctx context.Context, spec sharing.MPSDaemonSpec) error {
+	if err := f.begin(ctx, false, "Ready %s", spec.ID); err != nil {
 		return err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if _, ok := f.state.Daemons[spec.ID]; !ok {
 		return fmt.Errorf("MPS control daemon %s does not run", spec.ID)
 	}
@@ -210,12 +236,12 @@ func (f *FakeHost) Ready(_ context.Context, spec sharing.MPSDaemonSpec) error {
 }
 
 // Stop implements sharing.MPSDaemons.
-func (f *FakeHost) Stop(_ context.Context, spec sharing.MPSDaemonSpec) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("Stop %s", spec.ID); err != nil {
+func (f *FakeHost) Stop(ctx context.Context, spec sharing.MPSDaemonSpec) error {
+	if err := f.begin(ctx, true, "Stop %s", spec.ID); err != nil {
 		return err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	delete(f.state.Daemons, spec.ID)
 	return nil
 }
