@@ -85,22 +85,30 @@ func (r *Registry) remove(uid types.UID) {
 	delete(r.records, uid)
 }
 
-// holder returns a step of another claim that holds resource.
+// holder returns a copy of another claim's record that holds resource, and its step: a
+// prepared claim's if there is one, else a partial record's.
 func (r *Registry) holder(resource string, except types.UID) (*Record, *Step) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var found *Record
+	var step int
 	for _, uid := range sortedUIDs(r.records) {
-		if uid == except {
+		rec := r.records[uid]
+		if uid == except || (found != nil && rec.Partial) {
 			continue
 		}
-		rec := r.records[uid]
-		for i := range rec.Steps {
-			if rec.Steps[i].Resource == resource {
-				return rec, &rec.Steps[i]
+		if i := slices.IndexFunc(rec.Steps, func(s Step) bool { return s.Resource == resource }); i >= 0 {
+			found, step = rec, i
+			if !rec.Partial {
+				break
 			}
 		}
 	}
-	return nil, nil
+	if found == nil {
+		return nil, nil
+	}
+	c := found.DeepCopy()
+	return c, &c.Steps[step]
 }
 
 func sortedUIDs(m map[types.UID]*Record) []types.UID {

@@ -71,6 +71,14 @@ func (f *FakeHost) SetTimeSliceState(uuid string, v int) {
 	f.state.TimeSlices[uuid] = v
 }
 
+// KillDaemon makes a running MPS daemon die, as it does with the plugin's container, without
+// recording a call.
+func (f *FakeHost) KillDaemon(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.state.Daemons, id)
+}
+
 // HideTimeSlice makes TimeSlice report that the value cannot be read, as nvidia-smi does.
 func (f *FakeHost) HideTimeSlice() {
 	f.mu.Lock()
