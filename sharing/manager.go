@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -18,8 +17,10 @@ import (
 
 // Manager turns allocated claims into sharing setups: it resolves their opaque configs,
 // checks them against the other prepared claims of the node, makes the host changes through
-// its TimeSlicer, ComputeModeSetter and MPSDaemons, and undoes them. Prepare and Undo of one
-// Manager are serialized. Build one with NewManager.
+// its TimeSlicer, ComputeModeSetter and MPSDaemons, and undoes them. It is safe for concurrent
+// use: host actions are serialized per physical GPU (a MIG device counts as its GPU), so a
+// slow action on one GPU (an MPS daemon's ready wait) does not hold up claims on other GPUs.
+// Build one with NewManager.
 type Manager struct {
 	driver      string
 	decoder     *v1beta1.Decoder
@@ -31,7 +32,7 @@ type Manager struct {
 	// cleanupTimeout bounds the undo of a failed Prepare, which ignores the caller's deadline.
 	cleanupTimeout time.Duration
 
-	mu sync.Mutex
+	locks gpuLocks
 }
 
 // defaultCleanupTimeout bounds the undo of a failed Prepare: long enough for an MPS daemon to
@@ -106,22 +107,21 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 	}
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
 	ctx = klog.NewContext(ctx, logger)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-
-	if rec, ok := m.registry.Get(claim.UID); ok {
-		if !rec.Partial {
-			logger.V(3).Info("Claim already prepared, reusing its sharing setup")
-			return &rec, nil
-		}
-		logger.V(2).Info("Undoing the host changes left by an earlier failed Prepare", "hostChanges", len(rec.Steps))
-		if partial, err := m.cleanup(ctx, &rec); err != nil {
-			return partial, fmt.Errorf("claim %s: undoing the host changes left by an earlier failed Prepare: %w", ClaimString(claim), err)
-		}
+	if rec, done, err := m.reuse(ctx, claim); done {
+		return rec, err
 	}
 	p, err := m.plan(ctx, claim, lookup)
 	if err != nil {
 		return nil, err
+	}
+	unlock := m.locks.lock(physicalGPUs(p.rec))
+	defer unlock()
+	if rec, ok := m.registry.Get(claim.UID); ok {
+		// A concurrent Prepare of the claim got there first.
+		if rec.Partial {
+			return &rec, fmt.Errorf("claim %s: a concurrent Prepare of the claim failed and left host changes; retry", ClaimString(claim))
+		}
+		return &rec, nil
 	}
 	if err := m.registry.Check(p.rec, p.daemons); err != nil {
 		return nil, err
@@ -136,6 +136,32 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 	m.registry.add(p.rec)
 	logger.V(2).Info("Prepared sharing", "devices", len(p.rec.Devices), "hostChanges", len(p.rec.Steps))
 	return p.rec.DeepCopy(), nil
+}
+
+// reuse handles a claim that is registered already, under the locks of its GPUs: a prepared
+// claim's record is returned (done); the partial record of an earlier failed Prepare is undone
+// first, and when that fails, what is still left is returned (done) with the error. done is
+// false when Prepare is to go on.
+func (m *Manager) reuse(ctx context.Context, claim *resourceapi.ResourceClaim) (*Record, bool, error) {
+	reg, ok := m.registry.Get(claim.UID)
+	if !ok {
+		return nil, false, nil
+	}
+	unlock := m.locks.lock(physicalGPUs(&reg))
+	defer unlock()
+	if reg, ok = m.registry.Get(claim.UID); !ok {
+		return nil, false, nil
+	}
+	logger := klog.FromContext(ctx)
+	if !reg.Partial {
+		logger.V(3).Info("Claim already prepared, reusing its sharing setup")
+		return &reg, true, nil
+	}
+	logger.V(2).Info("Undoing the host changes left by an earlier failed Prepare", "hostChanges", len(reg.Steps))
+	if partial, err := m.cleanup(ctx, &reg); err != nil {
+		return partial, true, fmt.Errorf("claim %s: undoing the host changes left by an earlier failed Prepare: %w", ClaimString(claim), err)
+	}
+	return nil, false, nil
 }
 
 // cleanup undoes the host changes of a failed Prepare under a context that the caller's
@@ -164,8 +190,8 @@ func (m *Manager) cleanup(ctx context.Context, rec *Record) (*Record, error) {
 func (m *Manager) Undo(ctx context.Context, rec *Record) error {
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(rec.Namespace, rec.Name), "claimUID", rec.ClaimUID)
 	ctx = klog.NewContext(ctx, logger)
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	unlock := m.locks.lock(physicalGPUs(rec))
+	defer unlock()
 	if _, err := m.undoSteps(ctx, rec); err != nil {
 		return fmt.Errorf("claim %s/%s (%s): %w", rec.Namespace, rec.Name, rec.ClaimUID, err)
 	}
