@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -32,7 +33,12 @@ type Manager struct {
 	// cleanupTimeout bounds the undo of a failed Prepare, which ignores the caller's deadline.
 	cleanupTimeout time.Duration
 
+	shmSize int64
+
 	locks gpuLocks
+	// dirsMu orders Prepare's claim on a daemon directory (inflight) against CleanMPSDirs.
+	dirsMu   sync.Mutex
+	inflight map[string]int
 }
 
 // defaultCleanupTimeout bounds the undo of a failed Prepare: long enough for an MPS daemon to
@@ -45,6 +51,11 @@ type Option func(*Manager)
 // WithMPSRoot sets the host directory under which each MPS daemon gets <id>/{pipe,log,shm}
 // (default /var/lib/kubelet/plugins/<driver>/mps).
 func WithMPSRoot(dir string) Option { return func(m *Manager) { m.mpsRoot = dir } }
+
+// WithMPSShmSize sets the size in bytes of the tmpfs mounted on each MPS daemon's shm
+// directory (default DefaultMPSShmSize, 1 GiB; a size of 0 or less keeps the default). It
+// bounds the shared memory that the clients of one daemon can fill on the node.
+func WithMPSShmSize(bytes int64) Option { return func(m *Manager) { m.shmSize = bytes } }
 
 // WithTimeSlicer sets how time slices are read and set (for example an NvidiaSMI).
 func WithTimeSlicer(t TimeSlicer) Option { return func(m *Manager) { m.timeSlicer = t } }
@@ -62,12 +73,15 @@ func WithDecoder(d *v1beta1.Decoder) Option { return func(m *Manager) { m.decode
 // driverName, with an empty registry. Host interfaces that are not given make Prepare fail for
 // the strategies that need them, with an error naming the option.
 func NewManager(driverName string, opts ...Option) *Manager {
-	m := &Manager{driver: driverName, registry: NewRegistry(), cleanupTimeout: defaultCleanupTimeout}
+	m := &Manager{driver: driverName, registry: NewRegistry(), cleanupTimeout: defaultCleanupTimeout, inflight: map[string]int{}}
 	for _, o := range opts {
 		o(m)
 	}
 	if m.decoder == nil {
 		m.decoder = v1beta1.NewDecoder()
+	}
+	if m.shmSize <= 0 {
+		m.shmSize = DefaultMPSShmSize
 	}
 	if m.mpsRoot == "" {
 		m.mpsRoot = filepath.Join("/var/lib/kubelet/plugins", m.driver, "mps")
@@ -126,6 +140,7 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 	if err := m.registry.Check(p.rec, p.daemons); err != nil {
 		return nil, err
 	}
+	defer m.claimDirs(p.daemons)()
 	if err := m.apply(ctx, p); err != nil {
 		partial, uerr := m.cleanup(ctx, p.rec)
 		if uerr != nil {

@@ -81,7 +81,7 @@ func TestPrepareUndo(t *testing.T) {
 				want := sharing.MPSDaemonSpec{ID: "u1", DeviceUUIDs: []string{uuidA, uuidB}, Dir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1",
 					PipeDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1/pipe", LogDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1/log",
 					ShmDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1/shm", ActiveThreadPercentage: new(50),
-					PinnedMemoryLimits: map[string]string{"0": "8192M", "1": "4096M"}, ClientLimit: 48}
+					PinnedMemoryLimits: map[string]string{"0": "8192M", "1": "4096M"}, ClientLimit: 48, ShmSizeBytes: 1 << 30}
 				if diff := cmp.Diff(want, d); diff != "" {
 					t.Errorf("daemon (-want +got):\n%s", diff)
 				}

@@ -344,7 +344,7 @@ func (m *Manager) daemonSpec(id string, uuids []string, ccMajor int) MPSDaemonSp
 	dir := filepath.Join(m.mpsRoot, id)
 	return MPSDaemonSpec{ID: id, DeviceUUIDs: uuids, Dir: dir,
 		PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm"),
-		ClientLimit: MPSClientLimit(ccMajor)}
+		ShmSizeBytes: m.shmSize, ClientLimit: MPSClientLimit(ccMajor)}
 }
 
 func equalPtr[T comparable](a, b *T) bool {

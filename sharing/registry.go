@@ -2,6 +2,7 @@ package sharing
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -109,6 +110,51 @@ func (r *Registry) holder(resource string, except types.UID) (*Record, *Step) {
 	}
 	c := found.DeepCopy()
 	return c, &c.Steps[step]
+}
+
+// usedDaemons returns the IDs of the MPS daemons that any registered record, partial ones
+// included, names in a step or a device, sorted.
+func (r *Registry) usedDaemons() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for _, rec := range r.records {
+		for _, s := range rec.Steps {
+			if s.Daemon != nil {
+				ids = append(ids, s.Daemon.ID)
+			}
+		}
+		for _, d := range rec.Devices {
+			if d.MPSDaemonID != "" {
+				ids = append(ids, d.MPSDaemonID)
+			}
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// daemon returns the spec of the MPS daemon id as a prepared claim (not a partial record)
+// holds it, and the physical GPUs of its devices.
+func (r *Registry) daemon(id string) (MPSDaemonSpec, []string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, uid := range sortedUIDs(r.records) {
+		rec := r.records[uid]
+		if rec.Partial {
+			continue
+		}
+		for _, s := range rec.Steps {
+			if s.Action == ActionStartMPSDaemon && s.Daemon != nil && s.Daemon.ID == id {
+				spec := *s.Daemon
+				spec.DeviceUUIDs = slices.Clone(spec.DeviceUUIDs)
+				spec.PinnedMemoryLimits = maps.Clone(spec.PinnedMemoryLimits)
+				served := slices.DeleteFunc(slices.Clone(rec.Devices), func(d PreparedDevice) bool { return d.MPSDaemonID != id })
+				return spec, physicalGPUs(&Record{Devices: served, Steps: []Step{{Daemon: &spec}}}), true
+			}
+		}
+	}
+	return MPSDaemonSpec{}, nil, false
 }
 
 func sortedUIDs(m map[types.UID]*Record) []types.UID {

@@ -1,6 +1,7 @@
 package sharingtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -14,11 +15,13 @@ import (
 // HostState is the state of a FakeHost, comparable with go-cmp.
 type HostState struct {
 	// ComputeModes by device UUID.
-	ComputeModes map[string]sharing.ComputeMode
+	ComputeModes map[string]sharing.ComputeMode `json:"computeModes"`
 	// TimeSlices by GPU UUID.
-	TimeSlices map[string]int
+	TimeSlices map[string]int `json:"timeSlices"`
 	// Daemons that run, by ID.
-	Daemons map[string]sharing.MPSDaemonSpec
+	Daemons map[string]sharing.MPSDaemonSpec `json:"daemons"`
+	// Mounts are the tmpfs mounts, by target directory, with their size in bytes.
+	Mounts map[string]int64 `json:"mounts"`
 }
 
 // FakeHost is an in-memory host. It is safe for concurrent use.
@@ -36,13 +39,14 @@ var (
 	_ sharing.TimeSlicer        = (*FakeHost)(nil)
 	_ sharing.ComputeModeSetter = (*FakeHost)(nil)
 	_ sharing.MPSDaemons        = (*FakeHost)(nil)
+	_ sharing.Mounter           = (*FakeHost)(nil)
 )
 
 // NewFakeHost returns a host with the given devices (GPU and MIG UUIDs), each in compute
 // mode DEFAULT with time slice 0, and no daemon.
 func NewFakeHost(uuids ...string) *FakeHost {
 	f := &FakeHost{
-		state:   HostState{ComputeModes: map[string]sharing.ComputeMode{}, TimeSlices: map[string]int{}, Daemons: map[string]sharing.MPSDaemonSpec{}},
+		state:   HostState{ComputeModes: map[string]sharing.ComputeMode{}, TimeSlices: map[string]int{}, Daemons: map[string]sharing.MPSDaemonSpec{}, Mounts: map[string]int64{}},
 		failOn:  map[string]error{},
 		known:   true,
 		devices: map[string]bool{},
@@ -98,7 +102,8 @@ func (f *FakeHost) FailOn(call string, err error) {
 func (f *FakeHost) State() HostState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return HostState{ComputeModes: maps.Clone(f.state.ComputeModes), TimeSlices: maps.Clone(f.state.TimeSlices), Daemons: maps.Clone(f.state.Daemons)}
+	return HostState{ComputeModes: maps.Clone(f.state.ComputeModes), TimeSlices: maps.Clone(f.state.TimeSlices),
+		Daemons: maps.Clone(f.state.Daemons), Mounts: maps.Clone(f.state.Mounts)}
 }
 
 // Calls returns the calls made so far, in order.
@@ -116,9 +121,10 @@ func (f *FakeHost) ResetCalls() {
 }
 
 // SetHook installs a function that every call that changes the host (SetTimeSlice,
-// SetComputeMode, Start, Stop) runs first, with the call's description as Calls lists it, and
-// without the host's lock held, so it may block, or kill the process (a crash test's injection
-// point). An error it returns fails the call before the host changes. nil removes the hook.
+// SetComputeMode, Start, Stop, Mount, Unmount) runs first, with the call's description as
+// Calls lists it, and without the host's lock held, so it may block, or kill the process (a
+// crash test's injection point). An error it returns fails the call before the host changes.
+// nil removes the hook.
 func (f *FakeHost) SetHook(hook func(call string) error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -227,6 +233,11 @@ func (f *FakeHost) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error 
 		}
 	}
 	f.state.Daemons[spec.ID] = spec
+	if spec.ShmDir != "" {
+		if _, ok := f.state.Mounts[spec.ShmDir]; !ok {
+			f.state.Mounts[spec.ShmDir] = cmp.Or(spec.ShmSizeBytes, sharing.DefaultMPSShmSize)
+		}
+	}
 	return nil
 }
 
@@ -251,5 +262,45 @@ func (f *FakeHost) Stop(ctx context.Context, spec sharing.MPSDaemonSpec) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.state.Daemons, spec.ID)
+	delete(f.state.Mounts, spec.ShmDir)
+	return nil
+}
+
+// Running implements sharing.MPSDaemons.
+func (f *FakeHost) Running(ctx context.Context, spec sharing.MPSDaemonSpec) (bool, error) {
+	if err := f.begin(ctx, false, "Running %s", spec.ID); err != nil {
+		return false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.state.Daemons[spec.ID]
+	return ok, nil
+}
+
+// Mount implements sharing.Mounter: it records a tmpfs of sizeBytes on target (the directory
+// need not exist), so that MPSControl can be tested without privileges.
+func (f *FakeHost) Mount(ctx context.Context, target string, sizeBytes int64) error {
+	if err := f.begin(ctx, true, "Mount %s %d", target, sizeBytes); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if sizeBytes <= 0 {
+		return fmt.Errorf("tmpfs on %s: size %d bytes: the size must be positive", target, sizeBytes)
+	}
+	if _, ok := f.state.Mounts[target]; !ok {
+		f.state.Mounts[target] = sizeBytes
+	}
+	return nil
+}
+
+// Unmount implements sharing.Mounter.
+func (f *FakeHost) Unmount(ctx context.Context, target string) error {
+	if err := f.begin(ctx, true, "Unmount %s", target); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.state.Mounts, target)
 	return nil
 }
