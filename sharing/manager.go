@@ -203,6 +203,9 @@ func (m *Manager) cleanup(ctx context.Context, rec *Record) (*Record, error) {
 // works after a restart (call Restore first, so that shared settings are known). When a step
 // fails, the others are still tried and the claim stays registered, so Undo can be retried.
 func (m *Manager) Undo(ctx context.Context, rec *Record) error {
+	if rec == nil {
+		return errors.New("sharing: Undo of a nil record")
+	}
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(rec.Namespace, rec.Name), "claimUID", rec.ClaimUID)
 	ctx = klog.NewContext(ctx, logger)
 	unlock := m.locks.lock(physicalGPUs(rec))

@@ -539,3 +539,22 @@ func TestSameDeviceTwice(t *testing.T) {
 		t.Errorf("host state after Undo (-before +after):\n%s", diff)
 	}
 }
+
+// TestNilArguments: nil arguments are errors, not panics.
+func TestNilArguments(t *testing.T) {
+	ctx := ctxFor(t)
+	m := newManager(t, newHost())
+	claim := newClaim("u", results(result("gpu", "gpu-0")))
+	if _, err := m.Prepare(ctx, nil, lookup); err == nil {
+		t.Error("Prepare(nil claim) succeeded")
+	}
+	if _, err := m.Prepare(ctx, claim, nil); err == nil {
+		t.Error("Prepare(nil lookup) succeeded")
+	}
+	if _, err := m.Plan(ctx, nil, lookup); err == nil {
+		t.Error("Plan(nil claim) succeeded")
+	}
+	if err := m.Undo(ctx, nil); err == nil {
+		t.Error("Undo(nil) succeeded")
+	}
+}

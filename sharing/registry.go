@@ -12,8 +12,10 @@ import (
 )
 
 // Registry knows the prepared claims of a node and refuses a claim whose sharing setup is
-// incompatible with theirs. It is in memory; Restore rebuilds it from checkpointed records.
-// It is safe for concurrent use.
+// incompatible with theirs. It also holds the partial records of failed Prepares (see
+// Manager.Prepare) until they are undone; their devices count in conflict checks like those of
+// prepared claims. It is in memory; Restore rebuilds it from checkpointed records. It is safe
+// for concurrent use.
 type Registry struct {
 	mu      sync.Mutex
 	records map[types.UID]*Record
