@@ -23,7 +23,9 @@ import (
 // through its control socket <pipe>/control: Ready waits for the socket to accept a
 // connection, Running tries one, Stop sends "quit" and waits for the socket to go away. The shm
 // directory is a tmpfs of spec.ShmSizeBytes that Start mounts and Stop unmounts through its
-// Mounter.
+// Mounter. The container runtime must see that mount when it bind-mounts the directory into
+// workload containers: in a plugin pod, the MPS root must lie on a hostPath volume with
+// mountPropagation Bidirectional (which needs a privileged container).
 type MPSControl struct {
 	root         DriverRoot
 	binary       string
