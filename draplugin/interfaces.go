@@ -17,6 +17,10 @@ type SharingEngine interface {
 	// touching the host.
 	Plan(ctx context.Context, claim *resourceapi.ResourceClaim, lookup sharing.DeviceLookup) (*sharing.Record, error)
 	// Prepare makes the host changes of the claim and returns the record that Undo reverses.
+	// On error it may also return a record: the partial record (Partial set) of host changes
+	// that it made and could not undo. The caller must checkpoint a non-nil partial record and
+	// Undo it later (until Undo succeeds); the engine keeps the claim registered with it until
+	// then, and a retried Prepare of the claim undoes it first.
 	Prepare(ctx context.Context, claim *resourceapi.ResourceClaim, lookup sharing.DeviceLookup) (*sharing.Record, error)
 	// Undo reverses a record's host changes (those another claim still holds are kept).
 	Undo(ctx context.Context, rec *sharing.Record) error

@@ -1,6 +1,7 @@
 package sharing
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -82,6 +83,9 @@ type decodedConfig struct {
 // subrequest) wins; an entry without requests applies to every device whose type its kind
 // fits. A winning entry whose kind does not fit the device is an error naming both.
 func (m *Manager) Resolve(claim *resourceapi.ResourceClaim, lookup DeviceLookup) ([]DeviceConfig, error) {
+	if claim == nil || lookup == nil {
+		return nil, errors.New("sharing: resolving configs needs a claim and a device lookup, got nil")
+	}
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s is not allocated", ClaimString(claim))
 	}
