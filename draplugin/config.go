@@ -55,6 +55,10 @@ type Config struct {
 	// Metrics is where the plugin registers its Prometheus metrics; nil registers nothing
 	// (the global default registry is never used).
 	Metrics prometheus.Registerer
+	// SuperviseInterval is how often, while serving, the MPS daemons of prepared claims are
+	// checked and restarted when they died, and unused MPS directories removed (default 1m;
+	// negative: never, only at start).
+	SuperviseInterval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Hooks are for tests; production drivers leave them empty.

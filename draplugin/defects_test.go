@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/utils/ptr"
 
@@ -22,10 +23,57 @@ import (
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/sharing"
 )
 
 // Tests for the node-runtime defects of issue 11, named after them. Each failed on the code
 // before its fix.
+
+// twoRequestsOnOneGPU is a claim whose two requests each ask for 10Gi of GPU 0's memory, which
+// consumable capacity satisfies with the same device twice.
+func twoRequestsOnOneGPU(name, config string) *resourceapi.ResourceClaim {
+	c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, gpuIndex(0), config)
+	req := c.Spec.Devices.Requests[0]
+	req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+		gpudra.CapMemory: resource.MustParse("10Gi")}}
+	second := *req.DeepCopy()
+	second.Name = "gpu2"
+	c.Spec.Devices.Requests = []resourceapi.DeviceRequest{req, second}
+	if config != "" {
+		c.Spec.Devices.Config[0].Requests = []string{"gpu", "gpu2"}
+	}
+	return c
+}
+
+func TestDefect10SameDeviceTwiceInOneClaim(t *testing.T) {
+	e := newEnvWith(t, "dgx-h100", draplugintest.WithSliceOptions(gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})))
+	p := e.plugin()
+	// A fraction of a GPU's memory runs under MPS with or without an MPS config.
+	for i, config := range []string{"", mpsConfig} {
+		c, err := e.Allocate(context.Background(), twoRequestsOnOneGPU(fmt.Sprintf("twice-%d", i), config))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := c.Status.Allocation.Devices.Results
+		if len(res) != 2 || res[0].Device != res[1].Device {
+			t.Fatalf("allocation %+v: want one device twice", res)
+		}
+		devs, err := prepareOne(t, p, c)
+		if err != nil {
+			t.Fatalf("prepare (config %q): %v", config, err)
+		}
+		if len(devs) != 2 || devs[0].CDIDeviceIDs[0] != devs[1].CDIDeviceIDs[0] || *devs[0].ShareID == *devs[1].ShareID {
+			t.Errorf("devices %+v: want both requests on one CDI device, with their own share IDs", devs)
+		}
+		if err := unprepareOne(t, p, c); err != nil {
+			t.Fatal(err)
+		}
+		e.Release(c)
+	}
+	if err := e.HostClean(); err != nil {
+		t.Error(err)
+	}
+}
 
 func TestDefect11RePrepareChecksTheAllocation(t *testing.T) {
 	e := newEnv(t, "dgx-a100-40gb", false)
@@ -356,4 +404,92 @@ func TestDefect14SmallerOnes(t *testing.T) {
 			t.Errorf("the whole GPU is marked unhealthy: %v", got)
 		}
 	})
+}
+
+// TestDefect3FailedSharingRollbackIsNotForgotten: an MPS start fails and so does the undo of
+// the compute mode it had set. The host change must stay recorded (the claim kept as started)
+// until a later attempt undoes it; and a prepare whose context is cancelled half-way (kubelet's
+// deadline) still cleans up.
+func TestDefect3FailedSharingRollbackIsNotForgotten(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", false)
+	p := e.plugin()
+	e.reconcile(p)
+	c := e.claim(gpudra.GPUDeviceClassName, gpuIndex(2), mpsConfig)
+	uuid := e.Inventory.GPUs[2].UUID
+	e.Host.FailOn("Start "+string(c.UID), errors.New("nvidia-cuda-mps-control: no such file"))
+	e.Host.FailOn("SetComputeMode "+uuid+" DEFAULT", errors.New("nvidia-smi: GPU is busy"))
+	if _, err := prepareOne(t, p, c); err == nil {
+		t.Fatal("prepare succeeded")
+	}
+	if got := e.Host.State().ComputeModes[uuid]; got != sharing.ComputeModeExclusiveProcess {
+		t.Fatalf("compute mode %v: the test needs the undo to have failed", got)
+	}
+	// A restarted plugin still knows about the compute mode and resets it.
+	e.Host.FailOn("SetComputeMode "+uuid+" DEFAULT", nil)
+	rep := e.reconcile(e.plugin())
+	if len(rep.RolledBack) != 1 {
+		t.Errorf("reconciliation: %v, want the claim rolled back", rep)
+	}
+	if err := e.HostClean(); err != nil {
+		t.Errorf("host after the rollback: %v", err)
+	}
+
+	// Kubelet's deadline expires while the daemon starts: the cleanup still runs.
+	e.Host.FailOn("Start "+string(c.UID), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	e.Host.SetHook(func(call string) error {
+		if strings.HasPrefix(call, "Start ") {
+			cancel()
+			return context.Canceled
+		}
+		return nil
+	})
+	p2 := e.plugin()
+	if _, err := draplugintest.Prepare(ctx, p2, c); err == nil {
+		t.Fatal("prepare with a cancelled context succeeded")
+	}
+	e.Host.SetHook(nil)
+	if err := e.HostClean(); err != nil {
+		t.Errorf("host after a cancelled prepare: %v", err)
+	}
+	if got := e.specs(); len(got) != 0 {
+		t.Errorf("specs after a cancelled prepare: %v", got)
+	}
+}
+
+// TestDefect13MPSDaemonsAreSupervised: the MPS daemon of a prepared claim dies (with the
+// plugin's container); the restarted plugin's reconciliation starts it again, and its shm tmpfs
+// is bounded and released on unprepare.
+func TestDefect13MPSDaemonsAreSupervised(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", false)
+	p := e.plugin()
+	e.reconcile(p)
+	c := e.claim(gpudra.GPUDeviceClassName, gpuIndex(4), mpsConfig)
+	if _, err := prepareOne(t, p, c); err != nil {
+		t.Fatal(err)
+	}
+	st := e.Host.State()
+	d, ok := st.Daemons[string(c.UID)]
+	if !ok || st.Mounts[d.ShmDir] != sharing.DefaultMPSShmSize {
+		t.Fatalf("host after prepare: daemons %v, mounts %v: want the claim's daemon with a %d-byte shm tmpfs", st.Daemons, st.Mounts, sharing.DefaultMPSShmSize)
+	}
+	e.Host.KillDaemon(string(c.UID))
+	rep := e.reconcile(e.plugin())
+	if !slices.Equal(rep.MPSRestarted, []string{string(c.UID)}) {
+		t.Errorf("restarted %v, want the claim's daemon", rep.MPSRestarted)
+	}
+	if _, ok := e.Host.State().Daemons[string(c.UID)]; !ok {
+		t.Error("the daemon does not run after reconciliation")
+	}
+	// While serving, a daemon that dies is restarted within the supervision interval.
+	serving := e.plugin(func(cfg *draplugin.Config) { cfg.SuperviseInterval = 20 * time.Millisecond })
+	serve(t, e, serving, c)
+	e.Host.KillDaemon(string(c.UID))
+	waitFor(t, func() bool { _, ok := e.Host.State().Daemons[string(c.UID)]; return ok }, "the daemon restarted while serving")
+	if err := unprepareOne(t, serving, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.HostClean(); err != nil {
+		t.Error(err)
+	}
 }

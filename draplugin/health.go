@@ -42,9 +42,9 @@ type health struct {
 	// device (that device only).
 	unhealthy  map[string]gpuHealth
 	monitoring bool // an NVML monitor runs
-	watchers  map[chan struct{}]struct{}
-	cancel    context.CancelFunc
-	done      chan struct{}
+	watchers   map[chan struct{}]struct{}
+	cancel     context.CancelFunc
+	done       chan struct{}
 }
 
 func newHealth(cfg HealthConfig, driverName string, now func() time.Time) *health {

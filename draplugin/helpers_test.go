@@ -135,4 +135,3 @@ func waitFor(t testing.TB, cond func() bool, what string) {
 	}
 }
 
-func contains(list []string, s string) bool { return slices.Contains(list, s) }

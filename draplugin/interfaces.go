@@ -33,6 +33,11 @@ type SharingEngine interface {
 	// RecoverRecord rebuilds the record of a claim whose checkpoint was lost from its devices
 	// and the container edits found in its CDI spec.
 	RecoverRecord(claimUID types.UID, devices []sharing.PreparedDevice) *sharing.Record
+	// SuperviseMPSDaemons restarts the MPS daemons of prepared claims that do not run and
+	// returns their IDs; CleanMPSDirs removes the MPS directories no prepared claim uses. The
+	// plugin calls both after Restore, at start-up and periodically.
+	SuperviseMPSDaemons(ctx context.Context) ([]string, error)
+	CleanMPSDirs(ctx context.Context) (sharing.MPSCleanup, error)
 }
 
 var _ SharingEngine = (*sharing.Manager)(nil)

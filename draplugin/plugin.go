@@ -43,6 +43,7 @@ type Plugin struct {
 	builder    *gpudra.Builder
 	hooks      Hooks
 	now        func() time.Time
+	supervise  time.Duration
 	metrics    *metrics
 	health     *health
 	devices    *deviceIndex
@@ -72,7 +73,10 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	p := &Plugin{
 		nodeName: cfg.NodeName, lib: cfg.NVML, inv: inv, stateDir: cfg.StateDir,
 		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
-		hooks: cfg.Hooks, now: cfg.Now, fatal: make(chan struct{}),
+		hooks: cfg.Hooks, now: cfg.Now, fatal: make(chan struct{}), supervise: cfg.SuperviseInterval,
+	}
+	if p.supervise == 0 {
+		p.supervise = time.Minute
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -234,7 +238,52 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 	if !sc.NoHealthMonitor && p.lib != nil && !p.health.cfg.Disabled {
 		p.health.startMonitor(ctx, p.lib, p.inv)
 	}
+	if p.supervise > 0 {
+		go p.superviseLoop(ctx)
+	}
 	return report, nil
+}
+
+// superviseLoop runs superviseMPS every supervise interval until ctx ends or the plugin stops.
+func (p *Plugin) superviseLoop(ctx context.Context) {
+	t := time.NewTicker(p.supervise)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.fatal:
+			return
+		case <-t.C:
+		}
+		if p.Helper() == nil {
+			return // stopped
+		}
+		if err := p.superviseMPS(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Supervising MPS daemons")
+		}
+	}
+}
+
+// superviseMPS restarts dead MPS daemons of prepared claims and removes unused MPS directories.
+// It holds every GPU lock and restores the sharing registry from the checkpoint first, so a
+// claim another plugin process (a rolling update) prepared or unprepared meanwhile is seen as
+// it is.
+func (p *Plugin) superviseMPS(ctx context.Context) error {
+	unlock, err := p.lockAll()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rep := &ReconcileReport{}
+	if err := p.restoreSharing(ctx, rep); err != nil {
+		return err
+	}
+	err = p.reconcileMPS(ctx, rep)
+	if len(rep.MPSRestarted)+len(rep.MPSDirsRemoved) > 0 {
+		klog.FromContext(ctx).Info("Supervised MPS daemons", "restarted", rep.MPSRestarted, "removedDirs", rep.MPSDirsRemoved)
+	}
+	return err
 }
 
 func (p *Plugin) helperOptions(sc StartConfig) []kubeletplugin.Option {

@@ -376,6 +376,14 @@ func (a *attempt) wholeGPU(ctx context.Context, d prepDevice) error {
 func (a *attempt) applySharing(ctx context.Context) error {
 	rec, err := a.p.sharing.Prepare(ctx, a.claim, a.sharingLookup())
 	if err != nil {
+		if rec != nil {
+			// Host changes the engine could not undo: record them, so that the rollback (now or
+			// after a crash) undoes them and the claim stays recorded until it has.
+			if serr := setSharing(&a.st, rec, true); serr == nil {
+				serr = a.p.store.Put(a.st)
+				err = errors.Join(err, serr)
+			}
+		}
 		return a.fail(StepApplySharing, "", err)
 	}
 	a.rec = rec

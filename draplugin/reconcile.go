@@ -56,6 +56,9 @@ type ReconcileReport struct {
 	// MIGBaseline are the unclaimed instances that existed at the first start in this boot and
 	// are left alone, in the same form.
 	MIGBaseline []string
+	// MPSRestarted are the MPS daemons of prepared claims that did not run and were restarted;
+	// MPSDirsRemoved the MPS daemon directories of no prepared claim that were removed.
+	MPSRestarted, MPSDirsRemoved []string
 	// Prepared is the number of claims prepared after reconciliation.
 	Prepared int
 }
@@ -87,7 +90,9 @@ func (r *ReconcileReport) String() string {
 //     could grant another instance; devices that still exist get their current ids recorded;
 //  6. prepared claims whose CDI spec is missing get it written again;
 //  7. specs of claims the checkpoint does not hold are removed, when it can be trusted;
-//  8. with dynamic MIG, MIG instances on GPUs published as partitions that no claim records and
+//  8. MPS daemons of prepared claims that do not run are restarted, and MPS directories of no
+//     prepared claim removed;
+//  9. with dynamic MIG, MIG instances on GPUs published as partitions that no claim records and
 //     that are not in the first-start baseline (MIGBaselineFile) are destroyed. Every instance
 //     the plugin creates is recorded in the checkpoint before it is created, so these can only
 //     be leaks of a lost checkpoint; instances made by others before the plugin first ran in
@@ -111,7 +116,7 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 		rep.TempFilesRemoved = tmp
 	}
 	steps := []func(context.Context, *ReconcileReport) error{
-		p.forgetRebooted, p.adoptOrphans, p.restoreSharing, p.finishInterrupted, p.forgetVanished, p.reconcileSpecs,
+		p.forgetRebooted, p.adoptOrphans, p.restoreSharing, p.finishInterrupted, p.forgetVanished, p.reconcileSpecs, p.reconcileMPS,
 	}
 	if p.dynamicMIG() && p.mig != nil {
 		steps = append(steps, p.reconcileMIG)
@@ -313,6 +318,16 @@ func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error
 		logger.Info("Removed orphan CDI spec", "claimUID", uid)
 	}
 	return errors.Join(errs...)
+}
+
+// reconcileMPS restarts the MPS daemons of prepared claims that died (with the plugin's
+// container, say) and removes the MPS directories of claims no longer prepared.
+func (p *Plugin) reconcileMPS(ctx context.Context, rep *ReconcileReport) error {
+	restarted, err := p.sharing.SuperviseMPSDaemons(ctx)
+	rep.MPSRestarted = restarted
+	cleaned, cerr := p.sharing.CleanMPSDirs(ctx)
+	rep.MPSDirsRemoved = cleaned.Removed
+	return errors.Join(err, cerr)
 }
 
 // rewriteSpec writes the CDI spec of a prepared claim again from its checkpoint entry. The

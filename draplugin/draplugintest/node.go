@@ -245,5 +245,8 @@ func (n *Node) HostClean() error {
 	for id := range st.Daemons {
 		errs = append(errs, fmt.Errorf("MPS daemon %s left running", id))
 	}
+	for dir := range st.Mounts {
+		errs = append(errs, fmt.Errorf("tmpfs left mounted on %s", dir))
+	}
 	return errors.Join(errs...)
 }
