@@ -3,7 +3,6 @@ package draplugin_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
