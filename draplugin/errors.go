@@ -72,14 +72,13 @@ type CrashPoint string
 
 // The crash points, in the order prepare and unprepare pass them.
 const (
-	// CrashAfterPrepareStarted: the claim was recorded as PrepareStarted, with what will be done.
+	// CrashAfterPrepareStarted: what will be done is planned, and recorded as PrepareStarted
+	// when it creates MIG instances or changes host settings.
 	CrashAfterPrepareStarted CrashPoint = "prepare-started"
 	// CrashAfterMIGCreated: one dynamic MIG instance was created (once per created instance).
 	CrashAfterMIGCreated CrashPoint = "mig-created"
 	// CrashAfterSharingApplied: the sharing engine made its host changes.
 	CrashAfterSharingApplied CrashPoint = "sharing-applied"
-	// CrashAfterSharingRecorded: the sharing record (with its undo steps) is in the checkpoint.
-	CrashAfterSharingRecorded CrashPoint = "sharing-recorded"
 	// CrashAfterCDIWritten: the claim's CDI spec was written.
 	CrashAfterCDIWritten CrashPoint = "cdi-written"
 	// CrashAfterPrepareCompleted: the claim was recorded as PrepareCompleted.

@@ -24,8 +24,10 @@ type SharingEngine interface {
 	Prepare(ctx context.Context, claim *resourceapi.ResourceClaim, lookup sharing.DeviceLookup) (*sharing.Record, error)
 	// Undo reverses a record's host changes (those another claim still holds are kept).
 	Undo(ctx context.Context, rec *sharing.Record) error
-	// Restore rebuilds the engine's registry of prepared claims after a restart.
+	// Restore rebuilds the engine's registry of prepared claims after a restart; Sync does so
+	// for the claims on some GPUs, which another plugin process may have changed.
 	Restore(records []sharing.Record) error
+	Sync(records []sharing.Record, gpus []string) error
 	// ResetPlan turns a plan whose host changes may have been made but not recorded (a crash)
 	// into a record whose Undo puts the planned settings back to their defaults; nil when the
 	// plan makes no host change.

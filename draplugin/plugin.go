@@ -50,6 +50,11 @@ type Plugin struct {
 
 	locks *gpuLocks
 
+	// synced records, per GPU, the checkpoint reload count at which the sharing engine's
+	// registry was last synced for it (see syncSharing).
+	syncMu sync.Mutex
+	synced map[string]uint64
+
 	helperMu sync.Mutex
 	helper   *kubeletplugin.Helper
 
@@ -74,6 +79,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		nodeName: cfg.NodeName, lib: cfg.NVML, inv: inv, stateDir: cfg.StateDir,
 		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
 		hooks: cfg.Hooks, now: cfg.Now, fatal: make(chan struct{}), supervise: cfg.SuperviseInterval,
+		synced: map[string]uint64{},
 	}
 	if p.supervise == 0 {
 		p.supervise = time.Minute
@@ -353,7 +359,43 @@ func (p *Plugin) lockGPUs(uuids []string) (func(), error) {
 		unlock()
 		return nil, err
 	}
+	if err := p.syncSharing(uuids); err != nil {
+		unlock()
+		return nil, err
+	}
 	return unlock, nil
+}
+
+// syncSharing brings the sharing engine's registry up to date for the locked GPUs when another
+// plugin process (a rolling update) changed the checkpoint since it was last synced for them:
+// its claims hold shared host settings this process must not undo, and its unprepared claims
+// no longer do.
+func (p *Plugin) syncSharing(uuids []string) error {
+	gen := p.store.Reloads()
+	p.syncMu.Lock()
+	var stale []string
+	for _, u := range uuids {
+		if p.synced[u] != gen {
+			stale = append(stale, u)
+		}
+	}
+	p.syncMu.Unlock()
+	if len(stale) == 0 {
+		return nil
+	}
+	if err := p.sharing.Sync(p.appliedRecords(), stale); err != nil {
+		return fmt.Errorf("sync the sharing registry with the checkpoint: %w", err)
+	}
+	p.markSynced(stale, gen)
+	return nil
+}
+
+func (p *Plugin) markSynced(uuids []string, gen uint64) {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	for _, u := range uuids {
+		p.synced[u] = gen
+	}
 }
 
 // Close releases the plugin's checkpoint and lock files. Call it after Stop when the plugin is

@@ -273,8 +273,14 @@ func (a *attempt) recordIntent(ctx context.Context) error {
 	if err := setSharing(&a.st, plan, false); err != nil {
 		return stepErr(StepCheckpoint, "", err)
 	}
-	if err := a.p.store.Put(a.st); err != nil {
-		return stepErr(StepCheckpoint, "", fmt.Errorf("record PrepareStarted: %w", err))
+	// A prepare that creates nothing and changes no host setting needs no record of its intent:
+	// a crash can only leave its CDI spec, which reconciliation removes as the spec of a claim
+	// the checkpoint does not hold. One that does is recorded first, with the values its host
+	// changes will replace, so that a crash anywhere later is undone exactly.
+	if anyCreated(a.st) || changesHost(plan) {
+		if err := a.p.store.Put(a.st); err != nil {
+			return stepErr(StepCheckpoint, "", fmt.Errorf("record PrepareStarted: %w", err))
+		}
 	}
 	return a.p.crashPoint(CrashAfterPrepareStarted, a.claim.UID)
 }
@@ -372,7 +378,7 @@ func (a *attempt) wholeGPU(ctx context.Context, d prepDevice) error {
 	return a.p.mig.DisableMIG(ctx, d.GPU.UUID)
 }
 
-// applySharing is step 3: the sharing engine's host changes, then their record.
+// applySharing is step 3: the sharing engine's host changes.
 func (a *attempt) applySharing(ctx context.Context) error {
 	rec, err := a.p.sharing.Prepare(ctx, a.claim, a.sharingLookup())
 	if err != nil {
@@ -386,19 +392,13 @@ func (a *attempt) applySharing(ctx context.Context) error {
 		}
 		return a.fail(StepApplySharing, "", err)
 	}
+	// The applied record is written with the completed claim: until then the recorded plan
+	// holds every value a rollback must restore.
 	a.rec = rec
 	if err := setSharing(&a.st, rec, true); err != nil {
 		return a.fail(StepCheckpoint, "", err)
 	}
-	if err := a.p.crashPoint(CrashAfterSharingApplied, a.claim.UID); err != nil {
-		return err
-	}
-	if hostChanges(rec) || anyCreated(a.st) {
-		if err := a.p.store.Put(a.st); err != nil {
-			return a.fail(StepCheckpoint, "", fmt.Errorf("record sharing: %w", err))
-		}
-	}
-	return a.p.crashPoint(CrashAfterSharingRecorded, a.claim.UID)
+	return a.p.crashPoint(CrashAfterSharingApplied, a.claim.UID)
 }
 
 // writeCDI is step 4: the claim's CDI spec, with the device IDs recorded in the entry.
@@ -453,7 +453,7 @@ func (a *attempt) sharingLookup() sharing.DeviceLookup {
 			sd.IsMIG, sd.ParentUUID, sd.MemoryBytes = true, g.UUID, d.Partition.Profile.MemoryMiB<<20
 			sd.UUID = a.mig[d.result.Device].uuid
 			if sd.UUID == "" {
-				sd.UUID = "MIG-planned-" + d.result.Device
+				sd.UUID, sd.Planned = "MIG-planned-"+d.result.Device, true
 			}
 		}
 		byName[d.result.Device] = sd

@@ -174,18 +174,30 @@ func (p *Plugin) forgetRebooted(ctx context.Context, rep *ReconcileReport) error
 	return errors.Join(errs...)
 }
 
-// restoreSharing rebuilds the sharing engine's registry from the applied records.
+// restoreSharing rebuilds the sharing engine's registry from the applied records. Every GPU
+// lock is held.
 func (p *Plugin) restoreSharing(_ context.Context, _ *ReconcileReport) error {
+	gen := p.store.Reloads()
+	if err := p.sharing.Restore(p.appliedRecords()); err != nil {
+		return fmt.Errorf("restore sharing registry: %w", err)
+	}
+	var all []string
+	for _, g := range p.inv.GPUs {
+		all = append(all, g.UUID)
+	}
+	p.markSynced(all, gen)
+	return nil
+}
+
+// appliedRecords are the sharing records of the claims whose host changes were made.
+func (p *Plugin) appliedRecords() []sharing.Record {
 	var records []sharing.Record
 	for _, c := range p.store.List() {
 		if ss, err := sharingOf(c); err == nil && ss != nil && ss.Applied {
 			records = append(records, *ss.Record)
 		}
 	}
-	if err := p.sharing.Restore(records); err != nil {
-		return fmt.Errorf("restore sharing registry: %w", err)
-	}
-	return nil
+	return records
 }
 
 // finishInterrupted rolls back interrupted prepares and finishes interrupted unprepares.

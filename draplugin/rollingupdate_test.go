@@ -140,3 +140,31 @@ func TestReconcileWhileServing(t *testing.T) {
 		t.Errorf("specs = %v, want one per claim", got)
 	}
 }
+
+// TestRollingUpdateSharedSettings: each pod's sharing engine must see the claims the other pod
+// prepared and unprepared, or it keeps a host setting for a claim that is gone (or drops one a
+// claim still needs). Found by TestRandomSequences: a compute mode left EXCLUSIVE_PROCESS.
+func TestRollingUpdateSharedSettings(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", false)
+	x, y := e.plugin(), e.plugin()
+	e.reconcile(x)
+	e.reconcile(y)
+	first := e.claim(gpudra.GPUDeviceClassName, gpuIndex(2), mpsConfig)
+	if _, err := prepareOne(t, y, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := unprepareOne(t, x, first); err != nil {
+		t.Fatal(err)
+	}
+	e.Release(first)
+	second := e.claim(gpudra.GPUDeviceClassName, gpuIndex(2), mpsConfig)
+	if _, err := prepareOne(t, x, second); err != nil {
+		t.Fatal(err)
+	}
+	if err := unprepareOne(t, y, second); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.HostClean(); err != nil {
+		t.Errorf("host after claims prepared and unprepared crosswise: %v", err)
+	}
+}

@@ -97,6 +97,11 @@ func (m *Manager) Registry() *Registry { return m.registry }
 // restarts. It makes no host change.
 func (m *Manager) Restore(records []Record) error { return m.registry.Restore(records) }
 
+// Sync is Restore for the claims on some physical GPUs (Registry.Sync): a caller that shares
+// the node with another process (two plugin pods during a rolling update) syncs the GPUs it is
+// about to work on from the checkpoint both write, so that it sees the other's claims.
+func (m *Manager) Sync(records []Record, gpus []string) error { return m.registry.Sync(records, gpus) }
+
 // Prepare sets up sharing for one allocated claim and returns its record: per device the
 // container edits to put into its CDI spec, and the host changes made, to be checkpointed and
 // passed to Undo on unprepare. lookup maps the claim's allocation results to devices.
@@ -141,7 +146,7 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		return nil, err
 	}
 	defer m.claimDirs(p.daemons)()
-	if err := m.apply(ctx, p); err != nil {
+	if err := m.apply(ctx, p, false); err != nil {
 		partial, uerr := m.cleanup(ctx, p.rec)
 		if uerr != nil {
 			err = fmt.Errorf("%w; rolling back: %w", err, uerr)
@@ -227,8 +232,12 @@ func (m *Manager) UndoClaim(ctx context.Context, uid types.UID) error {
 	return m.Undo(ctx, &rec)
 }
 
-func (m *Manager) apply(ctx context.Context, p *plan) error {
+// apply makes the host changes of a plan, recording each as a step of p.rec. With dry set it
+// changes nothing: it reads the current values and records the steps it would make, so that a
+// crash between the changes and their record can still restore what they replaced.
+func (m *Manager) apply(ctx context.Context, p *plan, dry bool) error {
 	rec := p.rec
+	a := acquirer{m: m, dry: dry, planned: p.planned}
 	done := map[string]bool{}
 	for _, d := range rec.Devices {
 		if d.TimeSlice == nil || done[d.UUID] {
@@ -236,24 +245,33 @@ func (m *Manager) apply(ctx context.Context, p *plan) error {
 		}
 		done[d.UUID] = true
 		// Time-slicing needs several contexts on the GPU: compute mode DEFAULT.
-		if err := m.acquireComputeMode(ctx, rec, d.UUID, ComputeModeDefault); err != nil {
+		if err := a.computeMode(ctx, rec, d.UUID, ComputeModeDefault); err != nil {
 			return err
 		}
-		if err := m.acquireTimeSlice(ctx, rec, d.UUID, *d.TimeSlice); err != nil {
+		if err := a.timeSlice(ctx, rec, d.UUID, *d.TimeSlice); err != nil {
 			return err
 		}
 	}
 	for _, spec := range p.daemons {
 		for _, uuid := range spec.DeviceUUIDs {
-			if err := m.acquireComputeMode(ctx, rec, uuid, ComputeModeExclusiveProcess); err != nil {
+			if err := a.computeMode(ctx, rec, uuid, ComputeModeExclusiveProcess); err != nil {
 				return err
 			}
 		}
-		if err := m.acquireDaemon(ctx, rec, spec); err != nil {
+		if err := a.daemon(ctx, rec, spec); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// acquirer makes (or, dry, plans) the host changes of one claim.
+type acquirer struct {
+	m   *Manager
+	dry bool
+	// planned are the UUIDs of devices that do not exist yet: their settings are a new
+	// device's defaults.
+	planned map[string]bool
 }
 
 // join adds to rec the step another claim holds for resource, if any, so that the shared
@@ -268,20 +286,31 @@ func (m *Manager) join(ctx context.Context, rec *Record, resource string) bool {
 	return true
 }
 
-func (m *Manager) acquireComputeMode(ctx context.Context, rec *Record, uuid string, mode ComputeMode) error {
+func (a acquirer) computeMode(ctx context.Context, rec *Record, uuid string, mode ComputeMode) error {
+	m := a.m
 	resource := resourceComputeMode(uuid)
 	if m.join(ctx, rec, resource) {
 		return nil
 	}
 	if m.computeMode == nil {
+		if a.dry {
+			return nil // Prepare will fail and name the option
+		}
 		return errors.New("setting the compute mode needs a ComputeModeSetter (WithComputeModeSetter)")
+	}
+	if a.planned[uuid] {
+		// A device that does not exist yet has no setting to restore: a rollback destroys it
+		// with whatever was set on it.
+		return nil
 	}
 	cur, err := m.computeMode.ComputeMode(ctx, uuid)
 	if err != nil {
 		return fmt.Errorf("reading compute mode of %s: %w", uuid, err)
 	}
 	step := Step{Action: ActionSetComputeMode, Resource: resource, UUID: uuid, ComputeMode: &mode, PreviousComputeMode: &cur}
-	if cur != mode {
+	if cur != mode && a.dry {
+		step.Changed = true
+	} else if cur != mode {
 		if err := m.computeMode.SetComputeMode(ctx, uuid, mode); err != nil {
 			return fmt.Errorf("setting compute mode of %s to %s: %w", uuid, mode, err)
 		}
@@ -292,12 +321,16 @@ func (m *Manager) acquireComputeMode(ctx context.Context, rec *Record, uuid stri
 	return nil
 }
 
-func (m *Manager) acquireTimeSlice(ctx context.Context, rec *Record, uuid string, value int) error {
+func (a acquirer) timeSlice(ctx context.Context, rec *Record, uuid string, value int) error {
+	m := a.m
 	resource := resourceTimeSlice(uuid)
 	if m.join(ctx, rec, resource) {
 		return nil
 	}
 	if m.timeSlicer == nil {
+		if a.dry {
+			return nil // Prepare will fail and name the option
+		}
 		return errors.New("time-slicing needs a TimeSlicer (WithTimeSlicer)")
 	}
 	cur, known, err := m.timeSlicer.TimeSlice(ctx, uuid)
@@ -308,7 +341,9 @@ func (m *Manager) acquireTimeSlice(ctx context.Context, rec *Record, uuid string
 	if known {
 		step.PreviousTimeSlice = &cur
 	}
-	if !known || cur != value {
+	if (!known || cur != value) && a.dry {
+		step.Changed = true
+	} else if !known || cur != value {
 		if err := m.timeSlicer.SetTimeSlice(ctx, uuid, value); err != nil {
 			return fmt.Errorf("setting time slice of %s to %d: %w", uuid, value, err)
 		}
@@ -319,11 +354,16 @@ func (m *Manager) acquireTimeSlice(ctx context.Context, rec *Record, uuid string
 	return nil
 }
 
-func (m *Manager) acquireDaemon(ctx context.Context, rec *Record, spec MPSDaemonSpec) error {
+func (a acquirer) daemon(ctx context.Context, rec *Record, spec MPSDaemonSpec) error {
+	m := a.m
 	resource := resourceDaemon(spec.ID)
 	other, _ := m.registry.holder(resource, rec.ClaimUID)
 	if other != nil && !other.Partial {
 		m.join(ctx, rec, resource)
+		return nil
+	}
+	if a.dry {
+		rec.Steps = append(rec.Steps, Step{Action: ActionStartMPSDaemon, Resource: resource, Daemon: &spec, Changed: true})
 		return nil
 	}
 	if m.daemons == nil {

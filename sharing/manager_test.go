@@ -506,6 +506,7 @@ func TestSameDeviceTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantDaemon := other.Devices[0].MPSDaemonID
+	h.ResetCalls() // Plan read the compute mode; the calls below are Prepare's
 
 	claim := newClaim("u1", results(withMemory(shared(result("a", "gpu-0"), "s1"), "16Gi"), withMemory(shared(result("b", "gpu-0"), "s2"), "8Gi")),
 		claimCfg(mpsGPU, "a", "b"))
@@ -556,5 +557,37 @@ func TestNilArguments(t *testing.T) {
 	}
 	if err := m.Undo(ctx, nil); err == nil {
 		t.Error("Undo(nil) succeeded")
+	}
+}
+
+// TestPlanRecordsPreviousValues: Plan reads, without changing anything, what Prepare would
+// replace, so that ResetPlan restores an operator's settings rather than the defaults after a
+// crash between Prepare's changes and their record.
+func TestPlanRecordsPreviousValues(t *testing.T) {
+	ctx := ctxFor(t)
+	h := newHost()
+	h.SetTimeSliceState(uuidA, 2)
+	m := newManager(t, h)
+	long := `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`
+	claim := newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(long, "gpu"))
+	plan, err := m.Plan(ctx, claim, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range h.Calls() {
+		if strings.HasPrefix(c, "Set") || strings.HasPrefix(c, "Start") {
+			t.Errorf("Plan changed the host: %s", c)
+		}
+	}
+	if _, err := m.Prepare(ctx, claim, lookup); err != nil {
+		t.Fatal(err)
+	}
+	// A crash: the record of Prepare is lost, the plan survives; a new manager resets.
+	m2 := newManager(t, h)
+	if err := m2.Undo(ctx, m2.ResetPlan(plan)); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.State().TimeSlices[uuidA]; got != 2 {
+		t.Errorf("time slice after the reset = %d, want the operator's 2", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -32,15 +33,29 @@ const (
 type plan struct {
 	rec     *Record
 	daemons []MPSDaemonSpec
+	// planned are the UUIDs of devices that do not exist yet (Device.Planned).
+	planned map[string]bool
 }
 
-// Plan resolves the claim's configuration (see Resolve) and computes, without touching the
+// Plan resolves the claim's configuration (see Resolve) and computes, without changing the
 // host, what Prepare would set up: per device the strategy, time slice, MPS daemon, pinned
-// memory limit and container edits. The returned record has no steps.
+// memory limit and container edits, and as Steps the host changes Prepare would make with the
+// values they would replace, read now. Settings of a device marked Planned (which does not
+// exist yet) are not among the steps: a rollback destroys that device. A caller that records
+// the plan before Prepare can, after a crash in between, undo whatever Prepare changed with
+// ResetPlan, restoring the values read here.
 func (m *Manager) Plan(ctx context.Context, claim *resourceapi.ResourceClaim, lookup DeviceLookup) (*Record, error) {
+	if claim == nil || lookup == nil {
+		return nil, errors.New("sharing: Plan needs a claim and a device lookup, got nil")
+	}
 	p, err := m.plan(ctx, claim, lookup)
 	if err != nil {
 		return nil, err
+	}
+	unlock := m.locks.lock(physicalGPUs(p.rec))
+	defer unlock()
+	if err := m.apply(ctx, p, true); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", ClaimString(claim), err)
 	}
 	return p.rec, nil
 }
@@ -54,6 +69,12 @@ func (m *Manager) plan(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 	rec := &Record{Version: RecordVersion, ClaimUID: claim.UID, Namespace: claim.Namespace, Name: claim.Name,
 		Devices: make([]PreparedDevice, len(dcs))}
 	cs := ClaimString(claim)
+	planned := map[string]bool{}
+	for _, dc := range dcs {
+		if dc.Device.Planned {
+			planned[dc.Device.UUID] = true
+		}
+	}
 
 	// Index of each device among the devices its config entry applies to, for
 	// defaultPerDevicePinnedMemoryLimit keys that are indices.
@@ -113,7 +134,7 @@ func (m *Manager) plan(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 	if err != nil {
 		return nil, err
 	}
-	return &plan{rec: rec, daemons: daemons}, nil
+	return &plan{rec: rec, daemons: daemons, planned: planned}, nil
 }
 
 // pinnedLimit is the device's pinned memory limit in MiB (0: none): the config's per-device

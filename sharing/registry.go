@@ -43,6 +43,36 @@ func (r *Registry) Restore(records []Record) error {
 	return nil
 }
 
+// Sync makes the registry agree with records for every claim that touches one of the physical
+// GPUs in gpus: such claims not in records are forgotten, those in records are registered as
+// given; claims on other GPUs are left alone. It is Restore for part of a node, for a caller
+// that knows the state of those GPUs is settled (it holds their locks) while other GPUs may be
+// busy.
+func (r *Registry) Sync(records []Record, gpus []string) error {
+	touches := func(rec *Record) bool {
+		return slices.ContainsFunc(physicalGPUs(rec), func(u string) bool { return slices.Contains(gpus, u) })
+	}
+	fresh := map[types.UID]*Record{}
+	for i := range records {
+		rec := records[i]
+		if rec.Version != RecordVersion {
+			return fmt.Errorf("record of claim %s/%s (%s): version %d, this program reads version %d", rec.Namespace, rec.Name, rec.ClaimUID, rec.Version, RecordVersion)
+		}
+		if touches(&rec) {
+			fresh[rec.ClaimUID] = &rec
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid, rec := range r.records {
+		if _, ok := fresh[uid]; !ok && touches(rec) {
+			delete(r.records, uid)
+		}
+	}
+	maps.Copy(r.records, fresh)
+	return nil
+}
+
 // Get returns the record of a prepared claim.
 func (r *Registry) Get(uid types.UID) (Record, bool) {
 	r.mu.Lock()

@@ -12,16 +12,23 @@ import (
 )
 
 // ResetPlan turns a plan (from Plan) whose host changes may have been made but not recorded —
-// a crash between making them and checkpointing Prepare's record — into a record whose Undo puts
-// the planned host settings back to their defaults: time slice Default, compute mode DEFAULT,
-// MPS daemons stopped. Settings that another prepared claim holds are left alone by Undo, as
-// for any record. It returns nil when the plan makes no host change.
+// a crash between making them and checkpointing Prepare's record — into a record whose Undo
+// puts the planned host settings back: to the values the plan read before (its Steps), or, for
+// a plan without steps (a record of an older version, or one rebuilt by RecoverRecord), to the
+// defaults: time slice Default, compute mode DEFAULT, MPS daemons stopped. Settings that another
+// prepared claim holds are left alone by Undo, as for any record. It returns nil when the plan
+// makes no host change.
 func (m *Manager) ResetPlan(plan *Record) *Record {
 	if plan == nil {
 		return nil
 	}
 	rec := plan.DeepCopy()
-	rec.Steps = nil
+	if slices.ContainsFunc(rec.Steps, func(s Step) bool { return s.Changed }) {
+		return rec
+	}
+	if len(rec.Steps) > 0 {
+		return nil // the plan changes nothing
+	}
 	seen := map[string]bool{}
 	for _, d := range rec.Devices {
 		if d.TimeSlice == nil || seen[resourceTimeSlice(d.UUID)] {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -121,6 +122,8 @@ type Store struct {
 	// loaded identifies the file state was read from or written to; when the file on disk
 	// differs, another process changed it and the leader reloads before applying updates.
 	loaded fileID
+	// reloads counts the reloads, that is the changes by another process seen so far.
+	reloads atomic.Uint64
 	// enc caches the JSON encoding of committed claims by UID, so that an update re-encodes
 	// only the claims it changed. Missing entries are encoded on demand. Leader only.
 	enc map[string][]byte
@@ -572,8 +575,14 @@ func (s *Store) reload() error {
 	s.mu.Lock()
 	s.state, s.enc, s.loaded = st, nil, id
 	s.mu.Unlock()
+	s.reloads.Add(1)
 	return nil
 }
+
+// Reloads counts how often the store found the checkpoint changed by another process and read
+// it again: a caller that caches something derived from the state refreshes it when the count
+// moved.
+func (s *Store) Reloads() uint64 { return s.reloads.Load() }
 
 // Refresh makes the store's state what is on disk now, reading the checkpoint again if another
 // process (a second plugin pod during a rolling update) changed it. Call it after taking the

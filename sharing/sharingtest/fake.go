@@ -53,7 +53,13 @@ func newHost(uuids []string) host {
 	return h
 }
 
+// device checks that the host has the device. MIG devices ("MIG-...") come and go with their
+// instances (dynamic MIG creates them after the host was built), so any MIG UUID is accepted,
+// in compute mode DEFAULT until set.
 func (h *host) device(uuid string) error {
+	if strings.HasPrefix(uuid, "MIG-") {
+		return nil
+	}
 	if _, ok := slices.BinarySearch(h.Devices, uuid); !ok {
 		return fmt.Errorf("no device %s: the host has %v", uuid, h.Devices)
 	}
