@@ -133,4 +133,3 @@ func waitFor(t testing.TB, cond func() bool, what string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
