@@ -12,12 +12,12 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test unit vet staticcheck lint fmt-check bench build image e2e e2e-binaries demo render
+.PHONY: all test unit vet staticcheck lint fmt-check bench build image e2e e2e-binaries demo render generate verify-generate
 
 all: test
 
 ## test: vet, staticcheck, gofmt check, then unit and integration tests with the race detector.
-test: fmt-check vet staticcheck unit
+test: fmt-check verify-generate vet staticcheck unit
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -64,3 +64,14 @@ demo:
 
 render:
 	$(GO) run ./examples/gpu-dra-driver render
+
+CODE_GENERATOR_VERSION ?= v0.37.2
+
+## generate: regenerate the DeepCopy methods of sharing/v1beta1 with deepcopy-gen.
+generate:
+	$(GO) run k8s.io/code-generator/cmd/deepcopy-gen@$(CODE_GENERATOR_VERSION) \
+		--output-file zz_generated.deepcopy.go --go-header-file hack/boilerplate.go.txt ./sharing/v1beta1
+
+## verify-generate: fail when the generated files are stale (run by make test).
+verify-generate: generate
+	@git diff --exit-code -- '*zz_generated*' || { echo "generated files are stale: run make generate and commit"; exit 1; }

@@ -1,22 +1,39 @@
 // Package gpudra is a software development kit for Kubernetes Dynamic Resource Allocation (DRA)
-// drivers for GPUs, and the composition layer of the packages below it.
+// drivers for GPUs. This package is the published contract: what the scheduler sees. It builds
+// the ResourceSlices a driver publishes (full GPUs, static MIG devices, dynamic MIG partitions
+// with shared counters, consumable memory) with the attribute, capacity and naming contract that
+// manifests written for NVIDIA's DRA driver rely on: driver gpu.nvidia.com, one pool per node,
+// device names gpu-<minor> and gpu-<minor>-mig-<profile>-<profileID>-<placementStart>. It does no
+// I/O and links no gRPC, Prometheus or API client.
 //
-// The sub-packages each own one concept and can be used alone:
+// # Which package for which job
 //
-//   - gpu enumerates GPUs and MIG devices through NVML into plain Go values; gpu/gputest provides
-//     fake NVML machines (DGX A100/H100/H200/B200, A30, L4, A10G, GB200) for tests.
-//   - mig knows MIG geometry without hardware: profiles, per-model catalog, layout validation and
-//     enumeration, mig-parted configs, a placement planner, and a Manager that creates and
-//     destroys instances through NVML with rollback.
-//   - sharing decodes the resource.nvidia.com/v1beta1 opaque configs and turns exclusive,
-//     time-slicing and MPS strategies into container edits and host actions.
-//   - cdi generates, validates, writes and removes per-claim CDI specs.
-//
-// This package builds what a driver publishes — ResourceSlices (full GPUs, static MIG devices,
-// dynamic MIG partitions with shared counters, consumable memory) and the DeviceClasses that
-// select them — with the attribute, capacity and naming contract that manifests written for
-// NVIDIA's DRA driver rely on: driver gpu.nvidia.com, one pool per node, device names gpu-<minor>
-// and gpu-<minor>-mig-<profile>-<profileID>-<placementStart>.
+//   - gpudra (this package): device names, attributes, the slice Builder, ResourceSlices.
+//   - draplugin: the kubelet-plugin core of a node: crash-safe prepare/unprepare, checkpoint,
+//     reconciliation, health taints, metrics; draplugin/draplugintest: a fake node for tests.
+//   - selectors: CEL as the scheduler runs it, selector builders, DeviceClasses, lint, policy.
+//   - simulate: allocate claims against slices offline with the scheduler's own allocator.
+//   - gpu: NVML enumeration into plain Go values; gpu/gputest: fake NVML machines.
+//   - mig: MIG profiles, geometry catalog, layout validation, mig-parted configs, planner, and
+//     instance creation through NVML.
+//   - sharing: the resource.nvidia.com/v1beta1 opaque configs; exclusive, time-slicing and MPS.
+//   - cdi: per-claim CDI specs: generation, validation, writing, cleanup.
+//   - topology: NVLink/PCIe/NUMA links, PCIe roots, NVLink domains, best-connected GPU sets.
 //
 // The reference driver in examples/gpu-dra-driver assembles all of it.
+//
+// # Publish slices
+//
+//	inv, err := gpu.Enumerate(ctx, nvmlLib)
+//	b := gpudra.NewBuilder(gpudra.WithDynamicMIG(nil))
+//	pool, err := b.Build(nodeName, inv)
+//	slices, err := gpudra.ResourceSlices(b.DriverName(), nodeName, pool) // complete objects
+//
+// # Serve a node
+//
+//	plugin, err := draplugin.New(ctx, draplugin.Config{
+//		NodeName: nodeName, NVML: nvmlLib, StateDir: stateDir,
+//		CDIGenerator: gen, CDIWriter: writer, Slices: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
+//	})
+//	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client})
 package gpudra

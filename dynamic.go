@@ -32,8 +32,8 @@ func CounterSetName(minor int) string { return fmt.Sprintf("gpu-%d-counter-set",
 func MemorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i) }
 
 // WithDynamicMIG publishes, for each MIG-capable GPU, every GPU-instance profile at every
-// placement the MIG catalog allows as a partitionable device, plus the full GPU while MIG mode is
-// off. A counter set per GPU makes the scheduler pick only sets of devices that form a valid MIG
+// placement the MIG catalog allows as a partitionable device, plus the full GPU while it has no MIG
+// devices. A counter set per GPU makes the scheduler pick only sets of devices that form a valid MIG
 // layout; the kubelet plugin creates the instances at prepare time. GPUs without MIG keep being
 // published as full GPUs.
 func WithDynamicMIG(lookup func(productName string) (*mig.Model, error)) Option {
@@ -100,12 +100,13 @@ func (c *ConsumableMemory) apply(d *resourceapi.Device, memBytes uint64) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// dynamicMIGDevices returns the partitionable devices and the counter set of one MIG-capable GPU,
-// or nil devices when the GPU's model is not in the catalog (it is then published statically).
-func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourceapi.Device, resourceapi.CounterSet, error) {
+// dynamicMIGDevices returns the partitionable devices (and what each is) and the counter set of
+// one MIG-capable GPU, or nil devices when the GPU's model is not in the catalog (it is then
+// published statically).
+func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourceapi.Device, []PublishedDevice, resourceapi.CounterSet, error) {
 	model, err := b.migLookup(g.ProductName)
 	if err != nil {
-		return nil, resourceapi.CounterSet{}, nil //nolint:nilerr // unknown models fall back to static publishing
+		return nil, nil, resourceapi.CounterSet{}, nil //nolint:nilerr // unknown models fall back to static publishing
 	}
 	setName := CounterSetName(g.Minor)
 	counters := map[string]resourceapi.Counter{}
@@ -138,18 +139,23 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourcea
 		}
 	}
 	if len(counters) > resourceapi.ResourceSliceMaxCountersPerCounterSet {
-		return nil, resourceapi.CounterSet{}, fmt.Errorf("model %s needs %d counters, more than the API allows (%d)",
+		return nil, nil, resourceapi.CounterSet{}, fmt.Errorf("model %s needs %d counters, more than the API allows (%d)",
 			model.Name, len(counters), resourceapi.ResourceSliceMaxCountersPerCounterSet)
 	}
 	cs := resourceapi.CounterSet{Name: setName, Counters: counters}
 
 	var devs []resourceapi.Device
-	if !g.MIGEnabled {
+	var refs []PublishedDevice
+	// The whole GPU is one more way to use it: the kubelet plugin turns MIG mode off to prepare
+	// it. It is left out while MIG devices exist that the plugin did not create.
+	if len(g.MIGDevices) == 0 {
 		d := b.gpuDevice(inv, g)
 		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: setName, Counters: full}}
 		devs = append(devs, d)
+		refs = append(refs, PublishedDevice{GPU: g})
 	}
-	for _, p := range model.Profiles {
+	for i := range model.Profiles {
+		p := &model.Profiles[i]
 		consumed := map[string]resourceapi.Counter{}
 		if needs.computeSlices {
 			consumed[CounterComputeSlices] = qty(int64(p.ComputeSlices))
@@ -192,9 +198,10 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourcea
 					p.JpegEngines, p.OfaEngines),
 				ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: setName, Counters: c}},
 			})
+			refs = append(refs, PublishedDevice{GPU: g, Partition: &Partition{Model: model, Profile: p, Placement: pl}})
 		}
 	}
-	return devs, cs, nil
+	return devs, refs, cs, nil
 }
 
 // modelNeeds says which rules of a model the memory-slice counters do not already enforce.

@@ -24,7 +24,7 @@ func ExampleBuilder() {
 	if err != nil {
 		panic(err)
 	}
-	devices := res.Pools["node-1"].Slices[0].Devices
+	devices := res.Slices[0].Devices
 	fmt.Println(len(devices), "devices; first:", devices[0].Name, *devices[0].Attributes["profile"].StringValue)
 	// Output: 32 devices; first: gpu-0-mig-2g10gb-14-0 2g.10gb
 }

@@ -1,58 +1,34 @@
 package gpudra
 
 import (
+	"errors"
 	"fmt"
-	"sort"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 )
 
-// ResourceSlices turns DriverResources for one node into complete ResourceSlice objects, named
-// deterministically ("<node>-<driver>-<index>") so that they can be applied with kubectl or fed to
-// the scheduler's allocator. The resourceslice controller, not this function, publishes slices in
-// a running driver.
-func ResourceSlices(driverName, nodeName string, res *resourceslice.DriverResources) ([]*resourceapi.ResourceSlice, error) {
-	if res == nil {
-		return nil, nil
+// ResourceSlices turns the pool of one node into complete ResourceSlice objects, named
+// deterministically ("<node>-<driver>-pool-<index>") so that they can be applied with kubectl or
+// fed to the scheduler's allocator. The kubelet-plugin helper, not this function, publishes
+// slices in a running driver.
+func ResourceSlices(driverName, nodeName string, pool *Pool) ([]*resourceapi.ResourceSlice, error) {
+	if pool == nil {
+		return nil, errors.New("pool is nil")
 	}
-	pools := make([]string, 0, len(res.Pools))
-	for name := range res.Pools {
-		pools = append(pools, name)
-	}
-	sort.Strings(pools)
-	var out []*resourceapi.ResourceSlice
-	for _, poolName := range pools {
-		pool := res.Pools[poolName]
-		generation := max(pool.Generation, 1)
-		for i, s := range pool.Slices {
-			slice := &resourceapi.ResourceSlice{
-				TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%s-%05d", nodeName, driverName, poolSuffix(poolName, nodeName), i)},
-				Spec: resourceapi.ResourceSliceSpec{
-					Driver: driverName,
-					Pool: resourceapi.ResourcePool{
-						Name:               poolName,
-						Generation:         generation,
-						ResourceSliceCount: int64(len(pool.Slices)),
-					},
-					Devices:        s.Devices,
-					SharedCounters: s.SharedCounters,
-				},
-			}
-			switch {
-			case pool.NodeSelector != nil:
-				slice.Spec.NodeSelector = pool.NodeSelector
-			case pool.AllNodes:
-				slice.Spec.AllNodes = &pool.AllNodes
-			case s.PerDeviceNodeSelection != nil && *s.PerDeviceNodeSelection:
-				slice.Spec.PerDeviceNodeSelection = s.PerDeviceNodeSelection
-			default:
-				slice.Spec.NodeName = &nodeName
-			}
-			out = append(out, slice)
-		}
+	out := make([]*resourceapi.ResourceSlice, 0, len(pool.Slices))
+	for i, s := range pool.Slices {
+		out = append(out, &resourceapi.ResourceSlice{
+			TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%s-%05d", nodeName, driverName, poolSuffix(pool.Name, nodeName), i)},
+			Spec: resourceapi.ResourceSliceSpec{
+				Driver:         driverName,
+				Pool:           resourceapi.ResourcePool{Name: pool.Name, Generation: 1, ResourceSliceCount: int64(len(pool.Slices))},
+				NodeName:       &nodeName,
+				Devices:        s.Devices,
+				SharedCounters: s.SharedCounters,
+			},
+		})
 	}
 	return out, nil
 }

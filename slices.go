@@ -6,7 +6,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/gpu"
@@ -56,7 +55,7 @@ type Builder struct {
 	driverName string
 	maxDevices int
 	pcieRoot   PCIeRootFunc
-	taints     func(device string) []resourceapi.DeviceTaint
+	taints     []func(device string) []resourceapi.DeviceTaint
 	migLookup  func(productName string) (*mig.Model, error)
 	consumable *ConsumableMemory
 }
@@ -76,9 +75,14 @@ func WithMaxDevicesPerSlice(n int) Option { return func(b *Builder) { b.maxDevic
 // Without it the attribute is left out.
 func WithPCIeRoot(f PCIeRootFunc) Option { return func(b *Builder) { b.pcieRoot = f } }
 
-// WithDeviceTaints adds taints (for example from health monitoring) to devices by name.
+// WithDeviceTaints adds taints (for example from health monitoring) to devices by name. Each
+// use adds a source; a device gets the taints of every source, in the order they were given.
 func WithDeviceTaints(f func(device string) []resourceapi.DeviceTaint) Option {
-	return func(b *Builder) { b.taints = f }
+	return func(b *Builder) {
+		if f != nil {
+			b.taints = append(b.taints, f)
+		}
+	}
 }
 
 // NewBuilder returns a Builder with production defaults.
@@ -93,6 +97,44 @@ func NewBuilder(opts ...Option) *Builder {
 // DriverName returns the driver name the builder publishes for.
 func (b *Builder) DriverName() string { return b.driverName }
 
+// DynamicMIG returns the MIG geometry lookup of WithDynamicMIG, or nil when MIG-capable GPUs
+// are not published as dynamic partitions.
+func (b *Builder) DynamicMIG() func(productName string) (*mig.Model, error) { return b.migLookup }
+
+// PublishedDevice says what one published device is on the node, so that a kubelet plugin can
+// prepare it from its name without parsing the name or reading its attributes back.
+type PublishedDevice struct {
+	// Name is the DRA device name.
+	Name string
+	// GPU is the physical GPU: the device itself, or the parent of a MIG device or partition.
+	GPU *gpu.GPU
+	// MIG is set for an existing MIG device (static MIG).
+	MIG *gpu.MIGDevice
+	// Partition is set for a dynamic MIG partition, whose instance is created when a claim that
+	// got it is prepared.
+	Partition *Partition
+}
+
+// Partition is a dynamic MIG partition: a GPU-instance profile at one placement.
+type Partition struct {
+	// Model is the GPU's MIG geometry, as WithDynamicMIG's lookup returned it.
+	Model *mig.Model
+	// Profile is the GPU-instance profile (of Model).
+	Profile *mig.GIProfile
+	// Placement is where the instance will sit, in memory slices.
+	Placement mig.Placement
+}
+
+// Published returns what every device the builder would publish for the inventory is, in
+// publishing order (the order of Devices). The GPU and MIG pointers point into inv.
+func (b *Builder) Published(inv *gpu.Inventory) ([]PublishedDevice, error) {
+	pub, err := b.build(inv)
+	if err != nil {
+		return nil, err
+	}
+	return pub.refs, nil
+}
+
 // Devices returns every device the builder would publish for the inventory, in publishing
 // order: GPUs by index, MIG devices of a GPU by placement.
 func (b *Builder) Devices(inv *gpu.Inventory) ([]resourceapi.Device, error) {
@@ -103,10 +145,26 @@ func (b *Builder) Devices(inv *gpu.Inventory) ([]resourceapi.Device, error) {
 	return pub.devices, nil
 }
 
-// Build returns the DriverResources for one node's pool (named poolName, usually the node name).
-// Devices are chunked into slices within the API limits; shared counters, when any, come first
-// in slices of their own.
-func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*resourceslice.DriverResources, error) {
+// Pool is what a driver publishes for one node: one pool's slices in publishing order. The
+// kubelet-plugin core (draplugin) publishes it through the kubelet-plugin helper; ResourceSlices
+// turns it into complete objects.
+type Pool struct {
+	// Name is the pool name, usually the node name.
+	Name string
+	// Slices are the pool's slices: shared counters first, in slices of their own, then devices.
+	Slices []Slice
+}
+
+// Slice is the content of one ResourceSlice.
+type Slice struct {
+	Devices        []resourceapi.Device
+	SharedCounters []resourceapi.CounterSet
+}
+
+// Build returns the pool of one node (named poolName, usually the node name). Devices are
+// chunked into slices within the API limits; shared counters, when any, come first in slices
+// of their own.
+func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*Pool, error) {
 	if poolName == "" {
 		return nil, fmt.Errorf("pool name is empty: pass the node name")
 	}
@@ -114,21 +172,21 @@ func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*resourceslice.Dri
 	if err != nil {
 		return nil, err
 	}
-	pool := resourceslice.Pool{}
+	pool := &Pool{Name: poolName}
 	for start := 0; start < len(pub.counterSets); start += resourceapi.ResourceSliceMaxCounterSets {
 		end := min(start+resourceapi.ResourceSliceMaxCounterSets, len(pub.counterSets))
-		pool.Slices = append(pool.Slices, resourceslice.Slice{SharedCounters: pub.counterSets[start:end]})
+		pool.Slices = append(pool.Slices, Slice{SharedCounters: pub.counterSets[start:end]})
 	}
 	limit := b.sliceLimit(pub.devices)
 	for start := 0; start < len(pub.devices); start += limit {
 		end := min(start+limit, len(pub.devices))
-		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: pub.devices[start:end]})
+		pool.Slices = append(pool.Slices, Slice{Devices: pub.devices[start:end]})
 	}
 	if len(pool.Slices) == 0 {
 		// An empty pool is published as one empty slice: "no devices" differs from "no pool".
-		pool.Slices = []resourceslice.Slice{{}}
+		pool.Slices = []Slice{{}}
 	}
-	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{poolName: pool}}, nil
+	return pool, nil
 }
 
 func (b *Builder) sliceLimit(devices []resourceapi.Device) int {
@@ -147,6 +205,7 @@ func (b *Builder) sliceLimit(devices []resourceapi.Device) int {
 
 type published struct {
 	devices     []resourceapi.Device
+	refs        []PublishedDevice // parallel to devices
 	counterSets []resourceapi.CounterSet
 }
 
@@ -156,29 +215,31 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 	}
 	pub := &published{}
 	seen := map[string]string{}
-	add := func(d resourceapi.Device, owner string) error {
+	add := func(d resourceapi.Device, ref PublishedDevice, owner string) error {
 		if prev, dup := seen[d.Name]; dup {
 			return fmt.Errorf("device name %q is used by both %s and %s", d.Name, prev, owner)
 		}
 		seen[d.Name] = owner
-		if b.taints != nil {
-			d.Taints = append(d.Taints, b.taints(d.Name)...)
+		for _, taints := range b.taints {
+			d.Taints = append(d.Taints, taints(d.Name)...)
 		}
+		ref.Name = d.Name
 		pub.devices = append(pub.devices, d)
+		pub.refs = append(pub.refs, ref)
 		return nil
 	}
 	for i := range inv.GPUs {
 		g := &inv.GPUs[i]
 		owner := fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID)
 		if b.migLookup != nil && g.MIGCapable {
-			devs, cs, err := b.dynamicMIGDevices(inv, g)
+			devs, refs, cs, err := b.dynamicMIGDevices(inv, g)
 			if err != nil {
 				return nil, fmt.Errorf("GPU %d (%s): %w", g.Index, g.UUID, err)
 			}
 			if devs != nil {
 				pub.counterSets = append(pub.counterSets, cs)
-				for _, d := range devs {
-					if err := add(d, owner); err != nil {
+				for k, d := range devs {
+					if err := add(d, refs[k], owner); err != nil {
 						return nil, err
 					}
 				}
@@ -187,13 +248,14 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 		}
 		if g.MIGEnabled {
 			for j := range g.MIGDevices {
-				if err := add(b.migDevice(inv, g, &g.MIGDevices[j]), owner); err != nil {
+				m := &g.MIGDevices[j]
+				if err := add(b.migDevice(inv, g, m), PublishedDevice{GPU: g, MIG: m}, owner); err != nil {
 					return nil, err
 				}
 			}
 			continue
 		}
-		if err := add(b.gpuDevice(inv, g), owner); err != nil {
+		if err := add(b.gpuDevice(inv, g), PublishedDevice{GPU: g}, owner); err != nil {
 			return nil, err
 		}
 	}
@@ -253,21 +315,22 @@ func (b *Builder) migDevice(inv *gpu.Inventory, g *gpu.GPU, m *gpu.MIGDevice) re
 	attrs[AttrParentUUID] = str(g.UUID)
 	attrs[AttrParentIndex] = intAttr(g.Index)
 	return resourceapi.Device{
-		Name:       migDeviceName(g, m),
+		Name:       MIGDeviceNameOf(m),
 		Attributes: attrs,
 		Capacity:   migCapacity(m.MemoryBytes, m.Multiprocessors, m.CopyEngines, m.Decoders, m.Encoders, m.JpegEngines, m.OfaEngines),
 	}
 }
 
-// migDeviceName names an existing MIG device. The name carries the GPU-instance profile, as in
-// dynamic mode; a compute instance smaller than its GPU instance ("1c.3g.20gb") gets a "ci<id>"
-// suffix so that the compute instances sharing one GPU instance stay distinct.
-func migDeviceName(g *gpu.GPU, m *gpu.MIGDevice) string {
+// MIGDeviceNameOf is the DRA device name of an existing MIG device, as the Builder publishes
+// it. The name carries the GPU-instance profile, as in dynamic mode, so the same placement has
+// the same name in both; a compute instance smaller than its GPU instance ("1c.3g.20gb") gets a
+// "ci<id>" suffix so that the compute instances sharing one GPU instance stay distinct.
+func MIGDeviceNameOf(m *gpu.MIGDevice) string {
 	giProfile, suffix := m.Profile, ""
 	if p, err := mig.ParseProfile(m.Profile); err == nil && p.IsComputeInstance() {
 		giProfile, suffix = p.GPUInstance().String(), fmt.Sprintf("ci%d", m.CIID)
 	}
-	return MIGDeviceName(g.Minor, giProfile, m.GIProfileID, m.Placement.Start, suffix)
+	return MIGDeviceName(m.ParentMinor, giProfile, m.GIProfileID, m.Placement.Start, suffix)
 }
 
 func migCapacity(memBytes uint64, sms, ce, dec, enc, jpeg, ofa int) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {

@@ -236,13 +236,13 @@ func TestGeneratorOptions(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		opts []cdi.Option
+		opts []cdi.GeneratorOption
 		want string
 	}{
-		{"relative hook", []cdi.Option{cdi.WithHooks(cdi.Hooks{Path: "nvidia-cdi-hook"})}, `hook path "nvidia-cdi-hook" must be an absolute host path`},
-		{"relative ldconfig", []cdi.Option{cdi.WithHooks(cdi.Hooks{Path: "/usr/bin/nvidia-cdi-hook", LdconfigPath: "ldconfig"})}, `ldconfig path "ldconfig" must be absolute`},
-		{"bad vendor", []cdi.Option{cdi.WithKind("-bad", "claim")}, `CDI vendor "-bad"`},
-		{"bad class", []cdi.Option{cdi.WithKind("example.com", "a/b")}, `CDI class "a/b"`},
+		{"relative hook", []cdi.GeneratorOption{cdi.WithHooks(cdi.Hooks{Path: "nvidia-cdi-hook"})}, `hook path "nvidia-cdi-hook" must be an absolute host path`},
+		{"relative ldconfig", []cdi.GeneratorOption{cdi.WithHooks(cdi.Hooks{Path: "/usr/bin/nvidia-cdi-hook", LdconfigPath: "ldconfig"})}, `ldconfig path "ldconfig" must be absolute`},
+		{"bad vendor", []cdi.GeneratorOption{cdi.WithKind("-bad", "claim")}, `CDI vendor "-bad"`},
+		{"bad class", []cdi.GeneratorOption{cdi.WithKind("example.com", "a/b")}, `CDI class "a/b"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := cdi.NewGenerator(inst, tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -314,11 +314,11 @@ func TestHostRoot(t *testing.T) {
 
 	for _, tc := range []struct {
 		root string
-		opts []cdi.RootOption
+		opts []cdi.HostRootOption
 		want string
 	}{
 		{"relative", nil, `driver root "relative": must be an absolute path`},
-		{driver, []cdi.RootOption{cdi.WithHostDevRoot("dev")}, `host dev root "dev"`},
+		{driver, []cdi.HostRootOption{cdi.WithHostDevRoot("dev")}, `host dev root "dev"`},
 		{filepath.Join(driver, "missing"), nil, "driver root: stat"},
 		{"/proc/devices", nil, "not a directory"},
 	} {
@@ -350,5 +350,36 @@ func TestDiscoverSearchPaths(t *testing.T) {
 	}
 	if len(inst.Libraries) != len(cditest.DefaultLibraries()) || inst.Root() != cdi.DriverRoot(root) {
 		t.Errorf("libraries %v, root %v", inst.Libraries, inst.Root())
+	}
+}
+
+// TestGenerateSameDeviceTwice: consumable capacity lets one claim get one device for two
+// requests. The spec has one CDI device for it, with the edits of both entries, and both
+// entries map to the same device ID.
+func TestGenerateSameDeviceTwice(t *testing.T) {
+	g, _ := generator(t, cditest.Layout{GPUs: 2})
+	env := func(e ...string) *specs.ContainerEdits { return &specs.ContainerEdits{Env: e} }
+	spec, err := g.Generate(cdi.ClaimDevices{ClaimUID: uidGPU, Devices: []cdi.Device{
+		{Name: "gpu-1", GPUMinor: 1, Edits: env("CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps")},
+		{Name: "gpu-1", GPUMinor: 1, Edits: env("CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "EXTRA=1")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Spec.Devices) != 1 {
+		t.Fatalf("%d CDI devices, want 1", len(spec.Spec.Devices))
+	}
+	if diff := cmp.Diff([]string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "EXTRA=1"}, spec.Spec.Devices[0].ContainerEdits.Env); diff != "" {
+		t.Errorf("merged env (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"gpu-1": "k8s.gpu.nvidia.com/claim=" + uidGPU + "-gpu-1"}, spec.DeviceIDs); diff != "" {
+		t.Errorf("device IDs (-want +got):\n%s", diff)
+	}
+	// Conflicting edits for the one device are an error.
+	_, err = g.Generate(cdi.ClaimDevices{ClaimUID: uidGPU, Devices: []cdi.Device{
+		{Name: "gpu-1", GPUMinor: 1, Edits: env("A=1")}, {Name: "gpu-1", GPUMinor: 1, Edits: env("A=2")},
+	}})
+	if err == nil || !strings.Contains(err.Error(), `device "gpu-1": listed twice: device edits`) {
+		t.Errorf("conflicting edits: %v", err)
 	}
 }

@@ -38,7 +38,7 @@ func mpsEdits(threads, memLimit string) *specs.ContainerEdits {
 type claimCase struct {
 	name   string
 	layout cditest.Layout
-	opts   []cdi.Option
+	opts   []cdi.GeneratorOption
 	claim  cdi.ClaimDevices
 }
 
@@ -77,7 +77,7 @@ func claimCases() []claimCase {
 			// UVM and modeset nodes yet, hooks through nvidia-ctk, no void env.
 			name:   "driver-container-hooks",
 			layout: cditest.Layout{HostDriverRoot: "/run/nvidia/driver", NoUVM: true, NoModeset: true, CapsNodes: true},
-			opts: []cdi.Option{
+			opts: []cdi.GeneratorOption{
 				cdi.WithHooks(cdi.Hooks{Path: "/usr/local/nvidia/toolkit/nvidia-ctk", CreateSymlinks: true, UpdateLdcache: true, LdconfigPath: "@/sbin/ldconfig"}),
 				cdi.WithVisibleDevicesVoid(false),
 			},
@@ -89,7 +89,7 @@ func claimCases() []claimCase {
 }
 
 // generator builds a Generator on a fresh fake root.
-func generator(t testing.TB, layout cditest.Layout, opts ...cdi.Option) (*cdi.Generator, *cditest.DriverRoot) {
+func generator(t testing.TB, layout cditest.Layout, opts ...cdi.GeneratorOption) (*cdi.Generator, *cditest.DriverRoot) {
 	t.Helper()
 	root := cditest.New(t, layout)
 	inst, err := cdi.Discover(root)

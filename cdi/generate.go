@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -85,37 +86,26 @@ type Hooks struct {
 	LdconfigPath string
 }
 
-// Option configures a Generator; see WithKind, WithHooks, WithVisibleDevicesVoid.
-type Option interface{ applyGenerator(*Generator) }
+// GeneratorOption configures NewGenerator.
+type GeneratorOption func(*Generator)
 
-// WriterOption configures a Writer; see WithKind, WithSpecDir.
-type WriterOption interface{ applyWriter(*Writer) }
-
-// KindOption sets the CDI vendor and class; it configures both Generator and Writer, which must
-// agree.
-type KindOption struct{ vendor, class string }
-
-// WithKind sets the CDI vendor and class (defaults DefaultVendor and DefaultClass).
-func WithKind(vendor, class string) KindOption { return KindOption{vendor, class} }
-
-func (o KindOption) applyGenerator(g *Generator) { g.vendor, g.class = o.vendor, o.class }
-func (o KindOption) applyWriter(w *Writer)       { w.vendor, w.class = o.vendor, o.class }
-
-type generatorOption func(*Generator)
-
-func (f generatorOption) applyGenerator(g *Generator) { f(g) }
+// WithKind sets the CDI vendor and class of the specs (defaults DefaultVendor and
+// DefaultClass). The Writer that stores them needs the same kind (WithWriterKind).
+func WithKind(vendor, class string) GeneratorOption {
+	return func(g *Generator) { g.vendor, g.class = vendor, class }
+}
 
 // WithHooks adds nvidia-cdi-hook hooks to every spec. Without it specs have no hooks.
-func WithHooks(h Hooks) Option { return generatorOption(func(g *Generator) { g.hooks = &h }) }
+func WithHooks(h Hooks) GeneratorOption { return func(g *Generator) { g.hooks = &h } }
 
 // WithVisibleDevicesVoid chooses whether specs set VisibleDevicesVoid (default true).
-func WithVisibleDevicesVoid(enabled bool) Option {
-	return generatorOption(func(g *Generator) { g.void = enabled })
+func WithVisibleDevicesVoid(enabled bool) GeneratorOption {
+	return func(g *Generator) { g.void = enabled }
 }
 
 // WithoutDriverFiles leaves library, binary and firmware mounts out of the specs, for runtimes
 // that get the driver files another way. Device nodes are still added.
-func WithoutDriverFiles() Option { return generatorOption(func(g *Generator) { g.noFiles = true }) }
+func WithoutDriverFiles() GeneratorOption { return func(g *Generator) { g.noFiles = true } }
 
 // Generator turns ClaimDevices into CDI specs. It is immutable and safe for concurrent use.
 type Generator struct {
@@ -127,13 +117,13 @@ type Generator struct {
 }
 
 // NewGenerator returns a Generator for the driver installation inst.
-func NewGenerator(inst *Installation, opts ...Option) (*Generator, error) {
+func NewGenerator(inst *Installation, opts ...GeneratorOption) (*Generator, error) {
 	if inst == nil {
 		return nil, errors.New("cdi generator: nil Installation (use Discover)")
 	}
 	g := &Generator{inst: inst, vendor: DefaultVendor, class: DefaultClass, void: true}
 	for _, o := range opts {
-		o.applyGenerator(g)
+		o(g)
 	}
 	if err := validateKind(g.vendor, g.class); err != nil {
 		return nil, fmt.Errorf("cdi generator: %w", err)
@@ -172,7 +162,10 @@ func (g *Generator) DeviceID(claimUID, device string) (string, error) {
 // mounts, hooks, VisibleDevicesVoid and the claim's Edits. Each device holds its own nodes (GPU
 // node; for MIG the parent node plus GI and CI capability nodes) and its Edits. Within one of
 // these edit sets, an entry given twice with different content (an environment variable, a
-// device node or mount path) is an error; identical duplicates are dropped.
+// device node or mount path) is an error; identical duplicates are dropped. A device listed
+// twice (a claim that got one device for two requests, as consumable capacity allows) is one
+// CDI device with both entries' edits merged; listing one name with different hardware is an
+// error.
 func (g *Generator) Generate(claim ClaimDevices) (*ClaimSpec, error) {
 	if err := ValidateClaimUID(claim.ClaimUID); err != nil {
 		return nil, err
@@ -207,6 +200,7 @@ func (g *Generator) Generate(claim ClaimDevices) (*ClaimSpec, error) {
 
 	spec := &specs.Spec{Kind: g.Kind(), ContainerEdits: common}
 	ids := make(map[string]string, len(claim.Devices))
+	seen := make(map[string]int, len(claim.Devices)) // device name → index in spec.Devices
 	var caps *MIGCaps
 	for _, d := range claim.Devices {
 		where := fmt.Sprintf("claim %s device %q", uid, d.Name)
@@ -216,9 +210,13 @@ func (g *Generator) Generate(claim ClaimDevices) (*ClaimSpec, error) {
 		if err := validateDeviceName(d.Name); err != nil {
 			return nil, fmt.Errorf("claim %s: %w", uid, err)
 		}
-		if _, dup := ids[d.Name]; dup {
-			return nil, fmt.Errorf("%s: listed twice", where)
+		if j, dup := seen[d.Name]; dup {
+			if err := g.mergeRepeated(&spec.Devices[j], d, caps); err != nil {
+				return nil, fmt.Errorf("%s: listed twice: %w", where, err)
+			}
+			continue
 		}
+		seen[d.Name] = len(spec.Devices)
 		var edits specs.ContainerEdits
 		n, err := g.inst.GPUDeviceNode(d.GPUMinor)
 		if err != nil {
@@ -257,6 +255,38 @@ func (g *Generator) Generate(claim ClaimDevices) (*ClaimSpec, error) {
 		return nil, fmt.Errorf("claim %s: generated spec is invalid: %w", uid, err)
 	}
 	return &ClaimSpec{ClaimUID: uid, Spec: spec, DeviceIDs: ids}, nil
+}
+
+// mergeRepeated merges a device listed a second time into its CDI device: it must name the same
+// hardware (its device nodes come out the same); its edits are merged.
+func (g *Generator) mergeRepeated(dst *specs.Device, d Device, caps *MIGCaps) error {
+	var nodes specs.ContainerEdits
+	n, err := g.inst.GPUDeviceNode(d.GPUMinor)
+	if err != nil {
+		return err
+	}
+	nodes.DeviceNodes = append(nodes.DeviceNodes, n)
+	if d.MIG != nil {
+		if caps == nil {
+			if caps, err = g.inst.MIGCaps(); err != nil {
+				return err
+			}
+		}
+		capNodes, err := caps.DeviceNodes(d.GPUMinor, d.MIG.GI, d.MIG.CI)
+		if err != nil {
+			return err
+		}
+		nodes.DeviceNodes = append(nodes.DeviceNodes, capNodes...)
+	}
+	for _, n := range nodes.DeviceNodes {
+		if !slices.ContainsFunc(dst.ContainerEdits.DeviceNodes, func(m *specs.DeviceNode) bool { return m.Path == n.Path && m.Minor == n.Minor }) {
+			return fmt.Errorf("the two entries name different hardware (device node %s %d:%d)", n.Path, n.Major, n.Minor)
+		}
+	}
+	if err := mergeEdits(&dst.ContainerEdits, d.Edits); err != nil {
+		return fmt.Errorf("device edits: %w", err)
+	}
+	return nil
 }
 
 func (g *Generator) hookEdits() []*specs.Hook {

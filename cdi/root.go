@@ -52,34 +52,36 @@ type HostRoot struct {
 	hostDriverRoot, hostDevRoot   string
 }
 
-// RootOption configures a HostRoot.
-type RootOption func(*HostRoot)
+var _ DriverRoot = (*HostRoot)(nil)
+
+// HostRootOption configures NewHostRoot.
+type HostRootOption func(*HostRoot)
 
 // WithDevRoot reads device nodes ("/dev/...") below dir instead of below the driver root.
 // Use "/" when the driver runs in a container (driver root "/run/nvidia/driver") but creates its
 // device nodes in the host's /dev.
-func WithDevRoot(dir string) RootOption { return func(r *HostRoot) { r.devRoot = dir } }
+func WithDevRoot(dir string) HostRootOption { return func(r *HostRoot) { r.devRoot = dir } }
 
 // WithProcRoot reads "/proc/..." files below dir instead of below "/". The default is right for
 // almost every setup: the NVIDIA /proc files belong to the host kernel, not to the driver root.
-func WithProcRoot(dir string) RootOption { return func(r *HostRoot) { r.procRoot = dir } }
+func WithProcRoot(dir string) HostRootOption { return func(r *HostRoot) { r.procRoot = dir } }
 
 // WithHostDriverRoot sets the host path of the driver root, when this process sees it elsewhere
 // (for example the host's "/run/nvidia/driver" mounted at "/driver-root" in the plugin's pod).
 // The default is the driver root itself.
-func WithHostDriverRoot(dir string) RootOption {
+func WithHostDriverRoot(dir string) HostRootOption {
 	return func(r *HostRoot) { r.hostDriverRoot = dir }
 }
 
 // WithHostDevRoot sets the host path of the dev root, like WithHostDriverRoot does for the
 // driver root. The default is the host driver root when no dev root was given, else the dev root.
-func WithHostDevRoot(dir string) RootOption { return func(r *HostRoot) { r.hostDevRoot = dir } }
+func WithHostDevRoot(dir string) HostRootOption { return func(r *HostRoot) { r.hostDevRoot = dir } }
 
 // NewHostRoot returns the DriverRoot for a driver installed below driverRoot ("/" for a driver
 // installed on the host, "/run/nvidia/driver" for the GPU operator's driver container). The dev
 // root defaults to the driver root and the proc root to "/". All roots must be absolute, and the
 // driver root must be a directory.
-func NewHostRoot(driverRoot string, opts ...RootOption) (*HostRoot, error) {
+func NewHostRoot(driverRoot string, opts ...HostRootOption) (*HostRoot, error) {
 	r := &HostRoot{driverRoot: driverRoot, procRoot: "/"}
 	for _, o := range opts {
 		o(r)

@@ -32,19 +32,24 @@ type Writer struct {
 	write              func(path string, data []byte, perm os.FileMode) error
 }
 
-type writerOption func(*Writer)
-
-func (f writerOption) applyWriter(w *Writer) { f(w) }
+// WriterOption configures NewWriter.
+type WriterOption func(*Writer)
 
 // WithSpecDir sets the CDI spec directory (default DefaultSpecDir). The container runtime must
 // scan it; use the highest-priority dynamic directory ("/var/run/cdi").
-func WithSpecDir(dir string) WriterOption { return writerOption(func(w *Writer) { w.dir = dir }) }
+func WithSpecDir(dir string) WriterOption { return func(w *Writer) { w.dir = dir } }
+
+// WithWriterKind sets the CDI vendor and class of the specs the Writer stores and finds (defaults
+// DefaultVendor and DefaultClass); it must match the Generator's (WithKind).
+func WithWriterKind(vendor, class string) WriterOption {
+	return func(w *Writer) { w.vendor, w.class = vendor, class }
+}
 
 // NewWriter returns a Writer. The directory is created on the first Write when missing.
 func NewWriter(opts ...WriterOption) (*Writer, error) {
 	w := &Writer{dir: DefaultSpecDir, vendor: DefaultVendor, class: DefaultClass, write: atomicfile.Write}
 	for _, o := range opts {
-		o.applyWriter(w)
+		o(w)
 	}
 	if w.dir == "" {
 		return nil, errors.New("cdi writer: empty spec directory")
@@ -58,6 +63,9 @@ func NewWriter(opts ...WriterOption) (*Writer, error) {
 
 // Dir returns the spec directory.
 func (w *Writer) Dir() string { return w.dir }
+
+// Kind returns the CDI kind ("vendor/class") of the specs the Writer stores.
+func (w *Writer) Kind() string { return w.vendor + "/" + w.class }
 
 // prefix starts the file name of every spec this writer owns.
 func (w *Writer) prefix() string { return cdiapi.GenerateTransientSpecName(w.vendor, w.class, "") }

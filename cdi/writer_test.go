@@ -165,7 +165,7 @@ func TestWriteRejectsForeignSpecs(t *testing.T) {
 	}
 	dir := t.TempDir()
 	w := writer(t, dir)
-	other, err := cdi.NewWriter(cdi.WithSpecDir(dir), cdi.WithKind("example.com", "gpu"))
+	other, err := cdi.NewWriter(cdi.WithSpecDir(dir), cdi.WithWriterKind("example.com", "gpu"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package gpu
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -63,12 +64,9 @@ type enumerator struct {
 	models map[string]*modelInfo // by product name, built on first use
 }
 
-// modelInfo caches what NVML and the catalog say about one product's MIG profiles.
+// modelInfo caches what the catalog says about one product.
 type modelInfo struct {
-	catalog *mig.Model                             // nil if the catalog does not know the product
-	gi      map[uint32]nvml.GpuInstanceProfileInfo // by profile Id
-	giEnum  map[uint32]int                         // profile Id → enum
-	ci      map[[2]uint32]nvml.ComputeInstanceProfileInfo
+	catalog *mig.Model // nil if the catalog does not know the product
 }
 
 func (e *enumerator) run(ctx context.Context) (*Inventory, error) {
@@ -205,8 +203,7 @@ func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
 	return g, nil
 }
 
-// model returns the cached MIG facts for a product. The NVML profile tables are filled lazily by
-// giProfile and ciProfile.
+// model returns the cached catalog facts for a product.
 func (e *enumerator) model(product string) *modelInfo {
 	if mi, ok := e.models[product]; ok {
 		return mi
@@ -221,119 +218,32 @@ func (e *enumerator) model(product string) *modelInfo {
 	return mi
 }
 
-// giProfile returns NVML's info for GPU-instance profile Id id, reading every profile enum of the
-// device once per product.
-func (e *enumerator) giProfile(d nvml.Device, mi *modelInfo, id uint32) (nvml.GpuInstanceProfileInfo, int, nvml.Return) {
-	if mi.gi == nil {
-		gi := map[uint32]nvml.GpuInstanceProfileInfo{}
-		enums := map[uint32]int{}
-		for enum := range nvml.GPU_INSTANCE_PROFILE_COUNT {
-			info, ret := d.GetGpuInstanceProfileInfo(enum)
-			switch ret {
-			case nvml.SUCCESS:
-				gi[info.Id] = info
-				enums[info.Id] = enum
-			case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
-			default:
-				return nvml.GpuInstanceProfileInfo{}, 0, ret
-			}
-		}
-		mi.gi, mi.giEnum = gi, enums
-	}
-	info, ok := mi.gi[id]
-	if !ok {
-		return nvml.GpuInstanceProfileInfo{}, 0, nvml.ERROR_NOT_FOUND
-	}
-	return info, mi.giEnum[id], nvml.SUCCESS
-}
-
-// ciProfile returns NVML's info for compute-instance profile Id id inside gi.
-func (e *enumerator) ciProfile(gi nvml.GpuInstance, mi *modelInfo, giID, id uint32) (nvml.ComputeInstanceProfileInfo, nvml.Return) {
-	key := [2]uint32{giID, id}
-	if info, ok := mi.ci[key]; ok {
-		return info, nvml.SUCCESS
-	}
-	if mi.ci == nil {
-		mi.ci = map[[2]uint32]nvml.ComputeInstanceProfileInfo{}
-	}
-	for enum := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
-		info, ret := gi.GetComputeInstanceProfileInfo(enum, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-		switch ret {
-		case nvml.SUCCESS:
-			mi.ci[[2]uint32{giID, info.Id}] = info
-		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
-		default:
-			return nvml.ComputeInstanceProfileInfo{}, ret
-		}
-	}
-	info, ok := mi.ci[key]
-	if !ok {
-		return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_NOT_FOUND
-	}
-	return info, nvml.SUCCESS
-}
-
 func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceError {
-	max, ret := d.GetMaxMigDeviceCount()
-	if ret != nvml.SUCCESS {
-		return newDeviceError(g.Index, -1, "GetMaxMigDeviceCount", ret)
+	states, err := mig.ListInstances(d)
+	if err != nil {
+		var we *mig.WalkError
+		if errors.As(err, &we) {
+			return newDeviceError(g.Index, we.MIGIndex, we.Op, we.Return)
+		}
+		return newDeviceError(g.Index, -1, "ListInstances", nvml.ERROR_UNKNOWN)
 	}
-	for j := range max {
-		fail := func(op string, ret nvml.Return) *DeviceError { return newDeviceError(g.Index, j, op, ret) }
-		md, ret := d.GetMigDeviceHandleByIndex(j)
-		switch ret {
-		case nvml.SUCCESS:
-		case nvml.ERROR_NOT_FOUND:
-			continue
-		default:
-			return fail("GetMigDeviceHandleByIndex", ret)
+	for _, gi := range states {
+		for _, ci := range gi.ComputeInstances {
+			g.MIGDevices = append(g.MIGDevices, MIGDevice{
+				ParentUUID: g.UUID, ParentIndex: g.Index, ParentMinor: g.Minor,
+				UUID: ci.UUID, GIID: gi.ID, CIID: ci.ID,
+				GIProfileID: int(gi.Profile.Id), CIProfileID: int(ci.Profile.Id),
+				Placement:       gi.Placement,
+				MemoryBytes:     gi.Profile.MemorySizeMB << 20,
+				Multiprocessors: int(ci.Profile.MultiprocessorCount),
+				CopyEngines:     int(gi.Profile.CopyEngineCount),
+				Decoders:        int(gi.Profile.DecoderCount),
+				Encoders:        int(gi.Profile.EncoderCount),
+				JpegEngines:     int(gi.Profile.JpegCount),
+				OfaEngines:      int(gi.Profile.OfaCount),
+				Profile:         profileName(mi.catalog, gi.Profile, gi.ProfileEnum, ci.Profile, g.MemoryBytes),
+			})
 		}
-		m := MIGDevice{ParentUUID: g.UUID, ParentIndex: g.Index, ParentMinor: g.Minor}
-		if m.UUID, ret = md.GetUUID(); ret != nvml.SUCCESS {
-			return fail("GetUUID", ret)
-		}
-		if m.GIID, ret = md.GetGpuInstanceId(); ret != nvml.SUCCESS {
-			return fail("GetGpuInstanceId", ret)
-		}
-		if m.CIID, ret = md.GetComputeInstanceId(); ret != nvml.SUCCESS {
-			return fail("GetComputeInstanceId", ret)
-		}
-		gi, ret := d.GetGpuInstanceById(m.GIID)
-		if ret != nvml.SUCCESS {
-			return fail("GetGpuInstanceById", ret)
-		}
-		giInfo, ret := gi.GetInfo()
-		if ret != nvml.SUCCESS {
-			return fail("GpuInstance.GetInfo", ret)
-		}
-		ci, ret := gi.GetComputeInstanceById(m.CIID)
-		if ret != nvml.SUCCESS {
-			return fail("GetComputeInstanceById", ret)
-		}
-		ciInfo, ret := ci.GetInfo()
-		if ret != nvml.SUCCESS {
-			return fail("ComputeInstance.GetInfo", ret)
-		}
-		gp, enum, ret := e.giProfile(d, mi, giInfo.ProfileId)
-		if ret != nvml.SUCCESS {
-			return fail("GetGpuInstanceProfileInfo", ret)
-		}
-		cp, ret := e.ciProfile(gi, mi, giInfo.ProfileId, ciInfo.ProfileId)
-		if ret != nvml.SUCCESS {
-			return fail("GetComputeInstanceProfileInfo", ret)
-		}
-		m.GIProfileID = int(giInfo.ProfileId)
-		m.CIProfileID = int(ciInfo.ProfileId)
-		m.Placement = mig.Placement{Start: int(giInfo.Placement.Start), Size: int(giInfo.Placement.Size)}
-		m.MemoryBytes = gp.MemorySizeMB << 20
-		m.Multiprocessors = int(cp.MultiprocessorCount)
-		m.CopyEngines = int(gp.CopyEngineCount)
-		m.Decoders = int(gp.DecoderCount)
-		m.Encoders = int(gp.EncoderCount)
-		m.JpegEngines = int(gp.JpegCount)
-		m.OfaEngines = int(gp.OfaCount)
-		m.Profile = profileName(mi.catalog, gp, enum, cp, g.MemoryBytes)
-		g.MIGDevices = append(g.MIGDevices, m)
 	}
 	slices.SortFunc(g.MIGDevices, func(a, b MIGDevice) int {
 		return cmp.Or(cmp.Compare(a.Placement.Start, b.Placement.Start), cmp.Compare(a.GIID, b.GIID), cmp.Compare(a.CIID, b.CIID))

@@ -81,33 +81,92 @@ func (mg *Manager) EnableMIG() (resetRequired bool, err error) {
 	return cur != nvml.DEVICE_MIG_ENABLE, nil
 }
 
-// Current returns the GPU instances that exist now, as placed Instances in catalog profile order.
+// DisableMIG turns MIG mode off if it is on. A GPU instance that still exists is an error naming
+// it (destroy the instances first). It reports resetRequired when the new mode is pending until
+// a reset, as EnableMIG does.
+func (mg *Manager) DisableMIG() (resetRequired bool, err error) {
+	cur, pending, ret := mg.dev.GetMigMode()
+	if ret == nvml.ERROR_NOT_SUPPORTED {
+		return false, nil
+	}
+	if ret != nvml.SUCCESS {
+		return false, fmt.Errorf("get MIG mode of GPU %s: %w", mg.label, ret)
+	}
+	if cur != nvml.DEVICE_MIG_ENABLE {
+		return pending == nvml.DEVICE_MIG_ENABLE, nil
+	}
+	current, err := mg.Current()
+	if err != nil {
+		return false, err
+	}
+	if len(current) > 0 {
+		return false, fmt.Errorf("disable MIG mode on GPU %s: GPU instances exist: %s", mg.label, FormatLayout(current))
+	}
+	ret, status := mg.dev.SetMigMode(nvml.DEVICE_MIG_DISABLE)
+	if ret != nvml.SUCCESS {
+		return false, fmt.Errorf("disable MIG mode on GPU %s: %w", mg.label, ret)
+	}
+	if status == nvml.ERROR_RESET_REQUIRED || status == nvml.ERROR_IN_USE {
+		return true, nil
+	}
+	cur, _, ret = mg.dev.GetMigMode()
+	if ret != nvml.SUCCESS {
+		return false, fmt.Errorf("get MIG mode of GPU %s after disabling it: %w", mg.label, ret)
+	}
+	return cur == nvml.DEVICE_MIG_ENABLE, nil
+}
+
+// Current returns the GPU instances that exist now, as placed Instances sorted by placement. A
+// GPU instance whose profile the model does not know is an error: its slices would be invisible
+// to validation.
 func (mg *Manager) Current() ([]Instance, error) {
-	var out []Instance
-	for i := range mg.model.Profiles {
-		p := &mg.model.Profiles[i]
-		info, ret := mg.dev.GetGpuInstanceProfileInfo(p.Enum)
-		if ret == nvml.ERROR_NOT_SUPPORTED {
-			continue
+	states, err := mg.Instances()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Instance, 0, len(states))
+	for _, st := range states {
+		p, err := mg.profileOf(st)
+		if err != nil {
+			return nil, err
 		}
-		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("get profile info of %s on GPU %s: %w", p.Name, mg.label, ret)
-		}
-		gis, ret := mg.dev.GetGpuInstances(&info)
-		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("list %s GPU instances on GPU %s: %w", p.Name, mg.label, ret)
-		}
-		for _, gi := range gis {
-			gii, ret := gi.GetInfo()
-			if ret != nvml.SUCCESS {
-				return nil, fmt.Errorf("get info of a %s GPU instance on GPU %s: %w", p.Name, mg.label, ret)
-			}
-			pl := Placement{Start: int(gii.Placement.Start), Size: int(gii.Placement.Size)}
-			out = append(out, Instance{Profile: p.Name, Placement: &pl})
+		pl := st.Placement
+		out = append(out, Instance{Profile: p.Name, Placement: &pl})
+	}
+	return out, nil
+}
+
+// Instances returns the GPU instances that exist now with their compute instances, as
+// ListInstances does.
+func (mg *Manager) Instances() ([]GPUInstanceState, error) {
+	states, err := ListInstances(mg.dev)
+	if err != nil {
+		return nil, fmt.Errorf("list MIG instances of GPU %s: %w", mg.label, err)
+	}
+	return states, nil
+}
+
+func (mg *Manager) profileOf(st GPUInstanceState) (*GIProfile, error) {
+	p, ok := mg.model.ProfileByID(int(st.Profile.Id))
+	if !ok {
+		return nil, fmt.Errorf("GPU %s has a GPU instance %d at placement %d with profile Id %d, which the %s geometry does not know",
+			mg.label, st.ID, st.Placement.Start, st.Profile.Id, mg.model.Name)
+	}
+	return p, nil
+}
+
+// find returns the GPU instance of profile p at placement start, nil when there is none.
+func (mg *Manager) find(p *GIProfile, start int) (*GPUInstanceState, error) {
+	states, err := mg.Instances()
+	if err != nil {
+		return nil, err
+	}
+	for i := range states {
+		if int(states[i].Profile.Id) == p.ID && states[i].Placement.Start == start {
+			return &states[i], nil
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Instance) int { return a.Placement.Start - b.Placement.Start })
-	return out, nil
+	return nil, nil
 }
 
 // Created describes one instance Apply made or found.
@@ -236,24 +295,16 @@ func (mg *Manager) create(in Instance, reuse bool) (Created, undo, error) {
 		return c, u, fmt.Errorf("get GPU instance profile info for %s: %w", where, ret)
 	}
 	var gi nvml.GpuInstance
+	var existing *GPUInstanceState
 	if reuse {
-		gis, ret := mg.dev.GetGpuInstances(&info)
-		if ret != nvml.SUCCESS {
-			return c, u, fmt.Errorf("list GPU instances for %s: %w", where, ret)
+		var err error
+		if existing, err = mg.find(p, in.Placement.Start); err != nil {
+			return c, u, err
 		}
-		for _, g := range gis {
-			gii, ret := g.GetInfo()
-			if ret != nvml.SUCCESS {
-				return c, u, fmt.Errorf("get GPU instance info for %s: %w", where, ret)
-			}
-			if int(gii.Placement.Start) == in.Placement.Start {
-				gi = g
-				break
-			}
-		}
-		if gi == nil {
+		if existing == nil {
 			return c, u, fmt.Errorf("GPU instance %s disappeared", where)
 		}
+		gi = existing.Handle
 	} else {
 		pl := nvml.GpuInstancePlacement{Start: uint32(in.Placement.Start), Size: uint32(in.Placement.Size)}
 		gi, ret = mg.dev.CreateGpuInstanceWithPlacement(&info, &pl)
@@ -272,19 +323,9 @@ func (mg *Manager) create(in Instance, reuse bool) (Created, undo, error) {
 	if ret != nvml.SUCCESS {
 		return c, u, fmt.Errorf("get compute instance profile info (%d slices) for %s: %w", p.ComputeSlices, where, ret)
 	}
-	if reuse {
-		cis, ret := gi.GetComputeInstances(&ciInfo)
-		if ret != nvml.SUCCESS {
-			return c, u, fmt.Errorf("list compute instances of %s: %w", where, ret)
-		}
-		if len(cis) > 0 {
-			cii, ret := cis[0].GetInfo()
-			if ret != nvml.SUCCESS {
-				return c, u, fmt.Errorf("get compute instance info of %s: %w", where, ret)
-			}
-			c.ComputeInstanceID = int(cii.Id)
-			return c, u, nil
-		}
+	if existing != nil && len(existing.ComputeInstances) > 0 {
+		c.ComputeInstanceID = existing.ComputeInstances[0].ID
+		return c, u, nil
 	}
 	ci, ret := gi.CreateComputeInstance(&ciInfo)
 	if ret != nvml.SUCCESS {
@@ -314,46 +355,29 @@ func (mg *Manager) Remove(layout []Instance) error {
 		if !ok {
 			return fmt.Errorf("remove from GPU %s: unknown profile %q (profiles of %s: %v)", mg.label, in.Profile, mg.model.Name, mg.model.ProfileNames())
 		}
-		where := fmt.Sprintf("%s at %d on GPU %s", p.Name, in.Placement.Start, mg.label)
-		info, ret := mg.dev.GetGpuInstanceProfileInfo(p.Enum)
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("get GPU instance profile info for %s: %w", where, ret)
+		st, err := mg.find(p, in.Placement.Start)
+		if err != nil {
+			return err
 		}
-		gis, ret := mg.dev.GetGpuInstances(&info)
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("list GPU instances for %s: %w", where, ret)
+		if st == nil {
+			continue
 		}
-		for _, gi := range gis {
-			gii, ret := gi.GetInfo()
-			if ret != nvml.SUCCESS {
-				return fmt.Errorf("get GPU instance info for %s: %w", where, ret)
-			}
-			if int(gii.Placement.Start) != in.Placement.Start {
-				continue
-			}
-			for _, cp := range slices.Backward(p.ComputeProfiles) {
-				ciInfo, ret := gi.GetComputeInstanceProfileInfo(cp.Enum, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-				if ret == nvml.ERROR_NOT_SUPPORTED {
-					continue
-				}
-				if ret != nvml.SUCCESS {
-					return fmt.Errorf("get compute instance profile info (%d slices) for %s: %w", cp.Slices, where, ret)
-				}
-				cis, ret := gi.GetComputeInstances(&ciInfo)
-				if ret != nvml.SUCCESS {
-					return fmt.Errorf("list compute instances of %s: %w", where, ret)
-				}
-				for _, ci := range slices.Backward(cis) {
-					if ret := ci.Destroy(); ret != nvml.SUCCESS {
-						return fmt.Errorf("destroy compute instance of %s: %w", where, ret)
-					}
-				}
-			}
-			if ret := gi.Destroy(); ret != nvml.SUCCESS {
-				return fmt.Errorf("destroy GPU instance %s: %w", where, ret)
-			}
-			break
+		if err := mg.destroy(st, fmt.Sprintf("%s at %d on GPU %s", p.Name, in.Placement.Start, mg.label)); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// destroy destroys a GPU instance's compute instances, newest first, then the GPU instance.
+func (mg *Manager) destroy(st *GPUInstanceState, where string) error {
+	for _, ci := range slices.Backward(st.ComputeInstances) {
+		if ret := ci.Handle.Destroy(); ret != nvml.SUCCESS {
+			return fmt.Errorf("destroy compute instance %d of %s: %w", ci.ID, where, ret)
+		}
+	}
+	if ret := st.Handle.Destroy(); ret != nvml.SUCCESS {
+		return fmt.Errorf("destroy GPU instance %s: %w", where, ret)
 	}
 	return nil
 }

@@ -9,8 +9,8 @@
 //     before claim configs, the last matching entry wins, a config for request "req" applies to
 //     its subrequests "req/sub" (Manager.Resolve);
 //   - plans the strategy (Manager.Plan): TimeSlicing maps the interval to the nvidia-smi time
-//     slice value on full GPUs; MPS gets one control daemon per claim with per-claim pipe, log
-//     and shm directories, and containers get CUDA_MPS_PIPE_DIRECTORY,
+//     slice value on full GPUs; MPS gets a control daemon with its own pipe, log and shm
+//     directories, and containers get CUDA_MPS_PIPE_DIRECTORY,
 //     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT plus mounts of the
 //     pipe and shm directories; a device allocated a fraction of its memory (consumed capacity
 //     "memory") runs under MPS with its pinned memory limit set to that fraction;
@@ -18,8 +18,50 @@
 //     TimeSlicer, ComputeModeSetter and MPSDaemons interfaces, each recorded with the value it
 //     replaced in a JSON-serializable Record that Undo reverses exactly;
 //   - refuses conflicting claims (Registry): two claims on one device unless both allocations
-//     are shared, and then only with the same strategy and time slice.
+//     are shared, and then only with the same strategy and time slice;
+//   - supervises and cleans MPS daemons (Manager.SuperviseMPSDaemons, Manager.CleanMPSDirs).
 //
 // Real host implementations are NvidiaSMI (time slices), NVMLComputeMode (compute modes) and
-// MPSControl (nvidia-cuda-mps-control); sharing/sharingtest has an in-memory FakeHost.
+// MPSControl (nvidia-cuda-mps-control, with a TmpfsMounter); sharing/sharingtest has FakeHost,
+// in memory or persisted to a file.
+//
+// # Preparing a claim
+//
+//	m := sharing.NewManager("gpu.nvidia.com",
+//		sharing.WithTimeSlicer(sharing.NewNvidiaSMI()),
+//		sharing.WithComputeModeSetter(sharing.NewNVMLComputeMode(lib)),
+//		sharing.WithMPSDaemons(sharing.NewMPSControl()))
+//	_ = m.Restore(checkpointed)                  // at start-up
+//	rec, err := m.Prepare(ctx, claim, lookup)
+//	if rec != nil {
+//		checkpoint(rec) // also when err != nil: rec is then a partial record to Undo later
+//	}
+//	...
+//	err = m.Undo(ctx, rec)                       // on unprepare
+//
+// # Failures and concurrency
+//
+// A Prepare that fails undoes what it did, even when the caller's context is cancelled; what
+// it cannot undo it returns as a partial record (Record.Partial) and keeps registered until
+// Undo succeeds. A Manager is safe for concurrent use; host actions are serialized per
+// physical GPU (a MIG device counts as its GPU), so a slow MPS start on one GPU does not
+// delay claims on another.
+//
+// # MPS daemons and isolation
+//
+// Devices that a claim has to itself (no share ID) get a daemon of the claim's own, named
+// after the claim UID: its pipe directory and its shm tmpfs are mounted into that claim's
+// containers only. A device allocated with a share ID gets the device's shared daemon: MPS runs
+// one control daemon per GPU, so claims that share a device necessarily share its daemon, its
+// pipe directory and its shm directory, whatever their namespaces. The isolation boundary of
+// MPS sharing is therefore the claim for unshared devices and the device for shared ones; give
+// tenants that must not see each other's MPS clients different devices.
+//
+// Each daemon's directories live under the MPS root (WithMPSRoot) as <id>/{pipe,log,shm}; the
+// shm directory is a tmpfs mounted by MPSControl with the manager's size (WithMPSShmSize,
+// default 1 GiB), so clients cannot fill the kubelet disk, and unmounted on Stop. Daemons die
+// with the plugin's container and can crash: SuperviseMPSDaemons, called at start-up
+// and periodically, restarts the daemons of prepared claims that do not run, and CleanMPSDirs
+// removes directories (and tmpfs mounts) that no registered claim uses, such as those of
+// claims forgotten at a reboot.
 package sharing

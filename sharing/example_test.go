@@ -16,7 +16,7 @@ import (
 func ExampleManager_Prepare() {
 	const gpu = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
 	host := sharingtest.NewFakeHost(gpu)
-	m := sharing.NewManager(
+	m := sharing.NewManager("gpu.nvidia.com",
 		sharing.WithMPSRoot("/run/gpudra/mps"),
 		sharing.WithTimeSlicer(host), sharing.WithComputeModeSetter(host), sharing.WithMPSDaemons(host))
 

@@ -40,7 +40,7 @@ func newHost() *sharingtest.FakeHost { return sharingtest.NewFakeHost(allUUIDs()
 
 func newManager(t *testing.T, h *sharingtest.FakeHost) *sharing.Manager {
 	t.Helper()
-	return sharing.NewManager(sharing.WithTimeSlicer(h), sharing.WithComputeModeSetter(h), sharing.WithMPSDaemons(h),
+	return sharing.NewManager("gpu.nvidia.com", sharing.WithTimeSlicer(h), sharing.WithComputeModeSetter(h), sharing.WithMPSDaemons(h),
 		sharing.WithMPSRoot("/var/lib/kubelet/plugins/gpu.nvidia.com/mps"))
 }
 

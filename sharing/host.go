@@ -21,15 +21,34 @@ type ComputeModeSetter interface {
 
 // MPSDaemons runs MPS control daemons.
 type MPSDaemons interface {
-	// Start starts the daemon described by spec (creating its directories) and applies its
-	// default limits. Starting a daemon that already runs is not an error.
+	// Start starts the daemon described by spec (creating its directories and mounting its
+	// shm directory, a tmpfs of spec.ShmSizeBytes) and applies its default limits. Starting a
+	// daemon that already runs is not an error.
 	Start(ctx context.Context, spec MPSDaemonSpec) error
 	// Ready waits until the daemon accepts clients, or fails when it does not in time.
 	Ready(ctx context.Context, spec MPSDaemonSpec) error
-	// Stop stops the daemon and removes its directories. Stopping a daemon that does not
-	// run is not an error.
+	// Running says whether the daemon runs now. An error means the answer is not known.
+	Running(ctx context.Context, spec MPSDaemonSpec) (bool, error)
+	// Stop stops the daemon, unmounts its shm directory and removes its directories.
+	// Stopping a daemon that does not run is not an error.
 	Stop(ctx context.Context, spec MPSDaemonSpec) error
 }
+
+// Mounter mounts the size-bounded tmpfs of an MPS daemon's shm directory (MPSControl uses
+// it). TmpfsMounter is the implementation of a real host.
+type Mounter interface {
+	// Mount mounts a tmpfs of at most sizeBytes on the existing directory target: writable by
+	// everyone with the sticky bit, like /dev/shm, and nosuid, nodev, noexec. A target that
+	// is a mount point already is left as it is.
+	Mount(ctx context.Context, target string, sizeBytes int64) error
+	// Unmount unmounts target. A target that is not a mount point, or does not exist, is not
+	// an error.
+	Unmount(ctx context.Context, target string) error
+}
+
+// DefaultMPSShmSize is the size of an MPS daemon's shm tmpfs unless WithMPSShmSize says
+// otherwise: 1 GiB.
+const DefaultMPSShmSize int64 = 1 << 30
 
 // MPSDaemonSpec describes one MPS control daemon. It is part of Record, so it is
 // JSON-serializable and stable.
@@ -44,6 +63,9 @@ type MPSDaemonSpec struct {
 	PipeDir string `json:"pipeDir"`
 	LogDir  string `json:"logDir"`
 	ShmDir  string `json:"shmDir"`
+	// ShmSizeBytes is the size of the tmpfs mounted on ShmDir (0, in records written before
+	// it existed: DefaultMPSShmSize).
+	ShmSizeBytes int64 `json:"shmSizeBytes,omitempty"`
 	// ActiveThreadPercentage, when set, is applied with set_default_active_thread_percentage.
 	ActiveThreadPercentage *int `json:"activeThreadPercentage,omitempty"`
 	// PinnedMemoryLimits maps a device ordinal ("0") to a limit ("16384M"), applied with

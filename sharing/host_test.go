@@ -3,7 +3,6 @@ package sharing
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -83,91 +81,6 @@ func fakeMPSServer() int {
 			}
 		}
 		_ = c.Close()
-	}
-}
-
-func TestMPSControl(t *testing.T) {
-	t.Setenv("GPUDRA_FAKE_MPS", "1")
-	dir, err := os.MkdirTemp("", "mps") // short: unix socket paths are limited to 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	m := &Manager{mpsRoot: dir}
-	spec := m.daemonSpec("c1", []string{"GPU-a", "GPU-b"}, 9)
-	pct := 30
-	spec.ActiveThreadPercentage = &pct
-	spec.PinnedMemoryLimits = map[string]string{"0": "1024M", "1": "2048M"}
-
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := NewMPSControl(WithMPSBinary(exe), WithMPSReadyTimeout(10*time.Second))
-	ctx := context.Background()
-	if err := ctl.Start(ctx, spec); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	if err := ctl.Ready(ctx, spec); err != nil {
-		t.Fatalf("Ready: %v", err)
-	}
-	if err := ctl.Start(ctx, spec); err != nil { // already running: no second daemon
-		t.Fatalf("second Start: %v", err)
-	}
-	st, err := os.Stat(spec.ShmDir)
-	if err != nil || st.Mode().Perm() != 0o777 || st.Mode()&os.ModeSticky == 0 {
-		t.Errorf("shm dir mode = %v, %v; want drwxrwxrwt", st.Mode(), err)
-	}
-	if err := ctl.Stop(ctx, spec); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	if _, err := os.Stat(spec.Dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("daemon directory left behind: %v", err)
-	}
-	if err := ctl.Stop(ctx, spec); err != nil {
-		t.Errorf("Stop of a stopped daemon: %v", err)
-	}
-	short := NewMPSControl(WithMPSBinary("/bin/true"), WithMPSReadyTimeout(200*time.Millisecond))
-	if err := short.Start(ctx, spec); err == nil || !strings.Contains(err.Error(), "did not accept connections") {
-		t.Errorf("Start of a daemon that never listens = %v, want a readiness timeout", err)
-	}
-	_ = os.RemoveAll(spec.Dir)
-}
-
-func TestMPSControlCommands(t *testing.T) {
-	t.Setenv("GPUDRA_FAKE_MPS", "1")
-	dir, err := os.MkdirTemp("", "mps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	m := &Manager{mpsRoot: dir}
-	spec := m.daemonSpec("c2", []string{"MIG-x"}, 8)
-	pct := 30
-	spec.ActiveThreadPercentage = &pct
-	spec.PinnedMemoryLimits = map[string]string{"0": "1024M"}
-	exe, _ := os.Executable()
-	ctl := NewMPSControl(WithMPSBinary(exe))
-	ctx := context.Background()
-	if err := ctl.Start(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
-	// The fake daemon logs what it was told; read the log before Stop removes it.
-	deadline := time.Now().Add(5 * time.Second)
-	want := "start CUDA_VISIBLE_DEVICES=MIG-x\nset_default_active_thread_percentage 30\nset_default_device_pinned_mem_limit 0 1024M\n"
-	var got string
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(filepath.Join(spec.LogDir, "control.log"))
-		if got = string(b); got == want {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("daemon saw (-want +got):\n%s", diff)
-	}
-	if err := ctl.Stop(ctx, spec); err != nil {
-		t.Fatal(err)
 	}
 }
 

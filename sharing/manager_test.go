@@ -81,7 +81,7 @@ func TestPrepareUndo(t *testing.T) {
 				want := sharing.MPSDaemonSpec{ID: "u1", DeviceUUIDs: []string{uuidA, uuidB}, Dir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1",
 					PipeDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1/pipe", LogDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1/log",
 					ShmDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1/shm", ActiveThreadPercentage: new(50),
-					PinnedMemoryLimits: map[string]string{"0": "8192M", "1": "4096M"}, ClientLimit: 48}
+					PinnedMemoryLimits: map[string]string{"0": "8192M", "1": "4096M"}, ClientLimit: 48, ShmSizeBytes: 1 << 30}
 				if diff := cmp.Diff(want, d); diff != "" {
 					t.Errorf("daemon (-want +got):\n%s", diff)
 				}
@@ -422,6 +422,17 @@ func TestPlanErrors(t *testing.T) {
 			claim:   newClaim("u", results(withMemory(shared(result("a", "gpu-0"), "s1"), "1Gi"), withMemory(shared(result("b", "gpu-1"), "s2"), "1Gi"))),
 			wantErr: `claim ns/claim-u (u): devices "gpu-0" (GPU ` + uuidA + `) (request "a") and "gpu-1" (GPU ` + uuidB + `) (request "b") would be served by different MPS control daemons`,
 		},
+		{
+			name:    "a shared and an own device in one claim",
+			claim:   newClaim("u", results(result("a", "gpu-1"), withMemory(shared(result("b", "gpu-0"), "s2"), "1Gi")), claimCfg(mpsGPU, "a")),
+			wantErr: `claim ns/claim-u (u): devices "gpu-1" (GPU ` + uuidB + `) (request "a") and "gpu-0" (GPU ` + uuidA + `) (request "b") would be served by different MPS control daemons`,
+		},
+		{
+			name: "one shared device twice with two thread percentages",
+			claim: newClaim("u", results(shared(result("a", "gpu-0"), "s1"), shared(result("b", "gpu-0"), "s2")),
+				claimCfg(mpsPct("10"), "a"), claimCfg(mpsPct("20"), "b")),
+			wantErr: `claim ns/claim-u (u): requests "a" (config[0] (GpuConfig from claim, requests [a])) and "b" (config[1] (GpuConfig from claim, requests [b])) set different MPS defaultActiveThreadPercentage (10 and 20)`,
+		},
 	}
 	m := newManager(t, newHost())
 	for _, tt := range tests {
@@ -435,7 +446,7 @@ func TestPlanErrors(t *testing.T) {
 }
 
 func TestMissingHostInterfaces(t *testing.T) {
-	m := sharing.NewManager()
+	m := sharing.NewManager("gpu.nvidia.com")
 	_, err := m.Prepare(ctxFor(t), newClaim("u", results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")), lookup)
 	if err == nil || !strings.Contains(err.Error(), "WithComputeModeSetter") {
 		t.Fatalf("Prepare without host = %v, want an error naming WithComputeModeSetter", err)
@@ -479,4 +490,104 @@ func TestGoldenEdits(t *testing.T) {
 
 func tsMedium() string {
 	return `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Medium"}}}`
+}
+
+// TestSameDeviceTwice (defect 10): consumable capacity lets one claim get the same device
+// twice, each result with its own share ID (here two requests). Both results use the device's
+// one shared MPS daemon, the daemon serves the device once, and the host is set up once.
+func TestSameDeviceTwice(t *testing.T) {
+	ctx := ctxFor(t)
+	h := newHost()
+	before := h.State()
+	m := newManager(t, h)
+	// The daemon another claim sharing gpu-0 gets: the one both results must use.
+	other, err := m.Plan(ctx, newClaim("other", results(withMemory(shared(result("gpu", "gpu-0"), "s0"), "1Gi"))), lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDaemon := other.Devices[0].MPSDaemonID
+	h.ResetCalls() // Plan read the compute mode; the calls below are Prepare's
+
+	claim := newClaim("u1", results(withMemory(shared(result("a", "gpu-0"), "s1"), "16Gi"), withMemory(shared(result("b", "gpu-0"), "s2"), "8Gi")),
+		claimCfg(mpsGPU, "a", "b"))
+	rec, err := m.Prepare(ctx, claim, lookup)
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	for i, d := range rec.Devices {
+		if d.MPSDaemonID != wantDaemon {
+			t.Errorf("device %d (request %q): daemon %q, want the device's shared daemon %q", i, d.Request, d.MPSDaemonID, wantDaemon)
+		}
+	}
+	// The device is visible once (ordinal 0) and the claim holds 16Gi + 8Gi of it.
+	wantEnv := []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=24576M"}
+	for i, d := range rec.Devices {
+		if diff := cmp.Diff(wantEnv, d.Edits.Env); diff != "" {
+			t.Errorf("device %d env (-want +got):\n%s", i, diff)
+		}
+	}
+	wantCalls := []string{"ComputeMode " + uuidA, "SetComputeMode " + uuidA + " EXCLUSIVE_PROCESS", "Start " + wantDaemon, "Ready " + wantDaemon}
+	if diff := cmp.Diff(wantCalls, h.Calls()); diff != "" {
+		t.Errorf("host calls (-want +got):\n%s", diff)
+	}
+	if got := h.State().Daemons[wantDaemon].DeviceUUIDs; !cmp.Equal(got, []string{uuidA}) {
+		t.Errorf("daemon devices = %v, want [%s]", got, uuidA)
+	}
+	if err := m.Undo(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, h.State()); diff != "" {
+		t.Errorf("host state after Undo (-before +after):\n%s", diff)
+	}
+}
+
+// TestNilArguments: nil arguments are errors, not panics.
+func TestNilArguments(t *testing.T) {
+	ctx := ctxFor(t)
+	m := newManager(t, newHost())
+	claim := newClaim("u", results(result("gpu", "gpu-0")))
+	if _, err := m.Prepare(ctx, nil, lookup); err == nil {
+		t.Error("Prepare(nil claim) succeeded")
+	}
+	if _, err := m.Prepare(ctx, claim, nil); err == nil {
+		t.Error("Prepare(nil lookup) succeeded")
+	}
+	if _, err := m.Plan(ctx, nil, lookup); err == nil {
+		t.Error("Plan(nil claim) succeeded")
+	}
+	if err := m.Undo(ctx, nil); err == nil {
+		t.Error("Undo(nil) succeeded")
+	}
+}
+
+// TestPlanRecordsPreviousValues: Plan reads, without changing anything, what Prepare would
+// replace, so that ResetPlan restores an operator's settings rather than the defaults after a
+// crash between Prepare's changes and their record.
+func TestPlanRecordsPreviousValues(t *testing.T) {
+	ctx := ctxFor(t)
+	h := newHost()
+	h.SetTimeSliceState(uuidA, 2)
+	m := newManager(t, h)
+	long := `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`
+	claim := newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(long, "gpu"))
+	plan, err := m.Plan(ctx, claim, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range h.Calls() {
+		if strings.HasPrefix(c, "Set") || strings.HasPrefix(c, "Start") {
+			t.Errorf("Plan changed the host: %s", c)
+		}
+	}
+	if _, err := m.Prepare(ctx, claim, lookup); err != nil {
+		t.Fatal(err)
+	}
+	// A crash: the record of Prepare is lost, the plan survives; a new manager resets.
+	m2 := newManager(t, h)
+	if err := m2.Undo(ctx, m2.ResetPlan(plan)); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.State().TimeSlices[uuidA]; got != 2 {
+		t.Errorf("time slice after the reset = %d, want the operator's 2", got)
+	}
 }

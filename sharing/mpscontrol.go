@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -19,14 +21,21 @@ import (
 // (set_default_active_thread_percentage, set_default_device_pinned_mem_limit). The daemon
 // outlives this process (so prepared claims survive a plugin restart); it is supervised
 // through its control socket <pipe>/control: Ready waits for the socket to accept a
-// connection, Stop sends "quit" and waits for the socket to go away.
+// connection, Running tries one, Stop sends "quit" and waits for the socket to go away. The shm
+// directory is a tmpfs of spec.ShmSizeBytes that Start mounts and Stop unmounts through its
+// Mounter. The container runtime must see that mount when it bind-mounts the directory into
+// workload containers: in a plugin pod, the MPS root must lie on a hostPath volume with
+// mountPropagation Bidirectional (which needs a privileged container).
 type MPSControl struct {
 	root         DriverRoot
 	binary       string
 	env          []string
 	readyTimeout time.Duration
 	poll         time.Duration
+	mounter      Mounter
 }
+
+var _ MPSDaemons = (*MPSControl)(nil)
 
 // MPSControlOption configures NewMPSControl.
 type MPSControlOption func(*MPSControl)
@@ -49,9 +58,15 @@ func WithMPSReadyTimeout(d time.Duration) MPSControlOption {
 	return func(m *MPSControl) { m.readyTimeout = d }
 }
 
+// WithMPSMounter sets how shm directories are mounted (default a TmpfsMounter, which needs
+// CAP_SYS_ADMIN; tests pass a fake such as sharingtest.FakeHost).
+func WithMPSMounter(mounter Mounter) MPSControlOption {
+	return func(m *MPSControl) { m.mounter = mounter }
+}
+
 // NewMPSControl returns an MPSDaemons that runs nvidia-cuda-mps-control.
 func NewMPSControl(opts ...MPSControlOption) *MPSControl {
-	m := &MPSControl{root: "/", readyTimeout: 30 * time.Second, poll: 50 * time.Millisecond}
+	m := &MPSControl{root: "/", readyTimeout: 30 * time.Second, poll: 50 * time.Millisecond, mounter: NewTmpfsMounter()}
 	for _, o := range opts {
 		o(m)
 	}
@@ -68,16 +83,35 @@ func (m *MPSControl) daemonEnv(spec MPSDaemonSpec) []string {
 		"CUDA_MPS_LOG_DIRECTORY="+spec.LogDir)...)
 }
 
+// startLog is the file in the log directory that gets the output of `nvidia-cuda-mps-control -d`
+// and of the daemon it forks.
+const startLog = "start.log"
+
 func controlSocket(spec MPSDaemonSpec) string { return filepath.Join(spec.PipeDir, "control") }
 
 // alive says whether the daemon's control socket accepts a connection.
 func alive(spec MPSDaemonSpec) bool {
+	ok, _ := probe(spec)
+	return ok
+}
+
+// probe connects to the daemon's control socket: true when it accepts, false when there is no
+// socket or nobody listens on it, an error when the answer is not known.
+func probe(spec MPSDaemonSpec) (bool, error) {
 	c, err := net.DialTimeout("unix", controlSocket(spec), time.Second)
-	if err != nil {
-		return false
+	if err == nil {
+		_ = c.Close()
+		return true, nil
 	}
-	_ = c.Close()
-	return true
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+		return false, nil
+	}
+	return false, fmt.Errorf("MPS daemon %s: connecting to control socket %s: %w", spec.ID, controlSocket(spec), err)
+}
+
+// Running implements MPSDaemons.
+func (m *MPSControl) Running(_ context.Context, spec MPSDaemonSpec) (bool, error) {
+	return probe(spec)
 }
 
 // Start implements MPSDaemons.
@@ -98,11 +132,18 @@ func (m *MPSControl) Start(ctx context.Context, spec MPSDaemonSpec) error {
 			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
 		}
 	}
+	size := spec.ShmSizeBytes
+	if size <= 0 {
+		size = DefaultMPSShmSize
+	}
+	if err := m.mounter.Mount(ctx, spec.ShmDir, size); err != nil {
+		return fmt.Errorf("MPS daemon %s: shm directory: %w", spec.ID, err)
+	}
 	if alive(spec) {
 		logger.V(2).Info("MPS control daemon already runs")
 	} else {
 		logger.V(2).Info("Starting MPS control daemon", "binary", m.binary, "devices", spec.DeviceUUIDs, "pipeDir", spec.PipeDir)
-		if err := run(ctx, m.binary, m.daemonEnv(spec), "", "-d"); err != nil {
+		if err := startDaemon(ctx, m.binary, m.daemonEnv(spec), filepath.Join(spec.LogDir, startLog), "-d"); err != nil {
 			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
 		}
 	}
@@ -161,6 +202,12 @@ func (m *MPSControl) Stop(ctx context.Context, spec MPSDaemonSpec) error {
 		}
 		if err := m.waitFor(ctx, spec, false); err != nil {
 			return err
+		}
+	}
+	if spec.ShmDir != "" {
+		// Unmounted first: removing the files of a mounted tmpfs would leave its mount point busy.
+		if err := m.mounter.Unmount(ctx, spec.ShmDir); err != nil {
+			return fmt.Errorf("MPS daemon %s: shm directory: %w", spec.ID, err)
 		}
 	}
 	var errs []error

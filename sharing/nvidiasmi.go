@@ -15,6 +15,8 @@ type NvidiaSMI struct {
 	env    []string
 }
 
+var _ TimeSlicer = (*NvidiaSMI)(nil)
+
 // NvidiaSMIOption configures NewNvidiaSMI.
 type NvidiaSMIOption func(*NvidiaSMI)
 

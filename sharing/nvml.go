@@ -14,6 +14,8 @@ type NVMLComputeMode struct {
 	lib nvml.Interface
 }
 
+var _ ComputeModeSetter = (*NVMLComputeMode)(nil)
+
 // NewNVMLComputeMode returns a ComputeModeSetter that uses lib.
 func NewNVMLComputeMode(lib nvml.Interface) *NVMLComputeMode { return &NVMLComputeMode{lib: lib} }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -32,15 +33,29 @@ const (
 type plan struct {
 	rec     *Record
 	daemons []MPSDaemonSpec
+	// planned are the UUIDs of devices that do not exist yet (Device.Planned).
+	planned map[string]bool
 }
 
-// Plan resolves the claim's configuration (see Resolve) and computes, without touching the
+// Plan resolves the claim's configuration (see Resolve) and computes, without changing the
 // host, what Prepare would set up: per device the strategy, time slice, MPS daemon, pinned
-// memory limit and container edits. The returned record has no steps.
+// memory limit and container edits, and as Steps the host changes Prepare would make with the
+// values they would replace, read now. Settings of a device marked Planned (which does not
+// exist yet) are not among the steps: a rollback destroys that device. A caller that records
+// the plan before Prepare can, after a crash in between, undo whatever Prepare changed with
+// ResetPlan, restoring the values read here.
 func (m *Manager) Plan(ctx context.Context, claim *resourceapi.ResourceClaim, lookup DeviceLookup) (*Record, error) {
+	if claim == nil || lookup == nil {
+		return nil, errors.New("sharing: Plan needs a claim and a device lookup, got nil")
+	}
 	p, err := m.plan(ctx, claim, lookup)
 	if err != nil {
 		return nil, err
+	}
+	unlock := m.locks.lock(physicalGPUs(p.rec))
+	defer unlock()
+	if err := m.apply(ctx, p, true); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", ClaimString(claim), err)
 	}
 	return p.rec, nil
 }
@@ -54,6 +69,12 @@ func (m *Manager) plan(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 	rec := &Record{Version: RecordVersion, ClaimUID: claim.UID, Namespace: claim.Namespace, Name: claim.Name,
 		Devices: make([]PreparedDevice, len(dcs))}
 	cs := ClaimString(claim)
+	planned := map[string]bool{}
+	for _, dc := range dcs {
+		if dc.Device.Planned {
+			planned[dc.Device.UUID] = true
+		}
+	}
 
 	// Index of each device among the devices its config entry applies to, for
 	// defaultPerDevicePinnedMemoryLimit keys that are indices.
@@ -113,7 +134,7 @@ func (m *Manager) plan(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 	if err != nil {
 		return nil, err
 	}
-	return &plan{rec: rec, daemons: daemons}, nil
+	return &plan{rec: rec, daemons: daemons, planned: planned}, nil
 }
 
 // pinnedLimit is the device's pinned memory limit in MiB (0: none): the config's per-device
@@ -201,8 +222,10 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // planDaemons assigns MPS devices to daemons: devices the claim has to itself share one
 // daemon named after the claim; a device allocated with a share ID gets the per-device shared
-// daemon that every claim on it joins. A container can talk to one daemon only, so a claim
-// whose MPS devices would need two daemons is an error.
+// daemon that every claim on it joins. A claim may list one shared device several times (one
+// result per request, each with its own share ID): all those results use that device's daemon.
+// A container can talk to one daemon only, so a claim whose MPS devices would need two daemons
+// is an error.
 func (m *Manager) planDaemons(claim *resourceapi.ResourceClaim, dcs []DeviceConfig, rec *Record, mpsDevices []int) ([]MPSDaemonSpec, error) {
 	if len(mpsDevices) == 0 {
 		return nil, nil
@@ -216,76 +239,115 @@ func (m *Manager) planDaemons(claim *resourceapi.ResourceClaim, dcs []DeviceConf
 			own = append(own, i)
 		}
 	}
-	if len(shared) > 1 || (len(shared) == 1 && len(own) > 0) {
-		a, b := mpsDevices[0], mpsDevices[1]
-		return nil, fmt.Errorf("claim %s: devices %s (request %q) and %s (request %q) would be served by different MPS control daemons, and a container can use only one: a shared device (share ID) needs a claim of its own",
+	twoDaemons := func(a, b int) error {
+		return fmt.Errorf("claim %s: devices %s (request %q) and %s (request %q) would be served by different MPS control daemons, and a container can use only one: a shared device (share ID) needs a claim of its own",
 			cs, dcs[a].Device, dcs[a].Request, dcs[b].Device, dcs[b].Request)
+	}
+	for _, i := range shared[min(1, len(shared)):] {
+		if dcs[i].Device.UUID != dcs[shared[0]].Device.UUID {
+			return nil, twoDaemons(shared[0], i)
+		}
+	}
+	if len(shared) > 0 && len(own) > 0 {
+		return nil, twoDaemons(min(shared[0], own[0]), max(shared[0], own[0]))
+	}
+	pct, err := threadPercentage(claim, dcs, mpsDevices)
+	if err != nil {
+		return nil, err
 	}
 
 	var spec MPSDaemonSpec
-	if len(shared) == 1 {
-		d := dcs[shared[0]]
-		sum := sha256.Sum256([]byte(d.Device.UUID))
-		spec = m.daemonSpec("shared-"+hex.EncodeToString(sum[:6]), []string{d.Device.UUID}, d.Device.ComputeCapabilityMajor)
+	if len(shared) > 0 {
+		d := dcs[shared[0]].Device
+		sum := sha256.Sum256([]byte(d.UUID))
+		spec = m.daemonSpec("shared-"+hex.EncodeToString(sum[:6]), []string{d.UUID}, d.ComputeCapabilityMajor)
 		spec.Shared = true
 	} else {
-		uuids := make([]string, len(own))
+		var uuids []string
 		minCC := 0
 		for n, i := range own {
-			uuids[n] = dcs[i].Device.UUID
+			if !slices.Contains(uuids, dcs[i].Device.UUID) {
+				uuids = append(uuids, dcs[i].Device.UUID)
+			}
 			if cc := dcs[i].Device.ComputeCapabilityMajor; n == 0 || cc < minCC {
 				minCC = cc
 			}
 		}
 		spec = m.daemonSpec(string(claim.UID), uuids, minCC)
-		// Daemon-wide defaults: one active thread percentage for the daemon.
-		first := -1
-		for _, i := range own {
-			var pct *int
-			if mps := dcs[i].Config.MPS(); mps != nil {
-				pct = mps.DefaultActiveThreadPercentage
-			}
-			if first < 0 {
-				first, spec.ActiveThreadPercentage = i, pct
+		// Daemon-wide defaults: the claim's daemon applies them to every client.
+		spec.ActiveThreadPercentage = pct
+	}
+	limits := ordinalLimits(spec.DeviceUUIDs, rec, mpsDevices)
+	if !spec.Shared && len(limits) > 0 {
+		spec.PinnedMemoryLimits = limits
+	}
+	setMPSEdits(rec, mpsDevices, spec, pct, limits)
+	return []MPSDaemonSpec{spec}, nil
+}
+
+// threadPercentage is the defaultActiveThreadPercentage of the claim's MPS devices, which must
+// agree: they share one daemon and one set of container edits.
+func threadPercentage(claim *resourceapi.ResourceClaim, dcs []DeviceConfig, mpsDevices []int) (*int, error) {
+	var pct *int
+	for n, i := range mpsDevices {
+		var p *int
+		if mps := dcs[i].Config.MPS(); mps != nil {
+			p = mps.DefaultActiveThreadPercentage
+		}
+		if n == 0 {
+			pct = p
+			continue
+		}
+		if !equalPtr(p, pct) {
+			first := mpsDevices[0]
+			return nil, fmt.Errorf("claim %s: requests %q (%s) and %q (%s) set different MPS defaultActiveThreadPercentage (%s and %s), but the claim's devices share one MPS control daemon; use one value",
+				ClaimString(claim), dcs[first].Request, dcs[first].Source(claim), dcs[i].Request, dcs[i].Source(claim), ptrString(pct), ptrString(p))
+		}
+	}
+	return pct, nil
+}
+
+// ordinalLimits maps the ordinal of each of the daemon's devices (its index in uuids, as CUDA
+// numbers CUDA_VISIBLE_DEVICES) to its pinned memory limit. A device the claim lists several
+// times gets the sum of the limits of its results (the memory the claim holds on it), or none
+// when one of them has no limit.
+func ordinalLimits(uuids []string, rec *Record, mpsDevices []int) map[string]string {
+	out := map[string]string{}
+	for n, uuid := range uuids {
+		var sum int64
+		for _, i := range mpsDevices {
+			if rec.Devices[i].UUID != uuid {
 				continue
 			}
-			if !equalPtr(pct, spec.ActiveThreadPercentage) {
-				return nil, fmt.Errorf("claim %s: requests %q (%s) and %q (%s) set different MPS defaultActiveThreadPercentage (%s and %s), but the claim's devices share one MPS control daemon; use one value",
-					cs, dcs[first].Request, dcs[first].Source(claim), dcs[i].Request, dcs[i].Source(claim), ptrString(spec.ActiveThreadPercentage), ptrString(pct))
+			l := rec.Devices[i].PinnedMemoryLimitMiB
+			if l <= 0 {
+				sum = 0
+				break
 			}
+			sum += l
 		}
-		for n, i := range own {
-			if l := rec.Devices[i].PinnedMemoryLimitMiB; l > 0 {
-				if spec.PinnedMemoryLimits == nil {
-					spec.PinnedMemoryLimits = map[string]string{}
-				}
-				spec.PinnedMemoryLimits[strconv.Itoa(n)] = v1beta1.FormatLimit(l)
-			}
+		if sum > 0 {
+			out[strconv.Itoa(n)] = v1beta1.FormatLimit(sum)
 		}
 	}
+	return out
+}
 
-	// Container edits: identical for every MPS device of the claim, so that a container that
-	// gets any subset of them sees one consistent daemon.
+// setMPSEdits gives every MPS device of the claim the same container edits, so that a
+// container that gets any subset of them sees one consistent daemon.
+func setMPSEdits(rec *Record, mpsDevices []int, spec MPSDaemonSpec, pct *int, limits map[string]string) {
 	env := []string{envPipeDir + "=" + MPSPipeContainerPath}
-	var pct *int
-	if spec.Shared {
-		if mps := dcs[shared[0]].Config.MPS(); mps != nil {
-			pct = mps.DefaultActiveThreadPercentage
-		}
-	} else {
-		pct = spec.ActiveThreadPercentage
-	}
 	if pct != nil {
 		env = append(env, envThreadPercent+"="+strconv.Itoa(*pct))
 	}
-	var limits []string
-	for n, i := range mpsDevices {
-		if l := rec.Devices[i].PinnedMemoryLimitMiB; l > 0 {
-			limits = append(limits, strconv.Itoa(n)+"="+v1beta1.FormatLimit(l))
+	var l []string
+	for n := range spec.DeviceUUIDs {
+		if v, ok := limits[strconv.Itoa(n)]; ok {
+			l = append(l, strconv.Itoa(n)+"="+v)
 		}
 	}
-	if len(limits) > 0 {
-		env = append(env, envPinnedLimit+"="+strings.Join(limits, ","))
+	if len(l) > 0 {
+		env = append(env, envPinnedLimit+"="+strings.Join(l, ","))
 	}
 	for _, i := range mpsDevices {
 		rec.Devices[i].MPSDaemonID = spec.ID
@@ -297,14 +359,13 @@ func (m *Manager) planDaemons(claim *resourceapi.ResourceClaim, dcs []DeviceConf
 			},
 		}
 	}
-	return []MPSDaemonSpec{spec}, nil
 }
 
 func (m *Manager) daemonSpec(id string, uuids []string, ccMajor int) MPSDaemonSpec {
 	dir := filepath.Join(m.mpsRoot, id)
 	return MPSDaemonSpec{ID: id, DeviceUUIDs: uuids, Dir: dir,
 		PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm"),
-		ClientLimit: MPSClientLimit(ccMajor)}
+		ShmSizeBytes: m.shmSize, ClientLimit: MPSClientLimit(ccMajor)}
 }
 
 func equalPtr[T comparable](a, b *T) bool {

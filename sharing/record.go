@@ -29,6 +29,10 @@ type Record struct {
 	Devices []PreparedDevice `json:"devices"`
 	// Steps are the host changes, in the order they were made.
 	Steps []Step `json:"steps,omitempty"`
+	// Partial marks the record that a failed Prepare returns with its error: Steps are then
+	// only the host changes that Prepare made and could not undo. Such a record is
+	// checkpointed and passed to Undo like any other; it serves no container.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // PreparedDevice is the sharing setup of one allocated device.
@@ -109,3 +113,8 @@ func (r *Record) DeepCopy() *Record {
 	}
 	return out
 }
+
+// The names of the host resources steps hold.
+func resourceComputeMode(uuid string) string { return "computeMode/" + uuid }
+func resourceTimeSlice(uuid string) string   { return "timeSlice/" + uuid }
+func resourceDaemon(id string) string        { return "mpsDaemon/" + id }

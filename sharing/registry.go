@@ -2,6 +2,7 @@ package sharing
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -11,8 +12,10 @@ import (
 )
 
 // Registry knows the prepared claims of a node and refuses a claim whose sharing setup is
-// incompatible with theirs. It is in memory; Restore rebuilds it from checkpointed records.
-// It is safe for concurrent use.
+// incompatible with theirs. It also holds the partial records of failed Prepares (see
+// Manager.Prepare) until they are undone; their devices count in conflict checks like those of
+// prepared claims. It is in memory; Restore rebuilds it from checkpointed records. It is safe
+// for concurrent use.
 type Registry struct {
 	mu      sync.Mutex
 	records map[types.UID]*Record
@@ -37,6 +40,36 @@ func (r *Registry) Restore(records []Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.records = m
+	return nil
+}
+
+// Sync makes the registry agree with records for every claim that touches one of the physical
+// GPUs in gpus: such claims not in records are forgotten, those in records are registered as
+// given; claims on other GPUs are left alone. It is Restore for part of a node, for a caller
+// that knows the state of those GPUs is settled (it holds their locks) while other GPUs may be
+// busy.
+func (r *Registry) Sync(records []Record, gpus []string) error {
+	touches := func(rec *Record) bool {
+		return slices.ContainsFunc(physicalGPUs(rec), func(u string) bool { return slices.Contains(gpus, u) })
+	}
+	fresh := map[types.UID]*Record{}
+	for i := range records {
+		rec := records[i]
+		if rec.Version != RecordVersion {
+			return fmt.Errorf("record of claim %s/%s (%s): version %d, this program reads version %d", rec.Namespace, rec.Name, rec.ClaimUID, rec.Version, RecordVersion)
+		}
+		if touches(&rec) {
+			fresh[rec.ClaimUID] = &rec
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid, rec := range r.records {
+		if _, ok := fresh[uid]; !ok && touches(rec) {
+			delete(r.records, uid)
+		}
+	}
+	maps.Copy(r.records, fresh)
 	return nil
 }
 
@@ -85,22 +118,75 @@ func (r *Registry) remove(uid types.UID) {
 	delete(r.records, uid)
 }
 
-// holder returns a step of another claim that holds resource.
+// holder returns a copy of another claim's record that holds resource, and its step: a
+// prepared claim's if there is one, else a partial record's.
 func (r *Registry) holder(resource string, except types.UID) (*Record, *Step) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var found *Record
+	var step int
 	for _, uid := range sortedUIDs(r.records) {
-		if uid == except {
+		rec := r.records[uid]
+		if uid == except || (found != nil && rec.Partial) {
 			continue
 		}
-		rec := r.records[uid]
-		for i := range rec.Steps {
-			if rec.Steps[i].Resource == resource {
-				return rec, &rec.Steps[i]
+		if i := slices.IndexFunc(rec.Steps, func(s Step) bool { return s.Resource == resource }); i >= 0 {
+			found, step = rec, i
+			if !rec.Partial {
+				break
 			}
 		}
 	}
-	return nil, nil
+	if found == nil {
+		return nil, nil
+	}
+	c := found.DeepCopy()
+	return c, &c.Steps[step]
+}
+
+// usedDaemons returns the IDs of the MPS daemons that any registered record, partial ones
+// included, names in a step or a device, sorted.
+func (r *Registry) usedDaemons() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for _, rec := range r.records {
+		for _, s := range rec.Steps {
+			if s.Daemon != nil {
+				ids = append(ids, s.Daemon.ID)
+			}
+		}
+		for _, d := range rec.Devices {
+			if d.MPSDaemonID != "" {
+				ids = append(ids, d.MPSDaemonID)
+			}
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// daemon returns the spec of the MPS daemon id as a prepared claim (not a partial record)
+// holds it, and the physical GPUs of its devices.
+func (r *Registry) daemon(id string) (MPSDaemonSpec, []string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, uid := range sortedUIDs(r.records) {
+		rec := r.records[uid]
+		if rec.Partial {
+			continue
+		}
+		for _, s := range rec.Steps {
+			if s.Action == ActionStartMPSDaemon && s.Daemon != nil && s.Daemon.ID == id {
+				spec := *s.Daemon
+				spec.DeviceUUIDs = slices.Clone(spec.DeviceUUIDs)
+				spec.PinnedMemoryLimits = maps.Clone(spec.PinnedMemoryLimits)
+				served := slices.DeleteFunc(slices.Clone(rec.Devices), func(d PreparedDevice) bool { return d.MPSDaemonID != id })
+				return spec, physicalGPUs(&Record{Devices: served, Steps: []Step{{Daemon: &spec}}}), true
+			}
+		}
+	}
+	return MPSDaemonSpec{}, nil, false
 }
 
 func sortedUIDs(m map[types.UID]*Record) []types.UID {

@@ -1,6 +1,7 @@
 package sharing
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -9,10 +10,6 @@ import (
 
 	"github.com/gpudra/gpudra/sharing/v1beta1"
 )
-
-// DefaultDriverName is the DRA driver name whose opaque configs and allocation results this
-// package handles unless WithDriverName says otherwise.
-const DefaultDriverName = "gpu.nvidia.com"
 
 // DeviceConfig is the effective configuration of one allocated device of a claim.
 type DeviceConfig struct {
@@ -86,6 +83,9 @@ type decodedConfig struct {
 // subrequest) wins; an entry without requests applies to every device whose type its kind
 // fits. A winning entry whose kind does not fit the device is an error naming both.
 func (m *Manager) Resolve(claim *resourceapi.ResourceClaim, lookup DeviceLookup) ([]DeviceConfig, error) {
+	if claim == nil || lookup == nil {
+		return nil, errors.New("sharing: resolving configs needs a claim and a device lookup, got nil")
+	}
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s is not allocated", ClaimString(claim))
 	}

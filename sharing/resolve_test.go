@@ -118,7 +118,7 @@ func TestResolve(t *testing.T) {
 			wantErr: `claim / () is not allocated`,
 		},
 	}
-	m := sharing.NewManager()
+	m := sharing.NewManager("gpu.nvidia.com")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dcs, err := m.Resolve(tt.claim, lookup)
@@ -153,7 +153,7 @@ func TestResolveDriverName(t *testing.T) {
 	r := result("gpu", "gpu-0")
 	r.Driver = "gpu.example.com"
 	claim := newClaim("u", results(r, result("gpu", "gpu-1")), c)
-	dcs, err := sharing.NewManager(sharing.WithDriverName("gpu.example.com")).Resolve(claim, lookup)
+	dcs, err := sharing.NewManager("gpu.example.com").Resolve(claim, lookup)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,6 @@ import (
 
 	"github.com/go-logr/logr"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,13 +19,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
-	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/draplugin"
+	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/examples/deploy"
 	"github.com/gpudra/gpudra/sharing"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
@@ -80,11 +78,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 type demo struct {
 	nf       *nodeFlags
 	node     *node
-	plugin   *gpudra.Plugin
+	plugin   *draplugin.Plugin
 	sim      *simulate.Simulator
 	client   *fake.Clientset
-	dra      drapbv1.DRAPluginClient
-	conns    []*grpc.ClientConn
+	kubelet  *draplugintest.Kubelet
 	cdiDir   string
 	host     *sharingtest.FakeHost
 	prepared []*resourceapi.ResourceClaim
@@ -121,12 +118,16 @@ func newDemo(ctx context.Context, nf *nodeFlags, dir string) (*demo, error) {
 	}
 	// Host actions (time slices, compute mode, MPS daemons) are recorded by an in-memory host.
 	d.host = sharingtest.NewFakeHost(uuids...)
-	mgr := sharing.NewManager(sharing.WithTimeSlicer(d.host), sharing.WithComputeModeSetter(d.host),
+	mgr := sharing.NewManager(gpudra.DefaultDriverName, sharing.WithTimeSlicer(d.host), sharing.WithComputeModeSetter(d.host),
 		sharing.WithMPSDaemons(d.host), sharing.WithMPSRoot(filepath.Join(dir, "mps")))
-	d.plugin, err = gpudra.NewPlugin(gpudra.PluginConfig{
-		NodeName: nf.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: filepath.Join(dir, "state"),
-		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, DynamicMIG: nf.dynamicMIG,
-		SliceOptions: nf.builderOptions(n), Health: gpudra.HealthConfig{Disabled: true},
+	bootID := filepath.Join(dir, "boot_id")
+	if err := os.WriteFile(bootID, []byte("demo\n"), 0o600); err != nil {
+		return nil, err
+	}
+	d.plugin, err = draplugin.New(ctx, draplugin.Config{
+		NodeName: nf.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: filepath.Join(dir, "state"), BootIDPath: bootID,
+		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, Slices: nf.builderOptions(n),
+		Health: draplugin.HealthConfig{Disabled: true},
 	})
 	if err != nil {
 		return nil, err
@@ -147,44 +148,23 @@ func newDemo(ctx context.Context, nf *nodeFlags, dir string) (*demo, error) {
 			return nil, err
 		}
 	}
-	if _, err := d.plugin.Start(ctx, gpudra.StartConfig{KubeClient: d.client, RegistrarDir: regDir, PluginDir: pluginDir,
+	if _, err := d.plugin.Start(ctx, draplugin.StartConfig{KubeClient: d.client, RegistrarDir: regDir, PluginDir: pluginDir,
 		NoPublish: true, NoHealthMonitor: true, Options: []kubeletplugin.Option{kubeletplugin.GRPCVerbosity(-1)}}); err != nil {
 		return nil, err
 	}
 	// Register and connect exactly as kubelet does: the registration socket tells where the
 	// DRA service listens.
-	reg, err := d.dial(filepath.Join(regDir, d.plugin.DriverName()+"-reg.sock"))
+	d.kubelet, err = draplugintest.ConnectKubelet(ctx, filepath.Join(regDir, d.plugin.DriverName()+"-reg.sock"), d.plugin.DriverName())
 	if err != nil {
 		return nil, err
 	}
-	info, err := registerapi.NewRegistrationClient(reg).GetInfo(ctx, &registerapi.InfoRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("registration GetInfo: %w", err)
-	}
-	if _, err := registerapi.NewRegistrationClient(reg).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
-		return nil, fmt.Errorf("registration NotifyRegistrationStatus: %w", err)
-	}
-	conn, err := d.dial(info.Endpoint)
-	if err != nil {
-		return nil, err
-	}
-	d.dra = drapbv1.NewDRAPluginClient(conn)
 	d.instancesAtStart = d.migInstances()
 	return d, nil
 }
 
-func (d *demo) dial(socket string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", socket, err)
-	}
-	d.conns = append(d.conns, conn)
-	return conn, nil
-}
-
 func (d *demo) stop() {
-	for _, c := range d.conns {
-		_ = c.Close()
+	if d.kubelet != nil {
+		d.kubelet.Close()
 	}
 	d.plugin.Stop()
 	d.node.close()
@@ -199,11 +179,9 @@ func (d *demo) run(ctx context.Context, files []string, w io.Writer) error {
 		return err
 	}
 	var devices, counters int
-	for _, p := range res.Pools {
-		for _, s := range p.Slices {
-			devices += len(s.Devices)
-			counters += len(s.SharedCounters)
-		}
+	for _, s := range res.Slices {
+		devices += len(s.Devices)
+		counters += len(s.SharedCounters)
 	}
 	fmt.Fprintf(w, "published: %d devices, %d counter sets; DeviceClasses gpu.nvidia.com, mig.nvidia.com\n\n", devices, counters)
 
@@ -243,8 +221,7 @@ func (d *demo) serveClaim(ctx context.Context, w io.Writer, claim *resourceapi.R
 	if _, err := d.client.ResourceV1().ResourceClaims(allocated.Namespace).Create(ctx, allocated, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("store claim: %w", err)
 	}
-	resp, err := d.dra.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{{
-		Namespace: allocated.Namespace, Name: allocated.Name, Uid: string(allocated.UID)}}})
+	resp, err := d.kubelet.Prepare(ctx, allocated)
 	if err != nil {
 		return fmt.Errorf("NodePrepareResources: %w", err)
 	}
@@ -325,11 +302,7 @@ func (d *demo) inject(ids []string) (*oci.Spec, error) {
 }
 
 func (d *demo) teardown(ctx context.Context, w io.Writer, failures int) error {
-	var claims []*drapbv1.Claim
-	for _, c := range d.prepared {
-		claims = append(claims, &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
-	}
-	resp, err := d.dra.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: claims})
+	resp, err := d.kubelet.Unprepare(ctx, d.prepared...)
 	if err != nil {
 		return fmt.Errorf("NodeUnprepareResources: %w", err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/sharing"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
 )
@@ -174,7 +175,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer stop()
 	}
-	report, err := plugin.Start(ctx, gpudra.StartConfig{KubeClient: client, RegistrarDir: s.registrarDir,
+	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client, RegistrarDir: s.registrarDir,
 		PluginDir: s.pluginDir, RollingUpdatePodUID: types.UID(s.podUID)})
 	if err != nil {
 		return err
@@ -200,7 +201,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // newPlugin wires the plugin core to the node: CDI generation from the driver root, sharing
 // through the host's tools, metrics.
-func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*gpudra.Plugin, *prometheus.Registry, error) {
+func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*draplugin.Plugin, *prometheus.Registry, error) {
 	root, err := s.driverRootFor(ctx, n)
 	if err != nil {
 		return nil, nil, err
@@ -217,13 +218,12 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*gpudra.Plugin, *p
 	if err != nil {
 		return nil, nil, err
 	}
-	mgr := sharing.NewManager(append(s.hostActions(n), sharing.WithMPSRoot(filepath.Join(s.pluginDir, "mps")))...)
+	mgr := sharing.NewManager(gpudra.DefaultDriverName, append(s.hostActions(n), sharing.WithMPSRoot(filepath.Join(s.pluginDir, "mps")))...)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	plugin, err := gpudra.NewPlugin(gpudra.PluginConfig{
+	plugin, err := draplugin.New(ctx, draplugin.Config{
 		NodeName: s.node.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: s.stateDir,
-		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, DynamicMIG: s.node.dynamicMIG,
-		SliceOptions: s.node.builderOptions(n), Metrics: reg,
+		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, Slices: s.node.builderOptions(n), Metrics: reg,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -278,7 +278,7 @@ func (r recordedComputeMode) SetComputeMode(ctx context.Context, uuid string, mo
 // unless --driver-root names one: it needs no NVIDIA kernel module or driver on the host.
 func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot, error) {
 	if n.machine == nil || s.set["driver-root"] {
-		var opts []cdi.RootOption
+		var opts []cdi.HostRootOption
 		if s.hostRoot != "" {
 			opts = append(opts, cdi.WithHostDriverRoot(s.hostRoot))
 		}

@@ -30,6 +30,8 @@ type EventSet struct {
 	closed chan struct{}
 }
 
+var _ nvml.EventSet = (*EventSet)(nil)
+
 type queuedEvent struct {
 	data nvml.EventData
 	ret  nvml.Return
@@ -55,8 +57,9 @@ func newEventSet(m *Machine) *EventSet {
 }
 
 // wait implements EventSet.Wait: it returns the oldest pending event, or ERROR_TIMEOUT after
-// timeout milliseconds. A lost GPU is reported as ERROR_GPU_IS_LOST, as nvmlEventSetWait does;
-// the fake also fills EventData.Device so a test can tell which GPU it was.
+// timeout milliseconds. A lost GPU is reported as ERROR_GPU_IS_LOST, as nvmlEventSetWait does,
+// on every wait until it recovers; the fake also fills EventData.Device so a test can tell which
+// GPU it was.
 func (s *EventSet) wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 	m := s.m
 	m.mu.Lock()
@@ -79,6 +82,11 @@ func (s *EventSet) wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 			m.mu.Unlock()
 			return e.data, e.ret
 		}
+		// While a registered GPU is off the bus, NVML answers every wait with GPU_IS_LOST.
+		if d := s.lostLocked(); d != nil {
+			m.mu.Unlock()
+			return nvml.EventData{Device: d}, nvml.ERROR_GPU_IS_LOST
+		}
 		m.mu.Unlock()
 		select {
 		case <-s.wake:
@@ -87,6 +95,17 @@ func (s *EventSet) wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 			return nvml.EventData{}, nvml.ERROR_TIMEOUT
 		}
 	}
+}
+
+// lostLocked returns a lost GPU the set is registered for, nil when none is. The caller holds
+// m.mu.
+func (s *EventSet) lostLocked() *Device {
+	for d := range s.reg {
+		if d.lost {
+			return d
+		}
+	}
+	return nil
 }
 
 // push queues an event on the set if it registered for the GPU and type. The caller holds m.mu.

@@ -12,8 +12,27 @@ import (
 // directory skip names with this prefix; Clean removes leftovers of a crash.
 const TempPrefix = ".tmp-"
 
+// NotDurableError is returned by Write when the new content is in place (the rename happened)
+// but the directory could not be fsynced, so the rename may not survive a power loss. Callers
+// must treat the file as written.
+type NotDurableError struct {
+	// Path is the file that was replaced.
+	Path string
+	// Err is the fsync error.
+	Err error
+}
+
+// Error implements error.
+func (e *NotDurableError) Error() string {
+	return fmt.Sprintf("%s was replaced but may not survive a power loss: %v", e.Path, e.Err)
+}
+
+// Unwrap returns the fsync error.
+func (e *NotDurableError) Unwrap() error { return e.Err }
+
 // Write atomically replaces path with data, created with mode perm. The parent directory must
-// exist. On error the target is unchanged and no temporary file is left behind.
+// exist. On error the target is unchanged and no temporary file is left behind, except for a
+// *NotDurableError, which says the target was replaced but its directory could not be synced.
 func Write(path string, data []byte, perm os.FileMode) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
@@ -45,7 +64,10 @@ func Write(path string, data []byte, perm os.FileMode) (err error) {
 	if err = os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("rename %s to %s: %w", tmp, path, err)
 	}
-	return SyncDir(dir)
+	if serr := SyncDir(dir); serr != nil {
+		return &NotDurableError{Path: path, Err: serr}
+	}
+	return nil
 }
 
 // Remove deletes path and fsyncs its directory. A missing file is not an error.

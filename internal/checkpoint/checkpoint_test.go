@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -129,7 +130,8 @@ func TestRoundTrip(t *testing.T) {
 				}
 			}
 			s2, rep2 := open(t, dir)
-			if rep2.Fresh != (len(tc.put) == 0) || rep2.Corrupt || rep2.Rebooted || rep2.Migrated != 0 {
+			// Open writes the empty state of a fresh directory, so a reopen is never fresh.
+			if rep2.Fresh || rep2.Corrupt || rep2.Rebooted || rep2.Migrated != 0 {
 				t.Errorf("reopen report = %+v", rep2)
 			}
 			if diff := cmp.Diff(inMemory, claims(s2)); diff != "" {
@@ -329,7 +331,7 @@ func TestFutureVersionRefused(t *testing.T) {
 	if !bytes.Equal(orig, after) {
 		t.Error("newer checkpoint was modified")
 	}
-	entries, _ := os.ReadDir(dir)
+	entries := dataFiles(t, dir)
 	if len(entries) != 1 {
 		t.Errorf("directory holds %d entries, want only the untouched checkpoint", len(entries))
 	}
@@ -464,7 +466,7 @@ func TestCorruptCopiesPruned(t *testing.T) {
 		_, rep := open(t, dir, WithClock(clk.now), WithMaxCorrupt(3))
 		moved = append(moved, filepath.Base(rep.MovedTo))
 	}
-	entries, _ := os.ReadDir(dir)
+	entries := dataFiles(t, dir)
 	var got []string
 	for _, e := range entries {
 		got = append(got, e.Name())
@@ -496,7 +498,7 @@ func TestCorruptNameClash(t *testing.T) {
 			t.Errorf("copy %s = %q, %v; want %q", moved[10+i], b, err, want)
 		}
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+	if entries := dataFiles(t, dir); len(entries) != 2 {
 		t.Errorf("%d copies kept, want 2", len(entries))
 	}
 }
@@ -669,10 +671,14 @@ func TestGroupCommit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			var mu sync.Mutex
-			writes := 0
+			writes, armed := 0, false // Open's own write of the fresh state is not counted
 			entered, release := make(chan struct{}), make(chan struct{})
 			write := func(path string, data []byte, perm fs.FileMode) error {
 				mu.Lock()
+				if !armed {
+					mu.Unlock()
+					return atomicfile.Write(path, data, perm)
+				}
 				writes++
 				n := writes
 				mu.Unlock()
@@ -686,6 +692,9 @@ func TestGroupCommit(t *testing.T) {
 				return atomicfile.Write(path, data, perm)
 			}
 			s, _ := open(t, dir, WithWriteFunc(write))
+			mu.Lock()
+			armed = true
+			mu.Unlock()
 			first := make(chan error, 1)
 			go func() { first <- s.Put(claim("first")) }()
 			<-entered
@@ -788,7 +797,7 @@ func TestCrashMidWrite(t *testing.T) {
 	if diff := cmp.Diff(before, claims(s3)); diff != "" {
 		t.Errorf("state after crash (-before +after):\n%s", diff)
 	}
-	entries, _ := os.ReadDir(dir)
+	entries := dataFiles(t, dir)
 	for _, e := range entries {
 		if atomicfile.IsTemp(e.Name()) {
 			t.Errorf("temporary file %s survived Open", e.Name())
@@ -1072,4 +1081,78 @@ func benchmarkUpdate(b *testing.B, write WriteFunc) {
 		}
 	}
 	b.ReportMetric(float64(st.Size()), "file-bytes")
+}
+
+// dataFiles lists dir without the lock file, which every store keeps there.
+func dataFiles(t *testing.T, dir string) []os.DirEntry {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(entries, func(e os.DirEntry) bool { return e.Name() == LockFileName })
+}
+
+// TestTwoStoresOnOneDirectory is a rolling update: two plugin processes write the same
+// checkpoint. Every update applies on top of what the other wrote (no lost update), and Refresh
+// shows a store what the other wrote.
+func TestTwoStoresOnOneDirectory(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := open(t, dir)
+	b, _ := open(t, dir)
+	var wg sync.WaitGroup
+	for i := range 40 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			if err := s.Put(claim(fmt.Sprintf("c%02d", i))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := b.Delete("c00"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Store{a, b} {
+		got := claims(s)
+		if len(got) != 39 {
+			t.Errorf("store sees %d claims, want 39 (40 put by two stores, one deleted)", len(got))
+		}
+		if _, ok := got["c00"]; ok {
+			t.Error("a claim deleted by the other store is still there")
+		}
+	}
+	c, _ := open(t, dir)
+	if got := claims(c); len(got) != 39 {
+		t.Errorf("on disk: %d claims, want 39", len(got))
+	}
+}
+
+// TestWriteNotDurableKeepsMemoryAndDiskEqual: when the checkpoint was replaced but its directory
+// could not be synced, the update reports the error and the store holds what the file holds.
+func TestWriteNotDurableKeepsMemoryAndDiskEqual(t *testing.T) {
+	dir := t.TempDir()
+	failSync := false
+	write := func(path string, data []byte, perm fs.FileMode) error {
+		if err := atomicfile.Write(path, data, perm); err != nil || !failSync {
+			return err
+		}
+		return &atomicfile.NotDurableError{Path: path, Err: errors.New("fsync: input/output error")}
+	}
+	s, _ := open(t, dir, WithWriteFunc(write))
+	failSync = true
+	var nd *atomicfile.NotDurableError
+	if err := s.Put(claim("a")); !errors.As(err, &nd) {
+		t.Fatalf("Put = %v, want the not-durable error", err)
+	}
+	s2, _ := open(t, dir)
+	if diff := cmp.Diff(claims(s2), claims(s)); diff != "" {
+		t.Errorf("memory differs from disk (-disk +memory):\n%s", diff)
+	}
 }

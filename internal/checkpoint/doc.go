@@ -38,6 +38,11 @@
 // A Store is safe for concurrent use within one process. Updates are linearizable and
 // group-committed: updates arriving while a write is in flight are applied in order and written
 // together with one fsync, so concurrent prepares on different GPUs do not queue one fsync each
-// behind a node-wide lock. A Store does not lock against a second process using the same
-// directory (for example two plugin pods during a rolling update).
+// behind a node-wide lock.
+//
+// Two processes may use one directory (two plugin pods during a rolling update): every write
+// holds the lock file checkpoint.lock (flock, released when a process dies) and first re-reads
+// the checkpoint if the other process changed it, so no update is lost; Refresh re-reads it for
+// a caller about to act on the state. Open cleans temporaries and moves unusable files aside
+// under the same lock.
 package checkpoint

@@ -12,16 +12,22 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/internal/atomicfile"
+	"github.com/gpudra/gpudra/internal/filelock"
 )
 
 const (
 	// FileName is the name of the checkpoint file inside the store directory.
 	FileName = "checkpoint.json"
+	// LockFileName is the lock file that serializes every read-modify-write of the checkpoint
+	// across processes (two plugin pods during a rolling update).
+	LockFileName = "checkpoint.lock"
 	// FileMode is the mode of the checkpoint file.
 	FileMode fs.FileMode = 0o600
 	// DirMode is the mode Open gives the store directory.
@@ -109,9 +115,15 @@ type Store struct {
 	bootID string
 	now    func() time.Time
 	write  WriteFunc
+	lock   *filelock.File
 
 	mu    sync.RWMutex // guards state
 	state State        // committed: equal to what is on disk; written only by the leader
+	// loaded identifies the file state was read from or written to; when the file on disk
+	// differs, another process changed it and the leader reloads before applying updates.
+	loaded fileID
+	// reloads counts the reloads, that is the changes by another process seen so far.
+	reloads atomic.Uint64
 	// enc caches the JSON encoding of committed claims by UID, so that an update re-encodes
 	// only the claims it changed. Missing entries are encoded on demand. Leader only.
 	enc map[string][]byte
@@ -161,21 +173,43 @@ func Open(dir string, opts ...Option) (*Store, LoadReport, error) {
 	if err := prepareDir(dir, logger); err != nil {
 		return nil, report, err
 	}
+
+	lock, err := filelock.Open(filepath.Join(dir, LockFileName))
+	if err != nil {
+		return nil, report, err
+	}
+	if err := lock.Lock(true); err != nil {
+		_ = lock.Close()
+		return nil, report, err
+	}
+	defer func() { _ = lock.Unlock() }()
+	s := &Store{path: path, bootID: bootID, now: cfg.now, write: cfg.write, lock: lock, state: State{Claims: map[string]ClaimState{}}}
+	if err := s.load(cfg, &report, logger); err != nil {
+		_ = lock.Close()
+		return nil, report, err
+	}
+	s.loaded = statID(path)
+	return s, report, nil
+}
+
+// load reads the checkpoint into s with the lock held: it removes temporaries of a crashed
+// write, migrates an older schema, and moves an unusable file aside.
+func (s *Store) load(cfg config, report *LoadReport, logger klog.Logger) error {
+	dir, path := filepath.Dir(s.path), s.path
+	// Under the lock no other process is writing: temporaries are leftovers of a crash.
 	if removed, err := atomicfile.Clean(dir); err != nil {
 		logger.Error(err, "Removing leftover temporary files failed", "dir", dir)
 	} else if len(removed) > 0 {
 		report.CleanedTemp = removed
 		logger.Info("Removed leftovers of an interrupted checkpoint write", "dir", dir, "files", removed)
 	}
-
-	s := &Store{path: path, bootID: bootID, now: cfg.now, write: cfg.write, state: State{Claims: map[string]ClaimState{}}}
-
 	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		// Write the empty state at once: a later start that finds no file knows it was wiped.
 		report.Fresh = true
-		logger.V(1).Info("No checkpoint, starting empty", "path", path, "bootID", bootID)
-		return s, report, nil
+		logger.V(1).Info("No checkpoint, starting empty", "path", path, "bootID", s.bootID)
+		return s.writeState(s.state, nil)
 	case err != nil:
 		err = fmt.Errorf("read checkpoint %s: %w", path, err)
 	default:
@@ -183,39 +217,40 @@ func Open(dir string, opts ...Option) (*Store, LoadReport, error) {
 		d, err = decode(path, b)
 		if uv := (*UnsupportedVersionError)(nil); errors.As(err, &uv) {
 			logger.Error(err, "Checkpoint written by a newer driver; refusing to start", "path", path, "version", uv.Version)
-			return nil, report, err
+			return err
 		}
 		if err == nil {
-			s.state = d.state
-			report.PreviousBootID = d.bootID
-			report.Rebooted = d.bootID != "" && d.bootID != bootID
-			if report.Rebooted {
-				logger.Info("Node rebooted since the checkpoint was written", "path", path,
-					"previousBootID", d.bootID, "bootID", bootID, "claims", len(d.state.Claims))
-			}
-			if d.version != CurrentVersion {
-				if err := s.migrate(b, d.version, &report, logger); err != nil {
-					return nil, report, err
-				}
-			}
-			if err := fixFileMode(path, logger); err != nil {
-				return nil, report, err
-			}
-			return s, report, nil
+			return s.useDecoded(b, d, report, logger)
 		}
 	}
-
 	// Unusable: keep it for a human, start empty.
 	report.Corrupt = true
 	report.Reason = err
 	moved, merr := moveAside(path, cfg.now(), cfg.maxCorrupt, logger)
 	if merr != nil {
-		return nil, report, fmt.Errorf("checkpoint %s is unusable (%v) and could not be moved aside: %w", path, err, merr)
+		return fmt.Errorf("checkpoint %s is unusable (%v) and could not be moved aside: %w", path, err, merr)
 	}
 	report.MovedTo = moved
 	logger.Error(err, "Checkpoint unusable; moved aside, starting with empty state, caller must rebuild from hardware and CDI files",
-		"path", path, "movedTo", moved, "bootID", bootID)
-	return s, report, nil
+		"path", path, "movedTo", moved, "bootID", s.bootID)
+	return nil
+}
+
+// useDecoded takes a decoded checkpoint as the store's state, migrating an older schema.
+func (s *Store) useDecoded(b []byte, d decoded, report *LoadReport, logger klog.Logger) error {
+	s.state = d.state
+	report.PreviousBootID = d.bootID
+	report.Rebooted = d.bootID != "" && d.bootID != s.bootID
+	if report.Rebooted {
+		logger.Info("Node rebooted since the checkpoint was written", "path", s.path,
+			"previousBootID", d.bootID, "bootID", s.bootID, "claims", len(d.state.Claims))
+	}
+	if d.version != CurrentVersion {
+		if err := s.migrate(b, d.version, report, logger); err != nil {
+			return err
+		}
+	}
+	return fixFileMode(s.path, logger)
 }
 
 func readBootID(cfg config) (string, error) {
@@ -435,9 +470,20 @@ func (s *Store) Update(fn func(*State) error) error {
 	return <-r.done
 }
 
-// commit applies a batch of updates in order and writes the result once. Only the leader calls it.
+// commit applies a batch of updates in order and writes the result once, holding the lock file
+// so that no other process writes in between; updates apply on top of what is on disk. Only the
+// leader calls it.
 func (s *Store) commit(batch []*request) {
 	results := make([]error, len(batch))
+	if err := s.lock.Lock(true); err != nil {
+		s.fail(batch, err)
+		return
+	}
+	defer func() { _ = s.lock.Unlock() }()
+	if err := s.reload(); err != nil {
+		s.fail(batch, err)
+		return
+	}
 	work := s.state            // only the leader replaces s.state, so reading it unlocked is safe
 	dirty := map[string]bool{} // claims whose cached encoding is stale
 	changed := false
@@ -478,9 +524,11 @@ func (s *Store) commit(batch []*request) {
 			}
 		}
 		err := s.writeState(work, enc)
-		if err == nil {
+		if nd := (*atomicfile.NotDurableError)(nil); err == nil || errors.As(err, &nd) {
+			// The file holds the new state (even when its rename may not be durable): so must
+			// memory, or the store and the disk would disagree.
 			s.mu.Lock()
-			s.state, s.enc = work, enc
+			s.state, s.enc, s.loaded = work, enc, statID(s.path)
 			s.mu.Unlock()
 		}
 		for i := range results {
@@ -492,6 +540,77 @@ func (s *Store) commit(batch []*request) {
 	for i, r := range batch {
 		r.done <- results[i]
 	}
+}
+
+func (s *Store) fail(batch []*request, err error) {
+	for _, r := range batch {
+		r.done <- fmt.Errorf("update checkpoint %s: %w", s.path, err)
+	}
+}
+
+// reload reads the checkpoint again when another process changed it since this store last read
+// or wrote it. The lock must be held. A file that cannot be used is an error: it is left alone
+// (Open, not a running store, moves unusable files aside).
+func (s *Store) reload() error {
+	id := statID(s.path)
+	if id == s.loaded {
+		return nil
+	}
+	st := State{Claims: map[string]ClaimState{}}
+	b, err := os.ReadFile(s.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("re-read checkpoint changed by another process: %w", err)
+	default:
+		d, err := decode(s.path, b)
+		if err != nil {
+			return fmt.Errorf("re-read checkpoint changed by another process: %w", err)
+		}
+		if d.version != CurrentVersion {
+			return fmt.Errorf("re-read checkpoint changed by another process: schema version %d, this binary writes %d", d.version, CurrentVersion)
+		}
+		st = d.state
+	}
+	s.mu.Lock()
+	s.state, s.enc, s.loaded = st, nil, id
+	s.mu.Unlock()
+	s.reloads.Add(1)
+	return nil
+}
+
+// Reloads counts how often the store found the checkpoint changed by another process and read
+// it again: a caller that caches something derived from the state refreshes it when the count
+// moved.
+func (s *Store) Reloads() uint64 { return s.reloads.Load() }
+
+// Refresh makes the store's state what is on disk now, reading the checkpoint again if another
+// process (a second plugin pod during a rolling update) changed it. Call it after taking the
+// locks of an operation and before reading the state the operation depends on.
+func (s *Store) Refresh() error {
+	return s.Update(func(*State) error { return nil })
+}
+
+// Close releases the store's lock file. The store must not be used afterwards.
+func (s *Store) Close() error { return s.lock.Close() }
+
+// fileID identifies one version of the checkpoint file: every write renames a new file into
+// place, so inode, size and change time differ between writes.
+type fileID struct {
+	exists    bool
+	dev, ino  uint64
+	size      int64
+	mtimeNsec int64
+	ctimeNsec int64
+}
+
+func statID(path string) fileID {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fileID{}
+	}
+	return fileID{exists: true, dev: uint64(st.Dev), ino: st.Ino, size: st.Size,
+		mtimeNsec: st.Mtim.Nano(), ctimeNsec: st.Ctim.Nano()}
 }
 
 // writeState writes st, reusing and completing enc, the per-claim encodings.

@@ -63,6 +63,10 @@ type ClaimState struct {
 	// UpdatedAt is when the claim was last changed, stamped by Store in UTC. Zero for claims
 	// migrated from version 1.
 	UpdatedAt time.Time `json:"updatedAt"`
+	// Recovered is set for a claim rebuilt from what was on the node (its CDI spec, MIG
+	// instances, MPS daemon) because the checkpoint could not be trusted. Its request names and
+	// its namespace and name are unknown until kubelet prepares it again.
+	Recovered bool `json:"recovered,omitempty"`
 }
 
 // PreparedDevice is one device of a claim and everything needed to undo its preparation or to
@@ -82,6 +86,9 @@ type PreparedDevice struct {
 	GPUUUID string `json:"gpuUUID,omitempty"`
 	// MIG is set when the device is a MIG device.
 	MIG *MIGInstance `json:"mig,omitempty"`
+	// AdminAccess is set for a device allocated with admin access: the claim only looks at a
+	// device others may use, so it owns nothing (no instance it may destroy, no host setting).
+	AdminAccess bool `json:"adminAccess,omitempty"`
 	// Sharing is the sharing package's undo record for this device (time-slice applied, MPS
 	// daemon started, compute mode changed...), opaque to the checkpoint. It must be valid JSON;
 	// Store stores it compacted. Nil when no host action was applied.

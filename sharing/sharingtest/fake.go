@@ -1,6 +1,7 @@
 package sharingtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -14,85 +15,170 @@ import (
 // HostState is the state of a FakeHost, comparable with go-cmp.
 type HostState struct {
 	// ComputeModes by device UUID.
-	ComputeModes map[string]sharing.ComputeMode
+	ComputeModes map[string]sharing.ComputeMode `json:"computeModes"`
 	// TimeSlices by GPU UUID.
-	TimeSlices map[string]int
+	TimeSlices map[string]int `json:"timeSlices"`
 	// Daemons that run, by ID.
-	Daemons map[string]sharing.MPSDaemonSpec
+	Daemons map[string]sharing.MPSDaemonSpec `json:"daemons"`
+	// Mounts are the tmpfs mounts, by target directory, with their size in bytes.
+	Mounts map[string]int64 `json:"mounts"`
 }
 
-// FakeHost is an in-memory host. It is safe for concurrent use.
+func (s HostState) clone() HostState {
+	return HostState{ComputeModes: maps.Clone(s.ComputeModes), TimeSlices: maps.Clone(s.TimeSlices),
+		Daemons: maps.Clone(s.Daemons), Mounts: maps.Clone(s.Mounts)}
+}
+
+// host is everything a FakeHost knows about the machine; a persisted FakeHost keeps it in its
+// file.
+type host struct {
+	// Devices are the GPU and MIG UUIDs, sorted.
+	Devices []string `json:"devices"`
+	// TimeSliceKnown is false when TimeSlice cannot read the value (HideTimeSlice).
+	TimeSliceKnown bool      `json:"timeSliceKnown"`
+	State          HostState `json:"state"`
+}
+
+func newHost(uuids []string) host {
+	h := host{Devices: slices.Sorted(slices.Values(uuids)), TimeSliceKnown: true,
+		State: HostState{ComputeModes: map[string]sharing.ComputeMode{}, TimeSlices: map[string]int{},
+			Daemons: map[string]sharing.MPSDaemonSpec{}, Mounts: map[string]int64{}}}
+	h.Devices = slices.Compact(h.Devices)
+	for _, u := range h.Devices {
+		h.State.ComputeModes[u] = sharing.ComputeModeDefault
+		if strings.HasPrefix(u, "GPU-") {
+			h.State.TimeSlices[u] = 0
+		}
+	}
+	return h
+}
+
+// device checks that the host has the device. MIG devices ("MIG-...") come and go with their
+// instances (dynamic MIG creates them after the host was built), so any MIG UUID is accepted,
+// in compute mode DEFAULT until set.
+func (h *host) device(uuid string) error {
+	if strings.HasPrefix(uuid, "MIG-") {
+		return nil
+	}
+	if _, ok := slices.BinarySearch(h.Devices, uuid); !ok {
+		return fmt.Errorf("no device %s: the host has %v", uuid, h.Devices)
+	}
+	return nil
+}
+
+// FakeHost is a host for package sharing: it implements TimeSlicer, ComputeModeSetter,
+// MPSDaemons and Mounter, keeps the resulting host state, records every call, and can be told
+// to fail a call (FailOn), to run a hook before every change (SetHook), and to let a daemon
+// die (KillDaemon). NewFakeHost keeps the state in memory; OpenFakeHost keeps it in a file, so
+// that it survives the test's process being killed. It is safe for concurrent use.
 type FakeHost struct {
-	mu      sync.Mutex
-	state   HostState
-	calls   []string
-	failOn  map[string]error
-	known   bool
-	devices map[string]bool
+	mu     sync.Mutex
+	host   host
+	calls  []string
+	failOn map[string]error
+	hook   func(call string) error
+	// file is where a persisted host keeps its state; nil in memory.
+	file *stateFile
+	// broken is the error of a state setter that could not save its change; the next call
+	// returns it.
+	broken error
 }
 
 var (
 	_ sharing.TimeSlicer        = (*FakeHost)(nil)
 	_ sharing.ComputeModeSetter = (*FakeHost)(nil)
 	_ sharing.MPSDaemons        = (*FakeHost)(nil)
+	_ sharing.Mounter           = (*FakeHost)(nil)
 )
 
-// NewFakeHost returns a host with the given devices (GPU and MIG UUIDs), each in compute
-// mode DEFAULT with time slice 0, and no daemon.
+// NewFakeHost returns an in-memory host with the given devices (GPU and MIG UUIDs), each in
+// compute mode DEFAULT with time slice 0, and no daemon or mount.
 func NewFakeHost(uuids ...string) *FakeHost {
-	f := &FakeHost{
-		state:   HostState{ComputeModes: map[string]sharing.ComputeMode{}, TimeSlices: map[string]int{}, Daemons: map[string]sharing.MPSDaemonSpec{}},
-		failOn:  map[string]error{},
-		known:   true,
-		devices: map[string]bool{},
+	return &FakeHost{host: newHost(uuids), failOn: map[string]error{}}
+}
+
+// do runs op on the host under the host's lock. A persisted host reads its file first, under
+// an exclusive file lock (so that several processes can share one host, as two plugin pods do
+// during a rolling update), and writes it back when op reports a change. op must not change
+// anything when it returns an error.
+func (f *FakeHost) do(op func(h *host) (changed bool, err error)) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.broken; err != nil {
+		f.broken = nil
+		return err
 	}
-	for _, u := range uuids {
-		f.devices[u] = true
-		f.state.ComputeModes[u] = sharing.ComputeModeDefault
-		if strings.HasPrefix(u, "GPU-") {
-			f.state.TimeSlices[u] = 0
-		}
+	if f.file == nil {
+		_, err := op(&f.host)
+		return err
 	}
-	return f
+	return f.file.update(&f.host, op)
+}
+
+// set is do for the state setters, which return no error: one that fails the next call.
+func (f *FakeHost) set(op func(h *host)) {
+	err := f.do(func(h *host) (bool, error) { op(h); return true, nil })
+	if err != nil {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.broken = err
+	}
 }
 
 // SetComputeModeState sets a device's compute mode without recording a call.
 func (f *FakeHost) SetComputeModeState(uuid string, m sharing.ComputeMode) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.state.ComputeModes[uuid] = m
+	f.set(func(h *host) { h.State.ComputeModes[uuid] = m })
 }
 
 // SetTimeSliceState sets a GPU's time slice without recording a call.
 func (f *FakeHost) SetTimeSliceState(uuid string, v int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.state.TimeSlices[uuid] = v
+	f.set(func(h *host) { h.State.TimeSlices[uuid] = v })
+}
+
+// KillDaemon makes a running MPS daemon die, as it does with the plugin's container, without
+// recording a call. Its shm tmpfs stays mounted, as a real one does.
+func (f *FakeHost) KillDaemon(id string) {
+	f.set(func(h *host) { delete(h.State.Daemons, id) })
 }
 
 // HideTimeSlice makes TimeSlice report that the value cannot be read, as nvidia-smi does.
 func (f *FakeHost) HideTimeSlice() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.known = false
+	f.set(func(h *host) { h.TimeSliceKnown = false })
 }
 
 // FailOn makes the call with this exact description (as Calls lists it, e.g.
-// "SetComputeMode GPU-1 EXCLUSIVE_PROCESS" or "Start mps-id") return err.
+// "SetComputeMode GPU-1 EXCLUSIVE_PROCESS" or "Start mps-id") return err; a nil err removes
+// the failure.
 func (f *FakeHost) FailOn(call string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err == nil {
+		delete(f.failOn, call)
+		return
+	}
 	f.failOn[call] = err
 }
 
-// State returns a copy of the host state.
-func (f *FakeHost) State() HostState {
+// SetHook installs a function that every call that changes the host (SetTimeSlice,
+// SetComputeMode, Start, Stop, Mount, Unmount) runs first, with the call's description as
+// Calls lists it, and without the host's lock held, so it may block, or kill the process (a
+// crash test's injection point). An error it returns fails the call before the host changes.
+// nil removes the hook.
+func (f *FakeHost) SetHook(hook func(call string) error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return HostState{ComputeModes: maps.Clone(f.state.ComputeModes), TimeSlices: maps.Clone(f.state.TimeSlices), Daemons: maps.Clone(f.state.Daemons)}
+	f.hook = hook
 }
 
-// Calls returns the calls made so far, in order.
+// State returns a copy of the host state (read from the file for a persisted host). It is
+// the zero HostState when the file cannot be read.
+func (f *FakeHost) State() HostState {
+	var s HostState
+	_ = f.do(func(h *host) (bool, error) { s = h.State.clone(); return false, nil })
+	return s
+}
+
+// Calls returns the calls made so far through this FakeHost, in order.
 func (f *FakeHost) Calls() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -106,116 +192,179 @@ func (f *FakeHost) ResetCalls() {
 	f.calls = nil
 }
 
-func (f *FakeHost) call(format string, args ...any) error {
+// begin records a call and decides whether it fails: a done ctx fails it as exec.CommandContext
+// refuses to start a command, then the hook (for a change), then an error set with FailOn.
+func (f *FakeHost) begin(ctx context.Context, change bool, format string, args ...any) error {
 	c := fmt.Sprintf(format, args...)
+	f.mu.Lock()
 	f.calls = append(f.calls, c)
+	hook := f.hook
+	f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", c, err)
+	}
+	if change && hook != nil {
+		if err := hook(c); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return f.failOn[c]
 }
 
-func (f *FakeHost) device(uuid string) error {
-	if !f.devices[uuid] {
-		return fmt.Errorf("no device %s", uuid)
-	}
-	return nil
-}
-
 // TimeSlice implements sharing.TimeSlicer.
-func (f *FakeHost) TimeSlice(_ context.Context, uuid string) (int, bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("TimeSlice %s", uuid); err != nil {
+func (f *FakeHost) TimeSlice(ctx context.Context, uuid string) (int, bool, error) {
+	if err := f.begin(ctx, false, "TimeSlice %s", uuid); err != nil {
 		return 0, false, err
 	}
-	if err := f.device(uuid); err != nil {
+	var v int
+	var known bool
+	err := f.do(func(h *host) (bool, error) {
+		v, known = h.State.TimeSlices[uuid], h.TimeSliceKnown
+		return false, h.device(uuid)
+	})
+	if err != nil {
 		return 0, false, err
 	}
-	return f.state.TimeSlices[uuid], f.known, nil
+	return v, known, nil
 }
 
 // SetTimeSlice implements sharing.TimeSlicer.
-func (f *FakeHost) SetTimeSlice(_ context.Context, uuid string, v int) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("SetTimeSlice %s %d", uuid, v); err != nil {
+func (f *FakeHost) SetTimeSlice(ctx context.Context, uuid string, v int) error {
+	if err := f.begin(ctx, true, "SetTimeSlice %s %d", uuid, v); err != nil {
 		return err
 	}
-	if err := f.device(uuid); err != nil {
-		return err
-	}
-	if !strings.HasPrefix(uuid, "GPU-") {
-		return fmt.Errorf("time slices are set on full GPUs, not on %s", uuid)
-	}
-	f.state.TimeSlices[uuid] = v
-	return nil
+	return f.do(func(h *host) (bool, error) {
+		if err := h.device(uuid); err != nil {
+			return false, err
+		}
+		if !strings.HasPrefix(uuid, "GPU-") {
+			return false, fmt.Errorf("time slices are set on full GPUs, not on %s", uuid)
+		}
+		h.State.TimeSlices[uuid] = v
+		return true, nil
+	})
 }
 
 // ComputeMode implements sharing.ComputeModeSetter.
-func (f *FakeHost) ComputeMode(_ context.Context, uuid string) (sharing.ComputeMode, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("ComputeMode %s", uuid); err != nil {
+func (f *FakeHost) ComputeMode(ctx context.Context, uuid string) (sharing.ComputeMode, error) {
+	if err := f.begin(ctx, false, "ComputeMode %s", uuid); err != nil {
 		return 0, err
 	}
-	if err := f.device(uuid); err != nil {
+	var m sharing.ComputeMode
+	err := f.do(func(h *host) (bool, error) {
+		m = h.State.ComputeModes[uuid]
+		return false, h.device(uuid)
+	})
+	if err != nil {
 		return 0, err
 	}
-	return f.state.ComputeModes[uuid], nil
+	return m, nil
 }
 
 // SetComputeMode implements sharing.ComputeModeSetter.
-func (f *FakeHost) SetComputeMode(_ context.Context, uuid string, m sharing.ComputeMode) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("SetComputeMode %s %s", uuid, m); err != nil {
+func (f *FakeHost) SetComputeMode(ctx context.Context, uuid string, m sharing.ComputeMode) error {
+	if err := f.begin(ctx, true, "SetComputeMode %s %s", uuid, m); err != nil {
 		return err
 	}
-	if err := f.device(uuid); err != nil {
-		return err
-	}
-	f.state.ComputeModes[uuid] = m
-	return nil
+	return f.do(func(h *host) (bool, error) {
+		if err := h.device(uuid); err != nil {
+			return false, err
+		}
+		h.State.ComputeModes[uuid] = m
+		return true, nil
+	})
 }
 
 // Start implements sharing.MPSDaemons. Like the real daemon setup, it needs every device in
-// compute mode EXCLUSIVE_PROCESS.
-func (f *FakeHost) Start(_ context.Context, spec sharing.MPSDaemonSpec) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("Start %s", spec.ID); err != nil {
+// compute mode EXCLUSIVE_PROCESS, and it mounts the shm tmpfs (spec.ShmSizeBytes, or
+// sharing.DefaultMPSShmSize when 0) unless something is mounted there already.
+func (f *FakeHost) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error {
+	if err := f.begin(ctx, true, "Start %s", spec.ID); err != nil {
 		return err
 	}
-	for _, u := range spec.DeviceUUIDs {
-		if err := f.device(u); err != nil {
-			return err
+	return f.do(func(h *host) (bool, error) {
+		for _, u := range spec.DeviceUUIDs {
+			if err := h.device(u); err != nil {
+				return false, err
+			}
+			if h.State.ComputeModes[u] != sharing.ComputeModeExclusiveProcess {
+				return false, fmt.Errorf("device %s is in compute mode %s, want EXCLUSIVE_PROCESS", u, h.State.ComputeModes[u])
+			}
 		}
-		if f.state.ComputeModes[u] != sharing.ComputeModeExclusiveProcess {
-			return fmt.Errorf("device %s is in compute mode %s, want EXCLUSIVE_PROCESS", u, f.state.ComputeModes[u])
+		h.State.Daemons[spec.ID] = spec
+		if _, ok := h.State.Mounts[spec.ShmDir]; spec.ShmDir != "" && !ok {
+			h.State.Mounts[spec.ShmDir] = cmp.Or(spec.ShmSizeBytes, sharing.DefaultMPSShmSize)
 		}
-	}
-	f.state.Daemons[spec.ID] = spec
-	return nil
+		return true, nil
+	})
 }
 
 // Ready implements sharing.MPSDaemons.
-func (f *FakeHost) Ready(_ context.Context, spec sharing.MPSDaemonSpec) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("Ready %s", spec.ID); err != nil {
+func (f *FakeHost) Ready(ctx context.Context, spec sharing.MPSDaemonSpec) error {
+	if err := f.begin(ctx, false, "Ready %s", spec.ID); err != nil {
 		return err
 	}
-	if _, ok := f.state.Daemons[spec.ID]; !ok {
-		return fmt.Errorf("MPS control daemon %s does not run", spec.ID)
-	}
-	return nil
+	return f.do(func(h *host) (bool, error) {
+		if _, ok := h.State.Daemons[spec.ID]; !ok {
+			return false, fmt.Errorf("MPS control daemon %s does not run", spec.ID)
+		}
+		return false, nil
+	})
 }
 
-// Stop implements sharing.MPSDaemons.
-func (f *FakeHost) Stop(_ context.Context, spec sharing.MPSDaemonSpec) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("Stop %s", spec.ID); err != nil {
+// Running implements sharing.MPSDaemons.
+func (f *FakeHost) Running(ctx context.Context, spec sharing.MPSDaemonSpec) (bool, error) {
+	if err := f.begin(ctx, false, "Running %s", spec.ID); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := f.do(func(h *host) (bool, error) {
+		_, ok = h.State.Daemons[spec.ID]
+		return false, nil
+	})
+	return ok, err
+}
+
+// Stop implements sharing.MPSDaemons: the daemon stops and its shm tmpfs is unmounted.
+func (f *FakeHost) Stop(ctx context.Context, spec sharing.MPSDaemonSpec) error {
+	if err := f.begin(ctx, true, "Stop %s", spec.ID); err != nil {
 		return err
 	}
-	delete(f.state.Daemons, spec.ID)
-	return nil
+	return f.do(func(h *host) (bool, error) {
+		delete(h.State.Daemons, spec.ID)
+		delete(h.State.Mounts, spec.ShmDir)
+		return true, nil
+	})
+}
+
+// Mount implements sharing.Mounter: it records a tmpfs of sizeBytes on target (the directory
+// need not exist), so that MPSControl can be tested without privileges.
+func (f *FakeHost) Mount(ctx context.Context, target string, sizeBytes int64) error {
+	if err := f.begin(ctx, true, "Mount %s %d", target, sizeBytes); err != nil {
+		return err
+	}
+	return f.do(func(h *host) (bool, error) {
+		if sizeBytes <= 0 {
+			return false, fmt.Errorf("tmpfs on %s: size %d bytes: the size must be positive", target, sizeBytes)
+		}
+		if _, ok := h.State.Mounts[target]; ok {
+			return false, nil
+		}
+		h.State.Mounts[target] = sizeBytes
+		return true, nil
+	})
+}
+
+// Unmount implements sharing.Mounter.
+func (f *FakeHost) Unmount(ctx context.Context, target string) error {
+	if err := f.begin(ctx, true, "Unmount %s", target); err != nil {
+		return err
+	}
+	return f.do(func(h *host) (bool, error) {
+		_, ok := h.State.Mounts[target]
+		delete(h.State.Mounts, target)
+		return ok, nil
+	})
 }

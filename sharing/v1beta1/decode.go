@@ -23,6 +23,8 @@ const LegacyGroupName = "gpu.resource.nvidia.com"
 
 // Decoder decodes, defaults and validates opaque configuration. It is safe for concurrent
 // use. Build one with NewDecoder.
+//
+// +k8s:deepcopy-gen=false
 type Decoder struct {
 	scheme *runtime.Scheme
 	json   *kjson.Serializer

@@ -23,4 +23,8 @@
 // names what to write instead.
 //
 // There is no package-level scheme: NewScheme and NewDecoder build fresh ones.
+//
+// The DeepCopy methods are generated (make generate).
+//
+// +k8s:deepcopy-gen=package
 package v1beta1

@@ -35,6 +35,11 @@ type Config interface {
 	MPS() *MpsConfig
 }
 
+var (
+	_ Config = (*GpuConfig)(nil)
+	_ Config = (*MigDeviceConfig)(nil)
+)
+
 // SharingStrategy says how the processes of a claim (and of other claims, where a device is
 // allocated more than once) share a device.
 type SharingStrategy string
@@ -80,6 +85,8 @@ func (t TimeSliceInterval) Int() int {
 }
 
 // GpuConfig is the opaque configuration of a full GPU.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type GpuConfig struct {
 	metav1.TypeMeta `json:",inline"`
 	// Sharing selects a sharing strategy; nil means the GPU is used exclusively, as is.
@@ -97,6 +104,8 @@ type GpuSharing struct {
 }
 
 // MigDeviceConfig is the opaque configuration of a MIG device.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type MigDeviceConfig struct {
 	metav1.TypeMeta `json:",inline"`
 	// Sharing selects a sharing strategy; nil means the MIG device is used exclusively, as is.

@@ -1,7 +1,6 @@
-package gpudra_test
+package draplugin_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,52 +11,37 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/draplugin"
+	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/sharing"
 )
 
-var errCrash = errors.New("simulated crash")
-
 type crashKind struct {
 	name  string
-	claim func(e *pluginEnv) *resourceapi.ResourceClaim
+	claim func(e *env) *resourceapi.ResourceClaim
+	// plain: the prepare creates nothing and changes no host setting, so it is not recorded
+	// before its spec is written and there is nothing to roll back.
+	plain bool
 }
 
 var crashKinds = []crashKind{
-	{"exclusive", func(e *pluginEnv) *resourceapi.ResourceClaim {
+	{"exclusive", func(e *env) *resourceapi.ResourceClaim {
 		return e.claim(gpudra.GPUDeviceClassName, gpuIndex(0), "")
-	}},
-	{"time-slicing", func(e *pluginEnv) *resourceapi.ResourceClaim {
+	}, true},
+	{"time-slicing", func(e *env) *resourceapi.ResourceClaim {
 		return e.claim(gpudra.GPUDeviceClassName, gpuIndex(1), timeSlicingConfig)
-	}},
-	{"mps", func(e *pluginEnv) *resourceapi.ResourceClaim {
+	}, false},
+	{"mps", func(e *env) *resourceapi.ResourceClaim {
 		return e.claim(gpudra.GPUDeviceClassName, gpuIndex(2), mpsConfig)
-	}},
-	{"dynamic-mig", func(e *pluginEnv) *resourceapi.ResourceClaim {
+	}, false},
+	{"dynamic-mig", func(e *env) *resourceapi.ResourceClaim {
 		return e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 3), "")
-	}},
-}
-
-// crashAt returns an AfterStep hook that fails the n-th step (1-based) of claim uid once armed.
-func crashAt(uid types.UID, n int, armed *bool, seen *[]gpudra.PluginStep) func(gpudra.PluginStep, types.UID) error {
-	count := 0
-	return func(s gpudra.PluginStep, u types.UID) error {
-		if u != uid || !*armed {
-			return nil
-		}
-		count++
-		if seen != nil {
-			*seen = append(*seen, s)
-		}
-		if count == n {
-			return fmt.Errorf("%w after step %s", errCrash, s)
-		}
-		return nil
-	}
+	}, false},
 }
 
 // bystanders are prepared claims that every crash must leave prepared: a dynamic MIG device and
 // a time-sliced GPU.
-func bystanders(e *pluginEnv) []*resourceapi.ResourceClaim {
+func bystanders(e *env) []*resourceapi.ResourceClaim {
 	return []*resourceapi.ResourceClaim{
 		e.claim(gpudra.MIGDeviceClassName, migProfileOn("2g.10gb", 7), ""),
 		e.claim(gpudra.GPUDeviceClassName, gpuIndex(6), timeSlicingConfig),
@@ -65,21 +49,20 @@ func bystanders(e *pluginEnv) []*resourceapi.ResourceClaim {
 }
 
 // stepsOf records the steps of a prepare and an unprepare of one claim of the kind.
-func stepsOf(t *testing.T, k crashKind) (prepare, unprepare []gpudra.PluginStep) {
-	e := newPluginEnv(t, "dgx-a100-40gb", true)
+func stepsOf(t *testing.T, k crashKind) (prepare, unprepare []draplugin.CrashPoint) {
+	e := newEnv(t, "dgx-a100-40gb", true)
 	c := k.claim(e)
-	armed := true
-	var seen []gpudra.PluginStep
-	p := e.newPlugin(pluginOpts{afterStep: crashAt(c.UID, -1, &armed, &seen)})
+	rec := draplugintest.CrashAt(c.UID, -1)
+	p := e.plugin(withHooks(rec.Hooks()))
 	if _, err := prepareOne(t, p, c); err != nil {
 		t.Fatal(err)
 	}
-	prepare = slices.Clone(seen)
-	seen = seen[:0]
+	prepare = rec.Seen()
+	rec.Reset()
 	if err := unprepareOne(t, p, c); err != nil {
 		t.Fatal(err)
 	}
-	return prepare, slices.Clone(seen)
+	return prepare, rec.Seen()
 }
 
 // TestCrashMatrix stops the plugin after every step of prepare and of unprepare, for exclusive,
@@ -111,34 +94,31 @@ func TestCrashMatrix(t *testing.T) {
 }
 
 func crashDuringPrepare(t *testing.T, k crashKind, n int, last bool) {
-	e := newPluginEnv(t, "dgx-a100-40gb", true)
+	e := newEnv(t, "dgx-a100-40gb", true)
 	others := bystanders(e)
 	c := k.claim(e)
-	armed := true
-	p1 := e.newPlugin(pluginOpts{afterStep: crashAt(c.UID, n, &armed, nil)})
-	if _, err := p1.Reconcile(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	p1 := e.plugin(withHooks(draplugintest.CrashAt(c.UID, n).Hooks()))
+	e.reconcile(p1)
 	want := prepareAll(t, p1, others...)
-	if _, err := prepareOne(t, p1, c); !errors.Is(err, errCrash) {
+	if _, err := prepareOne(t, p1, c); !errors.Is(err, draplugintest.ErrCrash) {
 		t.Fatalf("prepare with crash at step %d: %v", n, err)
 	}
 
-	p2 := e.newPlugin(pluginOpts{})
-	rep, err := p2.Reconcile(context.Background())
-	if err != nil {
-		t.Fatalf("Reconcile: %v (%v)", err, rep)
-	}
+	p2 := e.plugin()
+	rep := e.reconcile(p2)
 	checkPrepared(t, e, p2, want, others)
 	if last {
 		if !slices.Contains(e.specs(), string(c.UID)) || rep.Prepared != 3 {
 			t.Errorf("claim completed before the crash is not prepared: specs %v, report %v", e.specs(), rep)
 		}
 	} else {
-		if slices.Contains(e.specs(), string(c.UID)) || len(rep.RolledBack) != 1 {
+		// A claim whose prepare creates nothing and changes no host setting is not recorded
+		// before its spec is written: nothing to roll back, and its spec is removed.
+		wantRolledBack := map[bool]int{true: 0, false: 1}[k.plain]
+		if slices.Contains(e.specs(), string(c.UID)) || len(rep.RolledBack) != wantRolledBack {
 			t.Errorf("half-done prepare not rolled back: specs %v, report %v", e.specs(), rep)
 		}
-		if got, want := e.instances(), bystanderInstances(t, others); !cmp.Equal(got, want) {
+		if got, want := e.MIGInstances(), bystanderInstances(t, others); !cmp.Equal(got, want) {
 			t.Errorf("MIG instances after rollback = %v, want only the bystander's %v", got, want)
 		}
 		checkHostOnlyBystander(t, e)
@@ -151,33 +131,29 @@ func crashDuringPrepare(t *testing.T, k crashKind, n int, last bool) {
 }
 
 func crashDuringUnprepare(t *testing.T, k crashKind, n int) {
-	e := newPluginEnv(t, "dgx-a100-40gb", true)
+	e := newEnv(t, "dgx-a100-40gb", true)
 	others := bystanders(e)
 	c := k.claim(e)
-	armed := false
-	p1 := e.newPlugin(pluginOpts{afterStep: crashAt(c.UID, n, &armed, nil)})
-	if _, err := p1.Reconcile(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	crash := draplugintest.CrashAt(c.UID, n)
+	crash.Arm(false)
+	p1 := e.plugin(withHooks(crash.Hooks()))
+	e.reconcile(p1)
 	want := prepareAll(t, p1, others...)
 	if _, err := prepareOne(t, p1, c); err != nil {
 		t.Fatal(err)
 	}
-	armed = true
-	if err := unprepareOne(t, p1, c); !errors.Is(err, errCrash) {
+	crash.Arm(true)
+	if err := unprepareOne(t, p1, c); !errors.Is(err, draplugintest.ErrCrash) {
 		t.Fatalf("unprepare with crash at step %d: %v", n, err)
 	}
 
-	p2 := e.newPlugin(pluginOpts{})
-	rep, err := p2.Reconcile(context.Background())
-	if err != nil {
-		t.Fatalf("Reconcile: %v (%v)", err, rep)
-	}
+	p2 := e.plugin()
+	rep := e.reconcile(p2)
 	checkPrepared(t, e, p2, want, others)
 	if slices.Contains(e.specs(), string(c.UID)) || rep.Prepared != 2 {
 		t.Errorf("half-done unprepare not finished: specs %v, report %v", e.specs(), rep)
 	}
-	if got, want := e.instances(), bystanderInstances(t, others); !cmp.Equal(got, want) {
+	if got, want := e.MIGInstances(), bystanderInstances(t, others); !cmp.Equal(got, want) {
 		t.Errorf("MIG instances = %v, want only the bystander's %v", got, want)
 	}
 	checkHostOnlyBystander(t, e)
@@ -188,7 +164,7 @@ func crashDuringUnprepare(t *testing.T, k crashKind, n int) {
 	unprepareAll(t, e, p2, others...)
 }
 
-func prepareAll(t *testing.T, p *gpudra.Plugin, cs ...*resourceapi.ResourceClaim) map[types.UID]string {
+func prepareAll(t *testing.T, p *draplugin.Plugin, cs ...*resourceapi.ResourceClaim) map[types.UID]string {
 	t.Helper()
 	out := map[types.UID]string{}
 	for _, c := range cs {
@@ -203,9 +179,9 @@ func prepareAll(t *testing.T, p *gpudra.Plugin, cs ...*resourceapi.ResourceClaim
 
 // checkPrepared checks that the claims are still prepared after a restart: same answer, spec
 // present, and no MIG instance created by the repeated prepare.
-func checkPrepared(t *testing.T, e *pluginEnv, p *gpudra.Plugin, want map[types.UID]string, cs []*resourceapi.ResourceClaim) {
+func checkPrepared(t *testing.T, e *env, p *draplugin.Plugin, want map[types.UID]string, cs []*resourceapi.ResourceClaim) {
 	t.Helper()
-	creates := e.machine.Calls("CreateGpuInstanceWithPlacement")
+	creates := e.Machine.Calls("CreateGpuInstanceWithPlacement")
 	for _, c := range cs {
 		devs, err := prepareOne(t, p, c)
 		if err != nil || fmt.Sprint(devs) != want[c.UID] {
@@ -215,22 +191,22 @@ func checkPrepared(t *testing.T, e *pluginEnv, p *gpudra.Plugin, want map[types.
 			t.Errorf("claim %s lost its CDI spec", c.Name)
 		}
 	}
-	if got := e.machine.Calls("CreateGpuInstanceWithPlacement"); got != creates {
+	if got := e.Machine.Calls("CreateGpuInstanceWithPlacement"); got != creates {
 		t.Errorf("prepared claims were prepared again (%d MIG creations)", got-creates)
 	}
 }
 
 // checkHostOnlyBystander checks that only the time-slicing bystander on GPU 6 changed the host.
-func checkHostOnlyBystander(t *testing.T, e *pluginEnv) {
+func checkHostOnlyBystander(t *testing.T, e *env) {
 	t.Helper()
-	st := e.host.State()
+	st := e.Host.State()
 	for u, m := range st.ComputeModes {
 		if m != sharing.ComputeModeDefault {
 			t.Errorf("device %s left in compute mode %s", u, m)
 		}
 	}
 	for u, v := range st.TimeSlices {
-		if want := map[bool]int{true: 3, false: 0}[u == e.inv.GPUs[6].UUID]; v != want {
+		if want := map[bool]int{true: 3, false: 0}[u == e.Inventory.GPUs[6].UUID]; v != want {
 			t.Errorf("GPU %s time slice %d, want %d", u, v, want)
 		}
 	}
@@ -239,7 +215,7 @@ func checkHostOnlyBystander(t *testing.T, e *pluginEnv) {
 	}
 }
 
-func unprepareAll(t *testing.T, e *pluginEnv, p *gpudra.Plugin, cs ...*resourceapi.ResourceClaim) {
+func unprepareAll(t *testing.T, e *env, p *draplugin.Plugin, cs ...*resourceapi.ResourceClaim) {
 	t.Helper()
 	for _, c := range cs {
 		if err := unprepareOne(t, p, c); err != nil {
@@ -249,10 +225,10 @@ func unprepareAll(t *testing.T, e *pluginEnv, p *gpudra.Plugin, cs ...*resourcea
 	if got := e.specs(); len(got) != 0 {
 		t.Errorf("specs left: %v", got)
 	}
-	if got := e.instances(); len(got) != 0 {
+	if got := e.MIGInstances(); len(got) != 0 {
 		t.Errorf("MIG instances left: %v", got)
 	}
-	if err := e.hostClean(); err != nil {
+	if err := e.HostClean(); err != nil {
 		t.Error(err)
 	}
 }

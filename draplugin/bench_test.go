@@ -1,4 +1,4 @@
-package gpudra_test
+package draplugin_test
 
 import (
 	"context"
@@ -7,9 +7,9 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/draplugin"
 )
 
 // BenchmarkPrepareGRPC measures NodePrepareResources through the plugin's DRA socket, as kubelet
@@ -20,35 +20,33 @@ import (
 func BenchmarkPrepareGRPC(b *testing.B) {
 	cases := []struct {
 		name  string
-		claim func(e *pluginEnv) *resourceapi.ResourceClaim
+		claim func(e *env) *resourceapi.ResourceClaim
 	}{
-		{"exclusive-gpu", func(e *pluginEnv) *resourceapi.ResourceClaim {
+		{"exclusive-gpu", func(e *env) *resourceapi.ResourceClaim {
 			return e.claim(gpudra.GPUDeviceClassName, gpuIndex(0), "")
 		}},
-		{"dynamic-mig-1g.5gb", func(e *pluginEnv) *resourceapi.ResourceClaim {
+		{"dynamic-mig-1g.5gb", func(e *env) *resourceapi.ResourceClaim {
 			return e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 0), "")
 		}},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
-			e := newPluginEnv(b, "dgx-a100-40gb", true)
+			e := newEnv(b, "dgx-a100-40gb", true)
 			c := tc.claim(e)
-			p := e.newPlugin(pluginOpts{health: gpudra.HealthConfig{Disabled: true}})
-			dra, _ := startWithSockets(b, p, c)
+			p := e.plugin(withHealth(draplugin.HealthConfig{Disabled: true}))
+			srv := serve(b, e, p, c)
 			ctx := context.Background()
-			req := &drapbv1.NodePrepareResourcesRequest{Claims: grpcClaims(c)}
-			ureq := &drapbv1.NodeUnprepareResourcesRequest{Claims: grpcClaims(c)}
 			lat := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for b.Loop() {
 				start := time.Now()
-				resp, err := dra.NodePrepareResources(ctx, req)
+				resp, err := srv.Prepare(ctx, c)
 				lat = append(lat, time.Since(start))
 				if err != nil || resp.Claims[string(c.UID)].GetError() != "" {
 					b.Fatalf("prepare: %v %v", err, resp)
 				}
 				b.StopTimer()
-				if _, err := dra.NodeUnprepareResources(ctx, ureq); err != nil {
+				if _, err := srv.Unprepare(ctx, c); err != nil {
 					b.Fatal(err)
 				}
 				b.StartTimer()

@@ -1,4 +1,4 @@
-package gpudra_test
+package draplugin_test
 
 import (
 	"context"
@@ -12,8 +12,9 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/draplugin"
+	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/gpu/gputest"
-	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/mig"
 )
 
@@ -21,41 +22,36 @@ import (
 // a reboot or a remount) and checks that a restarted plugin writes the specs of prepared claims
 // again, byte for byte, and removes specs nobody owns.
 func TestReconcileRewritesSpecsLostWithTmpfs(t *testing.T) {
-	e := newPluginEnv(t, "dgx-a100-40gb", true)
+	e := newEnv(t, "dgx-a100-40gb", true)
 	cs := bystanders(e)
-	p := e.newPlugin(pluginOpts{})
-	if _, err := p.Reconcile(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	p := e.plugin()
+	e.reconcile(p)
 	prepareAll(t, p, cs...)
 	before := map[string][]byte{}
 	for _, uid := range e.specs() {
-		b, err := os.ReadFile(filepath.Join(e.cdiDir, "k8s.gpu.nvidia.com-claim_"+uid+".json"))
+		b, err := os.ReadFile(filepath.Join(e.CDIDir, "k8s.gpu.nvidia.com-claim_"+uid+".json"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		before[uid] = b
 	}
-	if err := os.RemoveAll(e.cdiDir); err != nil {
+	if err := os.RemoveAll(e.CDIDir); err != nil {
 		t.Fatal(err)
 	}
 	// An orphan spec, as a crashed plugin that lost its checkpoint would leave.
-	orphan := testUID(4242)
-	if err := os.MkdirAll(e.cdiDir, 0o755); err != nil {
+	orphan := string(draplugintest.UID("orphan"))
+	if err := os.MkdirAll(e.CDIDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(e.cdiDir, "k8s.gpu.nvidia.com-claim_"+orphan+".json"), before[string(cs[0].UID)], 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(e.CDIDir, "k8s.gpu.nvidia.com-claim_"+orphan+".json"), before[string(cs[0].UID)], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := e.newPlugin(pluginOpts{}).Reconcile(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := e.reconcile(e.plugin())
 	if len(rep.SpecsRewritten) != 2 || !cmp.Equal(rep.SpecsPruned, []string{orphan}) {
 		t.Errorf("report = %v, rewritten %v, pruned %v", rep, rep.SpecsRewritten, rep.SpecsPruned)
 	}
 	for uid, b := range before {
-		got, err := os.ReadFile(filepath.Join(e.cdiDir, "k8s.gpu.nvidia.com-claim_"+uid+".json"))
+		got, err := os.ReadFile(filepath.Join(e.CDIDir, "k8s.gpu.nvidia.com-claim_"+uid+".json"))
 		if err != nil || string(got) != string(b) {
 			t.Errorf("spec of %s not restored identically: %v", uid, err)
 		}
@@ -66,25 +62,17 @@ func TestReconcileRewritesSpecsLostWithTmpfs(t *testing.T) {
 // (dynamic MIG instances, host settings) are forgotten so that kubelet prepares them again;
 // plain claims stay prepared and get their spec back.
 func TestReconcileAfterReboot(t *testing.T) {
-	e := newPluginEnv(t, "dgx-a100-40gb", true)
+	e := newEnv(t, "dgx-a100-40gb", true)
 	mig := e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 0), "")
 	plain := e.claim(gpudra.GPUDeviceClassName, gpuIndex(1), "")
-	p := e.newPlugin(pluginOpts{})
+	p := e.plugin()
 	prepareAll(t, p, mig, plain)
 	// Reboot: new boot ID, MIG instances gone, tmpfs CDI directory empty.
-	m2, err := gputest.New("dgx-a100-40gb")
-	if err != nil {
+	if err := e.Reboot(); err != nil {
 		t.Fatal(err)
 	}
-	e.machine = m2
-	if err := os.RemoveAll(e.cdiDir); err != nil {
-		t.Fatal(err)
-	}
-	p2 := e.newPluginBoot(pluginOpts{}, "boot-2")
-	rep, err := p2.Reconcile(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p2 := e.plugin()
+	rep := e.reconcile(p2)
 	if !rep.Checkpoint.Rebooted || len(rep.Forgotten) != 1 || len(rep.SpecsRewritten) != 1 || rep.Prepared != 1 {
 		t.Fatalf("report %v: forgotten %v rewritten %v", rep, rep.Forgotten, rep.SpecsRewritten)
 	}
@@ -95,60 +83,55 @@ func TestReconcileAfterReboot(t *testing.T) {
 	if _, err := prepareOne(t, p2, mig); err != nil {
 		t.Fatal(err)
 	}
-	if len(e.instances()) != 1 {
-		t.Errorf("instances = %v", e.instances())
+	if len(e.MIGInstances()) != 1 {
+		t.Errorf("instances = %v", e.MIGInstances())
 	}
 }
 
 // TestReconcileMIGBaseline: with dynamic MIG, instances that existed before the plugin first
-// ran in this boot are kept; instances nobody owns that appeared later (leaked by a lost
-// checkpoint) are destroyed.
+// ran in this boot are kept; an instance nobody owns that appeared later is a leak and is
+// destroyed while the checkpoint can be trusted, and kept and reported (never destroyed for lack
+// of a record) when the checkpoint was lost.
 func TestReconcileMIGBaseline(t *testing.T) {
-	e := newPluginEnv(t, "dgx-a100-40gb", true, gputest.WithMIG(5, "3g.20gb"))
-	p := e.newPlugin(pluginOpts{})
-	rep, err := p.Reconcile(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEnv(t, "dgx-a100-40gb", true, gputest.WithMIG(5, "3g.20gb"))
+	rep := e.reconcile(e.plugin())
 	if len(rep.MIGBaseline) != 1 || len(rep.MIGDestroyed) != 0 {
 		t.Fatalf("first start: %v", rep)
 	}
-	// A leak: an instance created behind the checkpoint's back, then the checkpoint is lost.
-	ctl := gpudra.NewNVMLMIGController(e.machine, nil)
-	if _, err := ctl.Create(context.Background(), e.inv.GPUs[4].UUID, "1g.5gb", mig.Placement{Start: 6, Size: 1}); err != nil {
+	leak := func() {
+		ctl := draplugin.NewNVMLMIGController(e.Machine, nil)
+		if _, err := ctl.Create(context.Background(), e.Inventory.GPUs[4].UUID, "1g.5gb", mig.Placement{Start: 6, Size: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	preExisting := e.MIGInstances()
+	leak()
+	rep = e.reconcile(e.plugin())
+	if len(rep.MIGDestroyed) != 1 || len(rep.MIGBaseline) != 1 || !cmp.Equal(e.MIGInstances(), preExisting) {
+		t.Fatalf("leak with a trusted checkpoint: %v destroyed %v, instances %v", rep, rep.MIGDestroyed, e.MIGInstances())
+	}
+	leak()
+	if err := os.WriteFile(filepath.Join(e.StateDir, "checkpoint.json"), []byte("{garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(e.stateDir, checkpoint.FileName), []byte("{garbage"), 0o600); err != nil {
-		t.Fatal(err)
+	rep = e.reconcile(e.plugin())
+	if !rep.Checkpoint.Corrupt || len(rep.MIGDestroyed) != 0 || len(rep.MIGUnowned) != 1 || len(e.MIGInstances()) != 2 {
+		t.Fatalf("unowned instance after a corrupt checkpoint: %v destroyed %v unowned %v, instances %v", rep, rep.MIGDestroyed, rep.MIGUnowned, e.MIGInstances())
 	}
-	rep, err = e.newPlugin(pluginOpts{}).Reconcile(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	rep = e.reconcile(e.plugin())
+	if len(rep.MIGDestroyed) != 0 || len(rep.MIGBaseline) != 2 || len(e.MIGInstances()) != 2 {
+		t.Errorf("the next start destroyed the instance kept for lack of a record: %v destroyed %v", rep, rep.MIGDestroyed)
 	}
-	if !rep.Checkpoint.Corrupt || len(rep.MIGDestroyed) != 1 || len(rep.MIGBaseline) != 1 {
-		t.Fatalf("after leak: %v destroyed %v", rep, rep.MIGDestroyed)
-	}
-	if got := e.instances(); !cmp.Equal(got, []string{"5:3g.20gb@4"}) && !cmp.Equal(got, []string{"5:3g.20gb@0"}) {
-		t.Errorf("instances = %v, want only the pre-existing 3g.20gb", got)
-	}
-}
-
-// newPluginBoot is newPlugin with another boot ID.
-func (e *pluginEnv) newPluginBoot(o pluginOpts, boot string) *gpudra.Plugin {
-	old := bootID
-	bootID = boot
-	defer func() { bootID = old }()
-	return e.newPlugin(o)
 }
 
 // TestPluginHealth injects XIDs and a lost GPU: benign XIDs change nothing, a fatal XID taints
 // the GPU's devices in the published resources and makes WatchHealthStatus report them
 // unhealthy, MarkHealthy clears it, and a lost GPU is tainted too.
 func TestPluginHealth(t *testing.T) {
-	e := newPluginEnv(t, "dgx-a100-40gb", false)
-	p := e.newPlugin(pluginOpts{health: gpudra.HealthConfig{ReportInterval: time.Hour, EventWait: 20 * time.Millisecond}})
+	e := newEnv(t, "dgx-a100-40gb", false)
+	p := e.plugin(withHealth(draplugin.HealthConfig{ReportInterval: time.Hour, EventWait: 20 * time.Millisecond}))
 	c := e.claim(gpudra.GPUDeviceClassName, gpuIndex(2), "")
-	startWithSockets(t, p, c)
+	serve(t, e, p, c)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -159,18 +142,18 @@ func TestPluginHealth(t *testing.T) {
 		t.Fatalf("first report: %+v", first)
 	}
 
-	if err := e.machine.InjectXID(2, 43); err != nil { // benign
+	if err := e.Machine.InjectXID(2, 43); err != nil { // benign
 		t.Fatal(err)
 	}
-	if err := e.machine.InjectXID(2, 79); err != nil { // fallen off the bus
+	if err := e.Machine.InjectXID(2, 79); err != nil { // fallen off the bus
 		t.Fatal(err)
 	}
 	rep := <-reports
-	dev := gpudra.GPUDeviceName(e.inv.GPUs[2].Minor)
+	dev := gpudra.GPUDeviceName(e.Inventory.GPUs[2].Minor)
 	if h := healthOf(rep, dev); h.Health != kubeletplugin.HealthStatusUnhealthy {
 		t.Errorf("%s health = %+v", dev, h)
 	}
-	if got := p.Unhealthy(); !cmp.Equal(got, map[string]string{e.inv.GPUs[2].UUID: "xid-79"}) {
+	if got := p.Unhealthy(); !cmp.Equal(got, map[string]string{e.Inventory.GPUs[2].UUID: "xid-79"}) {
 		t.Errorf("Unhealthy() = %v (the benign XID 43 must not count)", got)
 	}
 	if taints := taintsOf(t, p, dev); len(taints) != 1 || taints[0].Key != "gpu.nvidia.com/unhealthy" || taints[0].Value != "xid-79" || taints[0].Effect != "NoSchedule" {
@@ -185,11 +168,11 @@ func TestPluginHealth(t *testing.T) {
 	if taints := taintsOf(t, p, dev); len(taints) != 0 {
 		t.Errorf("taints after MarkHealthy: %+v", taints)
 	}
-	if err := e.machine.InjectGPULost(5); err != nil {
+	if err := e.Machine.InjectGPULost(5); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return p.Unhealthy()[e.inv.GPUs[5].UUID] == "gpu-lost" }, "GPU 5 marked lost")
-	if h := healthOf(<-reports, gpudra.GPUDeviceName(e.inv.GPUs[5].Minor)); h.Health != kubeletplugin.HealthStatusUnhealthy {
+	waitFor(t, func() bool { return p.Unhealthy()[e.Inventory.GPUs[5].UUID] == "gpu-lost" }, "GPU 5 marked lost")
+	if h := healthOf(<-reports, gpudra.GPUDeviceName(e.Inventory.GPUs[5].Minor)); h.Health != kubeletplugin.HealthStatusUnhealthy {
 		t.Errorf("lost GPU: %+v", h)
 	}
 }
@@ -202,22 +185,20 @@ func healthOf(r kubeletplugin.DeviceHealthReport, dev string) kubeletplugin.Devi
 	return r.Devices[i]
 }
 
-func taintsOf(t *testing.T, p *gpudra.Plugin, dev string) []resourceTaint {
+func taintsOf(t *testing.T, p *draplugin.Plugin, dev string) []resourceTaint {
 	t.Helper()
 	res, err := p.Resources()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pool := range res.Pools {
-		for _, s := range pool.Slices {
-			for _, d := range s.Devices {
-				if d.Name == dev {
-					var out []resourceTaint
-					for _, tt := range d.Taints {
-						out = append(out, resourceTaint{tt.Key, tt.Value, string(tt.Effect)})
-					}
-					return out
+	for _, s := range res.Slices {
+		for _, d := range s.Devices {
+			if d.Name == dev {
+				var out []resourceTaint
+				for _, tt := range d.Taints {
+					out = append(out, resourceTaint{tt.Key, tt.Value, string(tt.Effect)})
 				}
+				return out
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package gpudra_test
+package draplugin_test
 
 import (
 	"context"
@@ -13,33 +13,33 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu/gputest"
-	"github.com/gpudra/gpudra/internal/checkpoint"
 )
 
-// ExampleNewPlugin builds the plugin core on a fake DGX A100 with dynamic MIG, reconciles,
-// and prepares a claim that got a 1g.5gb partition: the plugin creates the MIG instance and
-// writes the CDI spec whose device ID kubelet passes to the runtime. A real driver passes
-// plugin.Start a Kubernetes client instead of calling PrepareResourceClaims itself.
-func ExampleNewPlugin() {
+// ExampleNew builds the plugin on a fake DGX A100 with dynamic MIG, reconciles, and prepares a
+// claim that got a 1g.5gb partition: the plugin creates the MIG instance and writes the CDI spec
+// whose device ID kubelet passes to the runtime. A real driver calls plugin.Start with a
+// Kubernetes client instead of calling PrepareResourceClaims itself.
+func ExampleNew() {
 	dir, _ := os.MkdirTemp("", "gpudra-example")
 	defer os.RemoveAll(dir)
+	_ = os.WriteFile(filepath.Join(dir, "boot_id"), []byte("example-boot\n"), 0o600)
 	machine, _ := gputest.New("dgx-a100-40gb")
 	root, _ := cditest.Build(filepath.Join(dir, "driver-root"), cditest.Layout{})
 	inst, _ := cdi.Discover(root)
 	gen, _ := cdi.NewGenerator(inst)
 	writer, _ := cdi.NewWriter(cdi.WithSpecDir(filepath.Join(dir, "cdi")))
 
-	plugin, err := gpudra.NewPlugin(gpudra.PluginConfig{
-		NodeName: "node-1", NVML: machine, StateDir: filepath.Join(dir, "state"),
-		CheckpointOptions: []checkpoint.Option{checkpoint.WithBootID("example-boot")},
-		CDIGenerator:      gen, CDIWriter: writer, DynamicMIG: true,
+	ctx := context.Background()
+	plugin, err := draplugin.New(ctx, draplugin.Config{
+		NodeName: "node-1", NVML: machine, StateDir: filepath.Join(dir, "state"), BootIDPath: filepath.Join(dir, "boot_id"),
+		CDIGenerator: gen, CDIWriter: writer, Slices: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
 	})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	ctx := context.Background()
 	if _, err := plugin.Reconcile(ctx); err != nil {
 		fmt.Println(err)
 		return

@@ -1,0 +1,45 @@
+// Package draplugin is the kubelet-plugin core of a GPU DRA driver: it prepares and unprepares
+// the devices of ResourceClaims on a node, crash-safely, and publishes the node's ResourceSlices
+// through the kubelet-plugin helper of k8s.io/dynamic-resource-allocation.
+//
+// # Prepare and unprepare
+//
+// A Plugin implements kubeletplugin.DRAPlugin. Preparing a claim runs these steps, each
+// recorded in a checkpoint in the state directory before and after its side effects:
+//
+//  1. record the intent (phase PrepareStarted): devices, MIG instances to create, sharing plan;
+//  2. create the dynamic MIG instances (MIGController);
+//  3. make the sharing host changes and record them (SharingEngine: time slices, compute mode,
+//     MPS daemons);
+//  4. write the claim's CDI spec (package cdi);
+//  5. record the claim as PrepareCompleted.
+//
+// A failing step undoes exactly what the attempt did and returns a *StepError that names the
+// step and device. Prepare and unprepare are idempotent, serialized per physical GPU, and run
+// in parallel across GPUs. Unprepare runs the steps in reverse.
+//
+// # Crashes, restarts and reboots
+//
+// Reconcile (Start calls it) repairs what a crash or a reboot left: it rolls back interrupted
+// prepares, finishes interrupted unprepares, forgets claims whose node state a reboot erased,
+// rewrites lost CDI specs and removes leaked instances and specs. Hooks.AfterStep lets tests
+// stop the plugin at every CrashPoint; package draplugintest builds a fake node to do so.
+//
+// # Health
+//
+// NVML XID and GPU-lost events, and MarkUnhealthy, taint the devices of the GPU in the
+// published slices and are reported through WatchHealthStatus; MarkHealthy removes the taints.
+//
+// # Configuration
+//
+// Config takes the slice builder's options (gpudra.Option) as the single source of what is
+// published and prepared: driver name, dynamic MIG, consumable memory, taints. The common path:
+//
+//	plugin, err := draplugin.New(ctx, draplugin.Config{
+//		NodeName: node, NVML: session.Interface(), StateDir: "/var/lib/kubelet/plugins/gpu.nvidia.com",
+//		CDIGenerator: gen, CDIWriter: writer, Sharing: sharingManager,
+//		Slices: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
+//	})
+//	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client})
+//	defer plugin.Stop()
+package draplugin

@@ -1,0 +1,252 @@
+package draplugintest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/draplugin"
+	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/sharing"
+	"github.com/gpudra/gpudra/sharing/sharingtest"
+	"github.com/gpudra/gpudra/simulate"
+)
+
+// DefaultNodeName is the name of a Node unless WithNodeName says otherwise.
+const DefaultNodeName = "node-1"
+
+// Node is one fake GPU node. Plugins built by NewPlugin on the same Node share its machine,
+// host and directories, as a restarted plugin process shares the node with the one that
+// crashed. A Node is not safe for concurrent Reboot; everything else may run concurrently.
+type Node struct {
+	// Name is the node name, which is also the pool name.
+	Name string
+	// Machine is the fake NVML machine (replaced by Reboot).
+	Machine *gputest.Machine
+	// Inventory is what enumeration found on Machine at NewNode.
+	Inventory *gpu.Inventory
+	// Host records sharing host changes (replaced by Reboot).
+	Host *sharingtest.FakeHost
+	// Dir holds everything below.
+	Dir string
+	// StateDir, CDIDir and MPSDir are the plugin's checkpoint, CDI spec and MPS directories.
+	StateDir, CDIDir, MPSDir string
+	// BootIDPath is the file the plugin reads the boot ID from.
+	BootIDPath string
+	// Generator generates CDI specs for the fake driver installation under Dir.
+	Generator *cdi.Generator
+	// Slices are the slice builder options the node's plugins publish with.
+	Slices []gpudra.Option
+
+	machineName string
+	machineOpts []gputest.Option
+	ownDir      bool
+	sim         *simulate.Simulator
+	boot        int
+}
+
+// NodeOption configures NewNode.
+type NodeOption func(*Node)
+
+// WithDynamicMIG publishes MIG-capable GPUs as dynamic MIG partitions.
+func WithDynamicMIG() NodeOption {
+	return func(n *Node) { n.Slices = append(n.Slices, gpudra.WithDynamicMIG(nil)) }
+}
+
+// WithSliceOptions adds slice builder options (consumable memory, PCIe roots, ...).
+func WithSliceOptions(opts ...gpudra.Option) NodeOption {
+	return func(n *Node) { n.Slices = append(n.Slices, opts...) }
+}
+
+// WithMachineOptions starts the fake machine with these options (MIG layouts, faults, ...).
+func WithMachineOptions(opts ...gputest.Option) NodeOption {
+	return func(n *Node) { n.machineOpts = append(n.machineOpts, opts...) }
+}
+
+// WithNodeName names the node (default DefaultNodeName).
+func WithNodeName(name string) NodeOption { return func(n *Node) { n.Name = name } }
+
+// WithDir puts the node's files under dir, which the caller owns (Close leaves it). The
+// default is a new temporary directory with a short path, as the plugin's sockets need.
+func WithDir(dir string) NodeOption { return func(n *Node) { n.Dir = dir } }
+
+// NewNode builds a node on the gputest machine of that name. Close removes its files.
+func NewNode(machine string, opts ...NodeOption) (*Node, error) {
+	n := &Node{Name: DefaultNodeName, machineName: machine}
+	for _, o := range opts {
+		o(n)
+	}
+	if n.Dir == "" {
+		dir, err := os.MkdirTemp("", "gd")
+		if err != nil {
+			return nil, err
+		}
+		n.Dir, n.ownDir = dir, true
+	}
+	if err := n.build(); err != nil {
+		_ = n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) build() error {
+	n.StateDir, n.CDIDir, n.MPSDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cdi"), filepath.Join(n.Dir, "mps")
+	n.BootIDPath = filepath.Join(n.Dir, "boot_id")
+	if err := n.newBoot(); err != nil {
+		return err
+	}
+	inv, err := gpu.Enumerate(context.Background(), n.Machine)
+	if err != nil {
+		return fmt.Errorf("enumerate %s: %w", n.machineName, err)
+	}
+	n.Inventory = inv
+	root, err := cditest.Build(filepath.Join(n.Dir, "driver"), cditest.Layout{GPUs: len(inv.GPUs)})
+	if err != nil {
+		return err
+	}
+	inst, err := cdi.Discover(root)
+	if err != nil {
+		return err
+	}
+	if n.Generator, err = cdi.NewGenerator(inst); err != nil {
+		return err
+	}
+	slices, err := n.ResourceSlices()
+	if err != nil {
+		return err
+	}
+	n.sim = simulate.New(n.Name, gpudra.DeviceClasses(gpudra.NewBuilder(n.Slices...).DriverName()), slices)
+	return nil
+}
+
+// newBoot starts a boot: a fresh machine and host, and a new boot ID.
+func (n *Node) newBoot() error {
+	m, err := gputest.New(n.machineName, n.machineOpts...)
+	if err != nil {
+		return err
+	}
+	uuids := make([]string, 0, m.NumGPUs())
+	for i := range m.NumGPUs() {
+		u, _ := m.Device(i).GetUUID()
+		uuids = append(uuids, u)
+	}
+	n.Machine, n.Host = m, sharingtest.NewFakeHost(uuids...)
+	n.boot++
+	return os.WriteFile(n.BootIDPath, fmt.Appendf(nil, "boot-%d\n", n.boot), 0o600)
+}
+
+// Close removes the node's files (unless WithDir gave the directory).
+func (n *Node) Close() error {
+	if n.ownDir {
+		return os.RemoveAll(n.Dir)
+	}
+	return nil
+}
+
+// Reboot simulates a reboot of the node: a new boot ID, a fresh machine (MIG instances gone;
+// the machine options are applied again, or replaced by opts when given, as a MIG layout
+// changed during the reboot), a fresh host (default settings, no MPS daemon) and an empty CDI
+// directory, as with a tmpfs /var/run/cdi. The state directory survives.
+func (n *Node) Reboot(opts ...gputest.Option) error {
+	if len(opts) > 0 {
+		n.machineOpts = opts
+	}
+	if err := os.RemoveAll(n.CDIDir); err != nil {
+		return err
+	}
+	return n.newBoot()
+}
+
+// Config returns a plugin configuration over the node: its machine, directories, boot ID, a
+// new CDI writer and a new sharing manager over the node's host, health monitoring with the
+// defaults. Change what a test needs before passing it to draplugin.New.
+func (n *Node) Config() (draplugin.Config, error) {
+	w, err := cdi.NewWriter(cdi.WithSpecDir(n.CDIDir))
+	if err != nil {
+		return draplugin.Config{}, err
+	}
+	driver := gpudra.NewBuilder(n.Slices...).DriverName()
+	mgr := sharing.NewManager(driver, sharing.WithTimeSlicer(n.Host),
+		sharing.WithComputeModeSetter(n.Host), sharing.WithMPSDaemons(n.Host), sharing.WithMPSRoot(n.MPSDir))
+	return draplugin.Config{
+		NodeName: n.Name, Slices: slices.Clone(n.Slices), NVML: n.Machine, StateDir: n.StateDir,
+		BootIDPath: n.BootIDPath, CDIGenerator: n.Generator, CDIWriter: w, Sharing: mgr,
+	}, nil
+}
+
+// NewPlugin starts a plugin "process" on the node: Config, changed by each mutate, then
+// draplugin.New. It does not reconcile; call Reconcile (or Serve) as a driver's start would.
+func (n *Node) NewPlugin(ctx context.Context, mutate ...func(*draplugin.Config)) (*draplugin.Plugin, error) {
+	cfg, err := n.Config()
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	return draplugin.New(ctx, cfg)
+}
+
+// ResourceSlices renders the slices the node publishes (without health taints).
+func (n *Node) ResourceSlices() ([]*resourceapi.ResourceSlice, error) {
+	b := gpudra.NewBuilder(n.Slices...)
+	res, err := b.Build(n.Name, n.Inventory)
+	if err != nil {
+		return nil, err
+	}
+	return gpudra.ResourceSlices(b.DriverName(), n.Name, res)
+}
+
+// Specs lists the claim UIDs that have a CDI spec on the node.
+func (n *Node) Specs() ([]string, error) {
+	w, err := cdi.NewWriter(cdi.WithSpecDir(n.CDIDir))
+	if err != nil {
+		return nil, err
+	}
+	return w.List()
+}
+
+// MIGInstances lists the MIG GPU instances on the machine as "<gpu index>:<profile>@<start>".
+func (n *Node) MIGInstances() []string {
+	var out []string
+	for i := range n.Machine.NumGPUs() {
+		for _, gi := range n.Machine.GPUInstances(i) {
+			out = append(out, fmt.Sprintf("%d:%s@%d", i, gi.Profile, gi.Placement.Start))
+		}
+	}
+	return out
+}
+
+// HostClean returns an error naming every host setting that is not back to its default: a
+// compute mode, a time slice, a running MPS daemon.
+func (n *Node) HostClean() error {
+	st := n.Host.State()
+	var errs []error
+	for u, m := range st.ComputeModes {
+		if m != sharing.ComputeModeDefault {
+			errs = append(errs, fmt.Errorf("device %s left in compute mode %s", u, m))
+		}
+	}
+	for u, v := range st.TimeSlices {
+		if v != 0 {
+			errs = append(errs, fmt.Errorf("GPU %s left with time slice %d", u, v))
+		}
+	}
+	for id := range st.Daemons {
+		errs = append(errs, fmt.Errorf("MPS daemon %s left running", id))
+	}
+	for dir := range st.Mounts {
+		errs = append(errs, fmt.Errorf("tmpfs left mounted on %s", dir))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,108 @@
+package draplugin
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Op is the operation a step belongs to.
+type Op string
+
+// The operations of the plugin.
+const (
+	OpPrepare   Op = "prepare"
+	OpUnprepare Op = "unprepare"
+)
+
+// Step names one step of prepare or unprepare. A *StepError says which one failed; the step is
+// also the "step" label of the errors metric.
+type Step string
+
+// The steps that can fail.
+const (
+	StepValidate     Step = "validate claim"
+	StepLock         Step = "lock GPUs"
+	StepCheckpoint   Step = "checkpoint"
+	StepResolve      Step = "resolve device"
+	StepPlanSharing  Step = "resolve sharing config"
+	StepCreateMIG    Step = "create MIG instance"
+	StepMIGMode      Step = "turn MIG mode off"
+	StepApplySharing Step = "apply sharing"
+	StepGenerateCDI  Step = "generate CDI spec"
+	StepWriteCDI     Step = "write CDI spec"
+	StepRollback     Step = "roll back"
+	StepRemoveCDI    Step = "remove CDI spec"
+	StepUndoSharing  Step = "undo sharing"
+	StepDestroyMIG   Step = "destroy MIG instance"
+	StepRecover      Step = "recover earlier attempt"
+)
+
+// StepError is the error of one step of prepare or unprepare, for one device of the claim when
+// Device is set. Callers find it with errors.As:
+//
+//	var se *draplugin.StepError
+//	if errors.As(err, &se) && se.Step == draplugin.StepCreateMIG { ... }
+type StepError struct {
+	// Step is the step that failed.
+	Step Step
+	// Device is the DRA device name the step worked on, empty for claim-wide steps.
+	Device string
+	// Err is what went wrong.
+	Err error
+}
+
+// Error implements error.
+func (e *StepError) Error() string {
+	if e.Device != "" {
+		return fmt.Sprintf("device %s: %s: %v", e.Device, e.Step, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.Step, e.Err)
+}
+
+// Unwrap returns the step's error.
+func (e *StepError) Unwrap() error { return e.Err }
+
+func stepErr(step Step, device string, err error) error {
+	return &StepError{Step: step, Device: device, Err: err}
+}
+
+// CrashPoint names a point between two steps of prepare or unprepare at which a test can stop
+// the plugin as a crash would (Hooks.AfterStep).
+type CrashPoint string
+
+// The crash points, in the order prepare and unprepare pass them.
+const (
+	// CrashAfterPrepareStarted: what will be done is planned, and recorded as PrepareStarted
+	// when it creates MIG instances or changes host settings.
+	CrashAfterPrepareStarted CrashPoint = "prepare-started"
+	// CrashAfterMIGCreated: one dynamic MIG instance was created (once per created instance).
+	CrashAfterMIGCreated CrashPoint = "mig-created"
+	// CrashAfterSharingApplied: the sharing engine made its host changes.
+	CrashAfterSharingApplied CrashPoint = "sharing-applied"
+	// CrashAfterCDIWritten: the claim's CDI spec was written.
+	CrashAfterCDIWritten CrashPoint = "cdi-written"
+	// CrashAfterPrepareCompleted: the claim was recorded as PrepareCompleted.
+	CrashAfterPrepareCompleted CrashPoint = "prepare-completed"
+	// CrashAfterUnprepareStarted: the claim was recorded as UnprepareStarted.
+	CrashAfterUnprepareStarted CrashPoint = "unprepare-started"
+	// CrashAfterCDIRemoved: the claim's CDI spec was removed.
+	CrashAfterCDIRemoved CrashPoint = "cdi-removed"
+	// CrashAfterSharingUndone: the claim's host changes were undone.
+	CrashAfterSharingUndone CrashPoint = "sharing-undone"
+	// CrashAfterMIGDestroyed: one MIG instance the plugin had created was destroyed.
+	CrashAfterMIGDestroyed CrashPoint = "mig-destroyed"
+	// CrashAfterUnprepareCompleted: the claim was removed from the checkpoint.
+	CrashAfterUnprepareCompleted CrashPoint = "unprepare-completed"
+)
+
+// crashError marks an error returned by Hooks.AfterStep: the operation stops at once, without
+// any cleanup, as a crash would.
+type crashError struct{ err error }
+
+func (e *crashError) Error() string { return e.err.Error() }
+func (e *crashError) Unwrap() error { return e.err }
+
+func isCrash(err error) bool {
+	var c *crashError
+	return errors.As(err, &c)
+}

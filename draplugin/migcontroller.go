@@ -1,0 +1,134 @@
+package draplugin
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpudra/gpudra/mig"
+)
+
+// NewNVMLMIGController returns a MIGController that drives NVML through mig.Manager. lookup
+// maps product names to MIG geometry (nil: mig.Lookup). Device handles and managers are cached
+// per GPU.
+func NewNVMLMIGController(lib nvml.Interface, lookup func(productName string) (*mig.Model, error)) MIGController {
+	if lookup == nil {
+		lookup = mig.Lookup
+	}
+	return &nvmlMIG{lib: lib, lookup: lookup, managers: map[string]*mig.Manager{}}
+}
+
+type nvmlMIG struct {
+	lib      nvml.Interface
+	lookup   func(string) (*mig.Model, error)
+	mu       sync.Mutex
+	managers map[string]*mig.Manager // by GPU UUID
+}
+
+var _ MIGController = (*nvmlMIG)(nil)
+
+func (n *nvmlMIG) manager(uuid string) (*mig.Manager, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if m, ok := n.managers[uuid]; ok {
+		return m, nil
+	}
+	dev, ret := n.lib.DeviceGetHandleByUUID(uuid)
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("get handle of GPU %s: %w", uuid, ret)
+	}
+	name, ret := dev.GetName()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("get name of GPU %s: %w", uuid, ret)
+	}
+	model, err := n.lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("GPU %s: %w", uuid, err)
+	}
+	m, err := mig.NewManager(dev, model)
+	if err != nil {
+		return nil, err
+	}
+	n.managers[uuid] = m
+	return m, nil
+}
+
+// Instances implements MIGController.
+func (n *nvmlMIG) Instances(_ context.Context, gpuUUID string) ([]MIGInstance, error) {
+	m, err := n.manager(gpuUUID)
+	if err != nil {
+		return nil, err
+	}
+	states, err := m.Instances()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]MIGInstance, 0, len(states))
+	for _, st := range states {
+		in := MIGInstance{GIProfileID: int(st.Profile.Id), GIID: st.ID, CIID: -1, Placement: st.Placement}
+		if p, ok := m.Model().ProfileByID(in.GIProfileID); ok {
+			in.Profile = p.Name
+		}
+		if len(st.ComputeInstances) > 0 {
+			in.CIID, in.UUID = st.ComputeInstances[0].ID, st.ComputeInstances[0].UUID
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// Create implements MIGController.
+func (n *nvmlMIG) Create(ctx context.Context, gpuUUID, profile string, placement mig.Placement) (MIGInstance, error) {
+	m, err := n.manager(gpuUUID)
+	if err != nil {
+		return MIGInstance{}, err
+	}
+	pl := placement
+	created, err := m.Apply([]mig.Instance{{Profile: profile, Placement: &pl}})
+	if err != nil {
+		return MIGInstance{}, err
+	}
+	if len(created) != 1 {
+		return MIGInstance{}, fmt.Errorf("create %s at %d on GPU %s: got %d instances", profile, placement.Start, gpuUUID, len(created))
+	}
+	c := created[0]
+	insts, err := n.Instances(ctx, gpuUUID)
+	if err != nil {
+		return MIGInstance{}, fmt.Errorf("read back %s at %d on GPU %s: %w", profile, placement.Start, gpuUUID, err)
+	}
+	for _, in := range insts {
+		if in.GIID == c.GPUInstanceID {
+			in.CIID = c.ComputeInstanceID
+			return in, nil
+		}
+	}
+	return MIGInstance{}, fmt.Errorf("created %s at %d on GPU %s (GPU instance %d) but cannot find it", profile, placement.Start, gpuUUID, c.GPUInstanceID)
+}
+
+// Destroy implements MIGController.
+func (n *nvmlMIG) Destroy(_ context.Context, gpuUUID, profile string, placement mig.Placement) error {
+	m, err := n.manager(gpuUUID)
+	if err != nil {
+		return err
+	}
+	pl := placement
+	return m.Remove([]mig.Instance{{Profile: profile, Placement: &pl}})
+}
+
+// DisableMIG implements MIGController.
+func (n *nvmlMIG) DisableMIG(_ context.Context, gpuUUID string) error {
+	m, err := n.manager(gpuUUID)
+	if err != nil {
+		return err
+	}
+	reset, err := m.DisableMIG()
+	if err != nil {
+		return err
+	}
+	if reset {
+		return fmt.Errorf("MIG mode on GPU %s is off only after a GPU reset (nvidia-smi -r): the whole GPU cannot be used until then", gpuUUID)
+	}
+	return nil
+}

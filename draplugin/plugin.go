@@ -1,0 +1,416 @@
+package draplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/sharing"
+)
+
+// Plugin is a crash-safe kubelet DRA plugin for NVIDIA GPUs: it implements
+// kubeletplugin.DRAPlugin. Prepare and unprepare are idempotent, serialized per physical GPU
+// (claims on different GPUs run in parallel), recorded in a checkpoint before and after every
+// side effect, and undone exactly on failure; Reconcile repairs what a crash or a reboot left.
+// Health events become device taints and health reports. Build one with New and run it with
+// Start.
+type Plugin struct {
+	driverName string
+	nodeName   string
+	lib        nvml.Interface
+	inv        *gpu.Inventory
+	store      *checkpoint.Store
+	checkpoint CheckpointStatus
+	stateDir   string
+	gen        *cdi.Generator
+	writer     *cdi.Writer
+	sharing    SharingEngine
+	mig        MIGController
+	builder    *gpudra.Builder
+	hooks      Hooks
+	now        func() time.Time
+	supervise  time.Duration
+	metrics    *metrics
+	health     *health
+	devices    *deviceIndex
+
+	locks *gpuLocks
+
+	// synced records, per GPU, the checkpoint reload count at which the sharing engine's
+	// registry was last synced for it (see syncSharing).
+	syncMu sync.Mutex
+	synced map[string]uint64
+
+	helperMu sync.Mutex
+	helper   *kubeletplugin.Helper
+
+	fatalOnce sync.Once
+	fatal     chan struct{} // closed by a fatal error of the kubelet-plugin helper
+	fatalErr  error
+}
+
+var _ kubeletplugin.DRAPlugin = (*Plugin)(nil)
+
+// New builds a plugin from cfg and opens its checkpoint. It does not touch hardware or files
+// beyond the checkpoint: call Reconcile (Start does) before serving.
+func New(ctx context.Context, cfg Config) (*Plugin, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	inv, err := cfg.inventory(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("enumerate GPUs: %w", err)
+	}
+	p := &Plugin{
+		nodeName: cfg.NodeName, lib: cfg.NVML, inv: inv, stateDir: cfg.StateDir,
+		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
+		hooks: cfg.Hooks, now: cfg.Now, fatal: make(chan struct{}), supervise: cfg.SuperviseInterval,
+		synced: map[string]uint64{},
+	}
+	if p.supervise == 0 {
+		p.supervise = time.Minute
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	// The health taints need the device index, which needs the builder: build it once without
+	// them to learn the driver name and devices, then with them.
+	p.driverName = gpudra.NewBuilder(cfg.Slices...).DriverName()
+	p.health = newHealth(cfg.Health, p.driverName, p.now)
+	p.builder = gpudra.NewBuilder(append(slices.Clone(cfg.Slices), gpudra.WithDeviceTaints(p.health.taints))...)
+	if p.devices, err = newDeviceIndex(p.builder, inv); err != nil {
+		return nil, err
+	}
+	p.health.attach(p.devices, p.migDevicesOf, p.onHealthChange)
+	if p.sharing == nil {
+		p.sharing = sharing.NewManager(p.driverName)
+	}
+	if lookup := p.builder.DynamicMIG(); p.mig == nil && cfg.NVML != nil && lookup != nil {
+		p.mig = NewNVMLMIGController(cfg.NVML, lookup)
+	}
+	if p.locks, err = newGPULocks(p.stateDir); err != nil {
+		return nil, err
+	}
+	if err := p.openCheckpoint(ctx, cfg.BootIDPath); err != nil {
+		return nil, err
+	}
+	p.metrics = newMetrics(cfg.Metrics, p.counts, p.health.count)
+	return p, nil
+}
+
+func (p *Plugin) openCheckpoint(ctx context.Context, bootIDPath string) error {
+	opts := []checkpoint.Option{checkpoint.WithLogger(klog.FromContext(ctx)), checkpoint.WithClock(p.now)}
+	if bootIDPath != "" {
+		opts = append(opts, checkpoint.WithBootIDPath(bootIDPath))
+	}
+	store, rep, err := checkpoint.Open(p.stateDir, opts...)
+	if err != nil {
+		return fmt.Errorf("open checkpoint: %w", err)
+	}
+	p.store = store
+	p.checkpoint = CheckpointStatus{Path: rep.Path, Fresh: rep.Fresh, Corrupt: rep.Corrupt, MovedTo: rep.MovedTo,
+		Migrated: rep.Migrated, Rebooted: rep.Rebooted, BootID: rep.BootID}
+	if rep.Reason != nil {
+		p.checkpoint.Reason = rep.Reason.Error()
+	}
+	return nil
+}
+
+// dynamicMIG reports whether MIG-capable GPUs are published as dynamic partitions.
+func (p *Plugin) dynamicMIG() bool { return p.builder.DynamicMIG() != nil }
+
+// DriverName returns the DRA driver name the plugin serves.
+func (p *Plugin) DriverName() string { return p.driverName }
+
+// Inventory returns the GPUs the plugin manages, as enumerated at construction.
+func (p *Plugin) Inventory() *gpu.Inventory { return p.inv }
+
+// Resources returns the pool the plugin publishes now: the inventory's devices, with health
+// taints.
+func (p *Plugin) Resources() (*gpudra.Pool, error) {
+	return p.builder.Build(p.nodeName, p.inv)
+}
+
+// driverResources is a pool as the kubelet-plugin helper publishes it.
+func driverResources(pool *gpudra.Pool) resourceslice.DriverResources {
+	slices := make([]resourceslice.Slice, 0, len(pool.Slices))
+	for _, s := range pool.Slices {
+		slices = append(slices, resourceslice.Slice{Devices: s.Devices, SharedCounters: s.SharedCounters})
+	}
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{pool.Name: {Slices: slices}}}
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin. Claims are prepared concurrently;
+// each gets its own result, so one failing claim does not fail the others.
+func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	return concurrently(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
+		func(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult { return p.prepareClaim(ctx, c) }), nil
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown claims succeed.
+func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	return concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
+		func(c kubeletplugin.NamespacedObject) error { return p.unprepareClaim(ctx, c) }), nil
+}
+
+// concurrently runs do for every item in its own goroutine and collects the results by key.
+func concurrently[T any, R any](items []T, key func(T) types.UID, do func(T) R) map[types.UID]R {
+	out := make(map[types.UID]R, len(items))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, it := range items {
+		wg.Go(func() {
+			r := do(it)
+			mu.Lock()
+			out[key(it)] = r
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// HandleError implements kubeletplugin.DRAPlugin. Recoverable background errors of the
+// kubelet-plugin helper (ResourceSlice publishing, health streams) are logged: the helper or the
+// next event retries them. Any other error is fatal: the plugin cannot go on serving correctly,
+// so Done is closed and Err returns it; the driver should exit and be restarted.
+func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
+	logger := klog.FromContext(ctx)
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		logger.Info("Recoverable kubelet-plugin error", "msg", msg, "err", err)
+		return
+	}
+	logger.Error(err, "Fatal kubelet-plugin error; the driver must restart", "msg", msg)
+	p.fatalOnce.Do(func() {
+		p.fatalErr = fmt.Errorf("%s: %w", msg, err)
+		close(p.fatal)
+	})
+}
+
+// Done is closed when a fatal error (HandleError) means the plugin must be restarted.
+func (p *Plugin) Done() <-chan struct{} { return p.fatal }
+
+// Err returns the fatal error that closed Done, nil before.
+func (p *Plugin) Err() error {
+	select {
+	case <-p.fatal:
+		return p.fatalErr
+	default:
+		return nil
+	}
+}
+
+// Start reconciles the node (Reconcile), starts the kubelet plugin's gRPC servers
+// (kubeletplugin.Start with Serialize(false): the plugin locks per physical GPU itself),
+// publishes the ResourceSlices, and starts the health monitor. It returns once the plugin
+// serves; Stop (or cancelling ctx for the background work) ends it.
+func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, error) {
+	if sc.KubeClient == nil {
+		return nil, errors.New("start plugin: KubeClient is required")
+	}
+	report, err := p.Reconcile(ctx)
+	if err != nil {
+		// A partial reconciliation is logged and retried by the next start; serving the
+		// claims that are fine beats a crash loop.
+		klog.FromContext(ctx).Error(err, "Reconciliation at start left work undone")
+	}
+	helper, err := kubeletplugin.Start(ctx, p, p.helperOptions(sc)...)
+	if err != nil {
+		return report, fmt.Errorf("start kubelet plugin %s: %w", p.driverName, err)
+	}
+	p.helperMu.Lock()
+	p.helper = helper
+	p.helperMu.Unlock()
+	if !sc.NoPublish {
+		if err := p.Publish(ctx); err != nil {
+			p.Stop()
+			return report, err
+		}
+	}
+	if !sc.NoHealthMonitor && p.lib != nil && !p.health.cfg.Disabled {
+		p.health.startMonitor(ctx, p.lib, p.inv)
+	}
+	if p.supervise > 0 {
+		go p.superviseLoop(ctx)
+	}
+	return report, nil
+}
+
+// superviseLoop runs superviseMPS every supervise interval until ctx ends or the plugin stops.
+func (p *Plugin) superviseLoop(ctx context.Context) {
+	t := time.NewTicker(p.supervise)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.fatal:
+			return
+		case <-t.C:
+		}
+		if p.Helper() == nil {
+			return // stopped
+		}
+		if err := p.superviseMPS(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Supervising MPS daemons")
+		}
+	}
+}
+
+// superviseMPS restarts dead MPS daemons of prepared claims and removes unused MPS directories.
+// It holds every GPU lock and restores the sharing registry from the checkpoint first, so a
+// claim another plugin process (a rolling update) prepared or unprepared meanwhile is seen as
+// it is.
+func (p *Plugin) superviseMPS(ctx context.Context) error {
+	unlock, err := p.lockAll()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rep := &ReconcileReport{}
+	if err := p.restoreSharing(ctx, rep); err != nil {
+		return err
+	}
+	err = p.reconcileMPS(ctx, rep)
+	if len(rep.MPSRestarted)+len(rep.MPSDirsRemoved) > 0 {
+		klog.FromContext(ctx).Info("Supervised MPS daemons", "restarted", rep.MPSRestarted, "removedDirs", rep.MPSDirsRemoved)
+	}
+	return err
+}
+
+func (p *Plugin) helperOptions(sc StartConfig) []kubeletplugin.Option {
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(p.driverName),
+		kubeletplugin.NodeName(p.nodeName),
+		kubeletplugin.KubeClient(sc.KubeClient),
+		kubeletplugin.Serialize(false),
+	}
+	if sc.RegistrarDir != "" {
+		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(sc.RegistrarDir))
+	}
+	if sc.PluginDir != "" {
+		opts = append(opts, kubeletplugin.PluginDataDirectoryPath(sc.PluginDir))
+	}
+	if sc.RollingUpdatePodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(sc.RollingUpdatePodUID))
+	}
+	return append(opts, sc.Options...)
+}
+
+// Publish (re)publishes the plugin's ResourceSlices through the kubelet-plugin helper, with
+// the current health taints. It is called by Start and whenever health changes.
+func (p *Plugin) Publish(ctx context.Context) error {
+	helper := p.Helper()
+	if helper == nil {
+		return nil
+	}
+	res, err := p.Resources()
+	if err != nil {
+		return fmt.Errorf("build ResourceSlices: %w", err)
+	}
+	if err := helper.PublishResources(ctx, driverResources(res)); err != nil {
+		return fmt.Errorf("publish ResourceSlices: %w", err)
+	}
+	return nil
+}
+
+// Helper returns the kubelet-plugin helper once Start succeeded, nil before.
+func (p *Plugin) Helper() *kubeletplugin.Helper {
+	p.helperMu.Lock()
+	defer p.helperMu.Unlock()
+	return p.helper
+}
+
+// Stop stops the gRPC servers and the health monitor. Prepared claims stay prepared.
+func (p *Plugin) Stop() {
+	p.health.stop()
+	p.helperMu.Lock()
+	helper := p.helper
+	p.helper = nil
+	p.helperMu.Unlock()
+	if helper != nil {
+		helper.Stop()
+	}
+}
+
+// lockGPUs takes the locks of the given physical GPUs (in this process and across processes)
+// and re-reads the checkpoint, which another process may have changed while it did not hold
+// them. It returns the unlock.
+func (p *Plugin) lockGPUs(uuids []string) (func(), error) {
+	unlock, err := p.locks.lock(uuids)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.store.Refresh(); err != nil {
+		unlock()
+		return nil, err
+	}
+	if err := p.syncSharing(uuids); err != nil {
+		unlock()
+		return nil, err
+	}
+	return unlock, nil
+}
+
+// syncSharing brings the sharing engine's registry up to date for the locked GPUs when another
+// plugin process (a rolling update) changed the checkpoint since it was last synced for them:
+// its claims hold shared host settings this process must not undo, and its unprepared claims
+// no longer do.
+func (p *Plugin) syncSharing(uuids []string) error {
+	gen := p.store.Reloads()
+	p.syncMu.Lock()
+	var stale []string
+	for _, u := range uuids {
+		if p.synced[u] != gen {
+			stale = append(stale, u)
+		}
+	}
+	p.syncMu.Unlock()
+	if len(stale) == 0 {
+		return nil
+	}
+	if err := p.sharing.Sync(p.appliedRecords(), stale); err != nil {
+		return fmt.Errorf("sync the sharing registry with the checkpoint: %w", err)
+	}
+	p.markSynced(stale, gen)
+	return nil
+}
+
+func (p *Plugin) markSynced(uuids []string, gen uint64) {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	for _, u := range uuids {
+		p.synced[u] = gen
+	}
+}
+
+// Close releases the plugin's checkpoint and lock files. Call it after Stop when the plugin is
+// not used any more; a process that exits need not.
+func (p *Plugin) Close() error {
+	return errors.Join(p.store.Close(), p.locks.close())
+}
+
+// crashPoint reports a crash point to the test hook.
+func (p *Plugin) crashPoint(point CrashPoint, uid types.UID) error {
+	if p.hooks.AfterStep == nil {
+		return nil
+	}
+	if err := p.hooks.AfterStep(point, uid); err != nil {
+		return &crashError{err}
+	}
+	return nil
+}

@@ -1,0 +1,499 @@
+package draplugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/internal/atomicfile"
+	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/sharing"
+)
+
+// MIGBaselineFile is the file in the state directory that lists the MIG instances that existed,
+// unclaimed, when the plugin first started in the current boot. Reconcile never destroys them:
+// they were made by someone else (mig-parted, an operator), not leaked by the plugin.
+const MIGBaselineFile = "mig-baseline.json"
+
+// ReconcileReport says what Reconcile found and did. Claims are named "namespace/name (uid)".
+type ReconcileReport struct {
+	// Checkpoint is what opening the checkpoint found (corrupt file moved aside, reboot...).
+	Checkpoint CheckpointStatus
+	// TempFilesRemoved are leftovers of interrupted CDI spec writes.
+	TempFilesRemoved []string
+	// RolledBack are claims whose prepare was interrupted (PrepareStarted) and was undone.
+	RolledBack []string
+	// UnprepareFinished are claims whose unprepare was interrupted and was finished.
+	UnprepareFinished []string
+	// Forgotten are claims prepared before a reboot whose state (dynamic MIG instances, host
+	// settings) the reboot erased; they are dropped so the kubelet's next prepare redoes them.
+	Forgotten []string
+	// SpecsRewritten are prepared claims whose CDI spec was missing (a tmpfs /var/run/cdi
+	// after a reboot) and was written again.
+	SpecsRewritten []string
+	// SpecsPruned are the UIDs of claims whose CDI spec existed with no checkpoint entry
+	// (only when the checkpoint is trusted).
+	SpecsPruned []string
+	// Adopted are the UIDs of claims rebuilt from their CDI spec and the node because the
+	// checkpoint was corrupt or missing; NotAdopted those whose spec names devices that are not
+	// on the node any more (their specs are kept, and nothing is destroyed for them).
+	Adopted, NotAdopted []string
+	// MIGUnowned are instances on GPUs published as partitions that no claim records, kept
+	// because the checkpoint cannot be trusted to say they are leaks, as "<GPU UUID>
+	// <profile>@<start>". They are added to the baseline and reported until removed by hand.
+	MIGUnowned []string
+	// MIGDestroyed are MIG instances nobody owned (dynamic MIG only), as "<GPU UUID>
+	// <profile>@<start>".
+	MIGDestroyed []string
+	// MIGBaseline are the unclaimed instances that existed at the first start in this boot and
+	// are left alone, in the same form.
+	MIGBaseline []string
+	// MPSRestarted are the MPS daemons of prepared claims that did not run and were restarted;
+	// MPSDirsRemoved the MPS daemon directories of no prepared claim that were removed.
+	MPSRestarted, MPSDirsRemoved []string
+	// Prepared is the number of claims prepared after reconciliation.
+	Prepared int
+}
+
+// String summarizes the report on one line.
+func (r *ReconcileReport) String() string {
+	return fmt.Sprintf("prepared=%d rolledBack=%d unprepareFinished=%d forgotten=%d adopted=%d notAdopted=%d specsRewritten=%d specsPruned=%d migDestroyed=%d migBaseline=%d migUnowned=%d checkpointCorrupt=%t rebooted=%t",
+		r.Prepared, len(r.RolledBack), len(r.UnprepareFinished), len(r.Forgotten), len(r.Adopted), len(r.NotAdopted), len(r.SpecsRewritten), len(r.SpecsPruned),
+		len(r.MIGDestroyed), len(r.MIGBaseline), len(r.MIGUnowned), r.Checkpoint.Corrupt, r.Checkpoint.Rebooted)
+}
+
+// Reconcile brings checkpoint, CDI specs and MIG instances back in line after a restart, a
+// crash or a reboot. Call it before serving (Start does). It holds the lock of every GPU for its
+// whole run, so it never races a prepare or unprepare, of this process or of another plugin
+// process on the node (a rolling update), and it works on the checkpoint as it is on disk. In
+// order:
+//
+//  1. temporary files of interrupted spec writes are removed;
+//  2. claims recorded in an earlier boot lose what a reboot erases: those whose preparation
+//     needed dynamic MIG instances or host changes are forgotten (kubelet prepares them again),
+//     the others stay prepared;
+//  3. when the checkpoint was corrupt or missing, claims whose CDI spec exists are adopted:
+//     rebuilt from the spec, their MIG instances and MPS daemons (ReconcileReport.Adopted);
+//     the sharing engine's registry is restored from the recorded sharing setups;
+//  4. interrupted prepares (PrepareStarted) are rolled back, including host changes that a crash
+//     kept from being recorded; interrupted unprepares (UnprepareStarted) are finished;
+//  5. prepared claims whose existing (static) MIG device no longer exists — a reboot or an
+//     operator changed the MIG layout — are forgotten: a spec written from their recorded ids
+//     could grant another instance; devices that still exist get their current ids recorded;
+//  6. prepared claims whose CDI spec is missing get it written again;
+//  7. specs of claims the checkpoint does not hold are removed, when it can be trusted;
+//  8. MPS daemons of prepared claims that do not run are restarted, and MPS directories of no
+//     prepared claim removed;
+//  9. with dynamic MIG, MIG instances on GPUs published as partitions that no claim records and
+//     that are not in the first-start baseline (MIGBaselineFile) are destroyed. Every instance
+//     the plugin creates is recorded in the checkpoint before it is created, so these can only
+//     be leaks of a lost checkpoint; instances made by others before the plugin first ran in
+//     this boot are in the baseline and kept. When the checkpoint cannot be trusted, no
+//     instance is destroyed: unowned ones join the baseline and are reported.
+//
+// Reconcile goes on after a failed repair and returns all errors joined with the report.
+func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
+	logger := klog.FromContext(ctx).WithName("reconcile")
+	ctx = klog.NewContext(ctx, logger)
+	rep := &ReconcileReport{Checkpoint: p.checkpoint}
+	unlock, err := p.lockAll()
+	if err != nil {
+		return rep, fmt.Errorf("reconcile: %w", err)
+	}
+	defer unlock()
+	var errs []error
+	if tmp, err := p.writer.CleanTemp(); err != nil {
+		errs = append(errs, fmt.Errorf("remove temporary CDI files: %w", err))
+	} else {
+		rep.TempFilesRemoved = tmp
+	}
+	steps := []func(context.Context, *ReconcileReport) error{
+		p.forgetRebooted, p.adoptOrphans, p.restoreSharing, p.finishInterrupted, p.forgetVanished, p.reconcileSpecs, p.reconcileMPS,
+	}
+	if p.dynamicMIG() && p.mig != nil {
+		steps = append(steps, p.reconcileMIG)
+	}
+	for _, step := range steps {
+		if err := step(ctx, rep); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	logger.Info("Reconciled node state", "summary", rep.String())
+	return rep, errors.Join(errs...)
+}
+
+func ref(c checkpoint.ClaimState) string { return claimRef(c.Namespace, c.Name, types.UID(c.UID)) }
+
+// lockAll takes the locks of every GPU of the node and of every GPU a claim records.
+func (p *Plugin) lockAll() (func(), error) {
+	if err := p.store.Refresh(); err != nil {
+		return nil, err
+	}
+	var uuids []string
+	for _, g := range p.inv.GPUs {
+		uuids = append(uuids, g.UUID)
+	}
+	for _, c := range p.store.List() {
+		uuids = append(uuids, claimGPUs(c)...)
+	}
+	return p.lockGPUs(uuids)
+}
+
+// forgetRebooted forgets the claims of an earlier boot whose node state the reboot erased.
+func (p *Plugin) forgetRebooted(ctx context.Context, rep *ReconcileReport) error {
+	var errs []error
+	boot := p.store.BootID()
+	for _, c := range p.store.List() {
+		if c.BootID == boot {
+			continue
+		}
+		ss, _ := sharingOf(c)
+		lost := anyCreated(c) || (ss != nil && ss.Applied && hostChanges(ss.Record)) || c.Phase != checkpoint.PrepareCompleted
+		if !lost {
+			continue
+		}
+		if err := p.writer.Remove(c.UID); err != nil {
+			errs = append(errs, fmt.Errorf("claim %s: remove CDI spec: %w", ref(c), err))
+			continue
+		}
+		if err := p.store.Delete(c.UID); err != nil {
+			errs = append(errs, fmt.Errorf("claim %s: %w", ref(c), err))
+			continue
+		}
+		rep.Forgotten = append(rep.Forgotten, ref(c))
+		klog.FromContext(ctx).Info("Forgot claim prepared before a reboot; kubelet prepares it again", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
+	}
+	return errors.Join(errs...)
+}
+
+// restoreSharing rebuilds the sharing engine's registry from the applied records. Every GPU
+// lock is held.
+func (p *Plugin) restoreSharing(_ context.Context, _ *ReconcileReport) error {
+	gen := p.store.Reloads()
+	if err := p.sharing.Restore(p.appliedRecords()); err != nil {
+		return fmt.Errorf("restore sharing registry: %w", err)
+	}
+	var all []string
+	for _, g := range p.inv.GPUs {
+		all = append(all, g.UUID)
+	}
+	p.markSynced(all, gen)
+	return nil
+}
+
+// appliedRecords are the sharing records of the claims whose host changes were made.
+func (p *Plugin) appliedRecords() []sharing.Record {
+	var records []sharing.Record
+	for _, c := range p.store.List() {
+		if ss, err := sharingOf(c); err == nil && ss != nil && ss.Applied {
+			records = append(records, *ss.Record)
+		}
+	}
+	return records
+}
+
+// finishInterrupted rolls back interrupted prepares and finishes interrupted unprepares.
+func (p *Plugin) finishInterrupted(ctx context.Context, rep *ReconcileReport) error {
+	var errs []error
+	for _, c := range p.store.List() {
+		if c.Phase == checkpoint.PrepareCompleted {
+			continue
+		}
+		cctx := klog.NewContext(ctx, klog.FromContext(ctx).WithValues("claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID))
+		switch c.Phase {
+		case checkpoint.PrepareStarted:
+			if err := p.rollback(cctx, c, true); err != nil {
+				errs = append(errs, fmt.Errorf("roll back claim %s: %w", ref(c), err))
+			} else {
+				rep.RolledBack = append(rep.RolledBack, ref(c))
+			}
+		case checkpoint.UnprepareStarted:
+			if err := p.finishUnprepare(cctx, c); err != nil {
+				errs = append(errs, fmt.Errorf("finish unprepare of claim %s: %w", ref(c), err))
+			} else {
+				rep.UnprepareFinished = append(rep.UnprepareFinished, ref(c))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// forgetVanished forgets prepared claims whose existing MIG device is gone, and records the
+// current ids of those whose device still exists (its instance may have been recreated).
+func (p *Plugin) forgetVanished(ctx context.Context, rep *ReconcileReport) error {
+	var errs []error
+	for _, c := range p.store.List() {
+		if c.Phase != checkpoint.PrepareCompleted {
+			continue
+		}
+		updated, gone := p.currentStatic(c)
+		switch {
+		case gone != "":
+			if err := p.forget(ctx, c); err != nil {
+				errs = append(errs, fmt.Errorf("claim %s: %w", ref(c), err))
+				continue
+			}
+			rep.Forgotten = append(rep.Forgotten, ref(c))
+			klog.FromContext(ctx).Info("Forgot claim whose MIG device no longer exists; kubelet prepares it again or the pod fails",
+				"claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID, "device", gone)
+		case updated != nil:
+			if err := p.store.Put(*updated); err != nil {
+				errs = append(errs, fmt.Errorf("claim %s: %w", ref(c), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// currentStatic checks the existing MIG devices (not created by the plugin) of a claim against
+// the node: gone names the first device that no longer exists; updated is the claim with the
+// devices' current ids when they changed.
+func (p *Plugin) currentStatic(c checkpoint.ClaimState) (updated *checkpoint.ClaimState, gone string) {
+	changed := false
+	for i, d := range c.Devices {
+		if d.MIG == nil || d.MIG.Created {
+			continue
+		}
+		pub, ok := p.devices.lookup(d.Device)
+		if !ok || pub.MIG == nil || pub.GPU.UUID != d.GPUUUID {
+			return nil, d.Device
+		}
+		m := pub.MIG
+		if d.MIG.GIID != m.GIID || d.MIG.CIID != m.CIID || d.MIG.UUID != m.UUID {
+			c.Devices[i].MIG.GIID, c.Devices[i].MIG.CIID, c.Devices[i].MIG.UUID = m.GIID, m.CIID, m.UUID
+			changed = true
+		}
+	}
+	if changed {
+		return &c, ""
+	}
+	return nil, ""
+}
+
+// forget drops a prepared claim whose devices are gone: its spec, its host changes and its
+// entry. Nothing it records is destroyed: its instances no longer exist.
+func (p *Plugin) forget(ctx context.Context, c checkpoint.ClaimState) error {
+	if err := p.writer.Remove(c.UID); err != nil {
+		return fmt.Errorf("remove CDI spec: %w", err)
+	}
+	if ss, err := sharingOf(c); err == nil && ss != nil && ss.Applied && c.BootID == p.store.BootID() {
+		if err := p.sharing.Undo(ctx, ss.Record); err != nil {
+			return fmt.Errorf("undo sharing: %w", err)
+		}
+	}
+	return p.store.Delete(c.UID)
+}
+
+// reconcileSpecs writes the missing specs of prepared claims and removes the specs of claims
+// the checkpoint does not hold.
+func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error {
+	logger := klog.FromContext(ctx)
+	have, err := p.writer.List()
+	if err != nil {
+		return fmt.Errorf("list CDI specs: %w", err)
+	}
+	var errs []error
+	var keep []string
+	for _, c := range p.store.List() {
+		keep = append(keep, c.UID)
+		if c.Phase != checkpoint.PrepareCompleted {
+			continue
+		}
+		rep.Prepared++
+		if slices.Contains(have, c.UID) {
+			continue
+		}
+		if werr := p.rewriteSpec(c); werr != nil {
+			errs = append(errs, fmt.Errorf("rewrite CDI spec of claim %s: %w", ref(c), werr))
+			continue
+		}
+		rep.SpecsRewritten = append(rep.SpecsRewritten, ref(c))
+		logger.Info("Rewrote missing CDI spec", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
+	}
+	if !p.trusted() {
+		return errors.Join(errs...)
+	}
+	pruned, perr := p.writer.Prune(keep)
+	rep.SpecsPruned = pruned
+	if perr != nil {
+		errs = append(errs, fmt.Errorf("remove orphan CDI specs: %w", perr))
+	}
+	for _, uid := range pruned {
+		logger.Info("Removed orphan CDI spec", "claimUID", uid)
+	}
+	return errors.Join(errs...)
+}
+
+// reconcileMPS restarts the MPS daemons of prepared claims that died (with the plugin's
+// container, say) and removes the MPS directories of claims no longer prepared.
+func (p *Plugin) reconcileMPS(ctx context.Context, rep *ReconcileReport) error {
+	restarted, err := p.sharing.SuperviseMPSDaemons(ctx)
+	rep.MPSRestarted = restarted
+	cleaned, cerr := p.sharing.CleanMPSDirs(ctx)
+	rep.MPSDirsRemoved = cleaned.Removed
+	return errors.Join(err, cerr)
+}
+
+// rewriteSpec writes the CDI spec of a prepared claim again from its checkpoint entry. The
+// device IDs must come out as recorded, since the kubelet already has them.
+func (p *Plugin) rewriteSpec(c checkpoint.ClaimState) error {
+	ss, err := sharingOf(c)
+	if err != nil {
+		return err
+	}
+	var rec *sharing.Record
+	if ss != nil && ss.Applied {
+		rec = ss.Record
+	}
+	cds := cdi.ClaimDevices{ClaimUID: c.UID}
+	for _, d := range c.Devices {
+		g, ok := p.devices.gpus[d.GPUUUID]
+		if pub, published := p.devices.lookup(d.Device); !ok && d.GPUUUID == "" && published {
+			g, ok = pub.GPU, true // migrated from checkpoint version 1, which kept names only
+		}
+		if !ok {
+			return fmt.Errorf("device %s: GPU %s is not on this node", d.Device, d.GPUUUID)
+		}
+		cd := cdi.Device{Name: d.Device, GPUMinor: g.Minor, UUID: g.UUID, Edits: editsFor(rec, d)}
+		if d.MIG != nil {
+			cd.MIG, cd.UUID = &cdi.MIGDevice{GI: d.MIG.GIID, CI: d.MIG.CIID}, d.MIG.UUID
+		}
+		cds.Devices = append(cds.Devices, cd)
+	}
+	spec, err := p.gen.Generate(cds)
+	if err != nil {
+		return err
+	}
+	for _, d := range c.Devices {
+		if len(d.CDIDeviceIDs) > 0 && spec.DeviceIDs[d.Device] != d.CDIDeviceIDs[0] {
+			return fmt.Errorf("device %s: CDI device ID would change from %s to %s", d.Device, d.CDIDeviceIDs[0], spec.DeviceIDs[d.Device])
+		}
+	}
+	_, err = p.writer.Write(spec)
+	return err
+}
+
+type migBaseline struct {
+	BootID    string            `json:"bootID"`
+	Instances []migBaselineItem `json:"instances"`
+}
+
+type migBaselineItem struct {
+	GPUUUID     string `json:"gpuUUID"`
+	GIProfileID int    `json:"giProfileID"`
+	Start       int    `json:"start"`
+}
+
+func instanceName(gpuUUID, profile string, start int) string {
+	return fmt.Sprintf("%s %s@%d", gpuUUID, profile, start)
+}
+
+// reconcileMIG destroys MIG instances that no claim records and that are not in the baseline.
+func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
+	base, fresh, err := p.loadBaseline()
+	if err != nil {
+		return err
+	}
+	inBase := map[migBaselineItem]bool{}
+	for _, it := range base.Instances {
+		inBase[it] = true
+	}
+	referenced := p.referencedPlacements()
+	changed := false
+	var errs []error
+	for _, g := range p.inv.GPUs {
+		if !p.devices.partitioned[g.UUID] {
+			continue // published statically: its instances are not ours
+		}
+		insts, err := p.mig.Instances(ctx, g.UUID)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list MIG instances of GPU %s: %w", g.UUID, err))
+			continue
+		}
+		for _, in := range insts {
+			if referenced[placementKey{g.UUID, in.Placement.Start}] {
+				continue
+			}
+			item := migBaselineItem{GPUUUID: g.UUID, GIProfileID: in.GIProfileID, Start: in.Placement.Start}
+			name := instanceName(g.UUID, in.Profile, in.Placement.Start)
+			if fresh || inBase[item] {
+				rep.MIGBaseline = append(rep.MIGBaseline, name)
+			}
+			if (fresh || !p.trusted()) && !inBase[item] {
+				base.Instances = append(base.Instances, item)
+				inBase[item], changed = true, true
+				if !fresh {
+					rep.MIGUnowned = append(rep.MIGUnowned, name)
+					klog.FromContext(ctx).Info("Keeping a MIG instance no claim records: the checkpoint was lost, so it may be in use; remove it by hand if it is not",
+						"gpu", g.UUID, "profile", in.Profile, "placement", in.Placement.Start)
+				}
+			}
+			if inBase[item] {
+				continue
+			}
+			if err := p.mig.Destroy(ctx, g.UUID, in.Profile, in.Placement); err != nil {
+				errs = append(errs, fmt.Errorf("destroy unowned MIG instance %s: %w", name, err))
+				continue
+			}
+			rep.MIGDestroyed = append(rep.MIGDestroyed, name)
+			klog.FromContext(ctx).Info("Destroyed MIG instance no claim owns", "gpu", g.UUID, "profile", in.Profile, "placement", in.Placement.Start)
+		}
+	}
+	if changed || fresh {
+		errs = append(errs, p.saveBaseline(base))
+	}
+	return errors.Join(errs...)
+}
+
+type placementKey struct {
+	gpu   string
+	start int
+}
+
+// referencedPlacements are the MIG placements some claim records.
+func (p *Plugin) referencedPlacements() map[placementKey]bool {
+	referenced := map[placementKey]bool{}
+	for _, c := range p.store.List() {
+		for _, d := range c.Devices {
+			if d.MIG != nil {
+				referenced[placementKey{d.MIG.ParentUUID, d.MIG.Placement.Start}] = true
+			}
+		}
+	}
+	return referenced
+}
+
+// loadBaseline reads the baseline of this boot; fresh says there is none yet.
+func (p *Plugin) loadBaseline() (base migBaseline, fresh bool, err error) {
+	path := filepath.Join(p.stateDir, MIGBaselineFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if json.Unmarshal(b, &base) == nil && base.BootID == p.store.BootID() {
+			return base, false, nil
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return base, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	return migBaseline{BootID: p.store.BootID()}, true, nil
+}
+
+func (p *Plugin) saveBaseline(base migBaseline) error {
+	path := filepath.Join(p.stateDir, MIGBaselineFile)
+	b, err := json.Marshal(base)
+	if err == nil {
+		err = atomicfile.Write(path, b, checkpoint.FileMode)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package draplugin_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/draplugin"
+)
+
+// TestRollingUpdateUnprepareThroughTheNewPod: kubelet prepares through the old plugin pod and
+// unprepares through the new one, which started before the prepare. The new pod must find the
+// claim and release its MIG instance and spec, not answer "unknown claim, nothing to do".
+func TestRollingUpdateUnprepareThroughTheNewPod(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", true)
+	c := e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 2), "")
+	old := e.plugin()
+	e.reconcile(old)
+	updated := e.plugin() // the new pod starts while the old one serves
+	if _, err := prepareOne(t, old, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := unprepareOne(t, updated, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.MIGInstances(); len(got) != 0 {
+		t.Errorf("MIG instances leaked: %v", got)
+	}
+	if got := e.specs(); len(got) != 0 {
+		t.Errorf("CDI specs leaked: %v", got)
+	}
+}
+
+// TestRollingUpdateReconcileKeepsThePeersClaim: the new pod's start-up reconciliation runs after
+// the old pod prepared a claim the new pod never saw. It must keep the claim's instance and spec.
+func TestRollingUpdateReconcileKeepsThePeersClaim(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", true)
+	c := e.claim(gpudra.MIGDeviceClassName, migProfileOn("2g.10gb", 4), "")
+	old := e.plugin()
+	e.reconcile(old)
+	updated := e.plugin()
+	want, err := prepareOne(t, old, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := e.reconcile(updated)
+	if len(rep.MIGDestroyed) != 0 || len(rep.SpecsPruned) != 0 || rep.Prepared != 1 {
+		t.Errorf("reconciliation of the new pod destroyed the old pod's claim: %v (destroyed %v, pruned %v)", rep, rep.MIGDestroyed, rep.SpecsPruned)
+	}
+	if got := e.MIGInstances(); len(got) != 1 {
+		t.Errorf("MIG instances = %v, want the claim's", got)
+	}
+	if got := e.specs(); !slices.Contains(got, string(c.UID)) {
+		t.Errorf("specs = %v, want the claim's", got)
+	}
+	// The new pod answers a repeated prepare from the record, as the old one would.
+	got, err := prepareOne(t, updated, c)
+	if err != nil || len(got) != 1 || got[0].CDIDeviceIDs[0] != want[0].CDIDeviceIDs[0] {
+		t.Errorf("repeated prepare through the new pod: %v, %v", got, err)
+	}
+}
+
+// TestRollingUpdateConcurrentPods prepares and unprepares claims on every GPU through two
+// plugin pods at once, each claim's prepare and unprepare going to different pods, while the
+// new pod reconciles. Nothing may be lost or leaked.
+func TestRollingUpdateConcurrentPods(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", true)
+	var claims []*resourceapi.ResourceClaim
+	for i := range 8 {
+		claims = append(claims, e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", i), ""))
+		claims = append(claims, e.claim(gpudra.MIGDeviceClassName, migProfileOn("3g.20gb", i), ""))
+	}
+	pods := []*draplugin.Plugin{e.plugin(), e.plugin()}
+	e.reconcile(pods[0])
+	var wg sync.WaitGroup
+	wg.Go(func() { e.reconcile(pods[1]) })
+	for i, c := range claims {
+		wg.Go(func() {
+			if _, err := prepareOne(t, pods[i%2], c); err != nil {
+				t.Errorf("prepare %s: %v", c.Name, err)
+				return
+			}
+			if err := unprepareOne(t, pods[(i+1)%2], c); err != nil {
+				t.Errorf("unprepare %s: %v", c.Name, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := e.MIGInstances(); len(got) != 0 {
+		t.Errorf("MIG instances leaked: %v", got)
+	}
+	if got := e.specs(); len(got) != 0 {
+		t.Errorf("CDI specs leaked: %v", got)
+	}
+	rep, err := e.plugin().Reconcile(context.Background())
+	if err != nil || rep.Prepared != 0 || len(rep.RolledBack) != 0 {
+		t.Errorf("state after the run: %v, %v", rep, err)
+	}
+}
+
+// TestReconcileWhileServing runs reconciliation again and again while claims are prepared on
+// every GPU. A claim prepared while a reconciliation runs must keep its instance and spec.
+func TestReconcileWhileServing(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", true)
+	p := e.plugin()
+	e.reconcile(p)
+	var claims []*resourceapi.ResourceClaim
+	for i := range 8 {
+		claims = append(claims, e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", i), ""))
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if rep, err := p.Reconcile(context.Background()); err != nil || len(rep.MIGDestroyed)+len(rep.SpecsPruned) > 0 {
+				t.Errorf("reconciliation while serving: %v, %v (destroyed %v, pruned %v)", rep, err, rep.MIGDestroyed, rep.SpecsPruned)
+			}
+		}
+	})
+	for _, c := range claims {
+		if _, err := prepareOne(t, p, c); err != nil {
+			t.Error(err)
+		}
+	}
+	close(done)
+	wg.Wait()
+	if got := e.MIGInstances(); len(got) != len(claims) {
+		t.Errorf("MIG instances = %v, want one per claim", got)
+	}
+	if got := e.specs(); len(got) != len(claims) {
+		t.Errorf("specs = %v, want one per claim", got)
+	}
+}
+
+// TestRollingUpdateSharedSettings: each pod's sharing engine must see the claims the other pod
+// prepared and unprepared, or it keeps a host setting for a claim that is gone (or drops one a
+// claim still needs). Found by TestRandomSequences: a compute mode left EXCLUSIVE_PROCESS.
+func TestRollingUpdateSharedSettings(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", false)
+	x, y := e.plugin(), e.plugin()
+	e.reconcile(x)
+	e.reconcile(y)
+	first := e.claim(gpudra.GPUDeviceClassName, gpuIndex(2), mpsConfig)
+	if _, err := prepareOne(t, y, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := unprepareOne(t, x, first); err != nil {
+		t.Fatal(err)
+	}
+	e.Release(first)
+	second := e.claim(gpudra.GPUDeviceClassName, gpuIndex(2), mpsConfig)
+	if _, err := prepareOne(t, x, second); err != nil {
+		t.Fatal(err)
+	}
+	if err := unprepareOne(t, y, second); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.HostClean(); err != nil {
+		t.Errorf("host after claims prepared and unprepared crosswise: %v", err)
+	}
+}

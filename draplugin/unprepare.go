@@ -1,0 +1,200 @@
+package draplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/mig"
+)
+
+// unprepareClaim unprepares one claim.
+func (p *Plugin) unprepareClaim(ctx context.Context, claim kubeletplugin.NamespacedObject) error {
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(claim.Namespace, claim.Name), "claimUID", claim.UID)
+	ctx = klog.NewContext(ctx, logger)
+	start := p.now()
+	err := p.unprepare(ctx, claim)
+	p.metrics.observe(OpUnprepare, p.now().Sub(start), err)
+	if err != nil {
+		err = fmt.Errorf("unprepare claim %s: %w", claimRef(claim.Namespace, claim.Name, claim.UID), err)
+		logger.Error(err, "Unprepare failed")
+		return err
+	}
+	logger.V(2).Info("Unprepared claim", "duration", p.now().Sub(start))
+	return nil
+}
+
+func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedObject) error {
+	uid := string(claim.UID)
+	if err := cdi.ValidateClaimUID(uid); err != nil {
+		return stepErr(StepValidate, "", err)
+	}
+	// The claim may have been prepared by another process (rolling update): look it up on disk.
+	if err := p.store.Refresh(); err != nil {
+		return stepErr(StepCheckpoint, "", err)
+	}
+	st, ok := p.store.Get(uid)
+	if !ok {
+		return nil
+	}
+	unlock, err := p.lockGPUs(claimGPUs(st))
+	if err != nil {
+		return stepErr(StepLock, "", err)
+	}
+	defer unlock()
+	if st, ok = p.store.Get(uid); !ok {
+		return nil
+	}
+	switch st.Phase {
+	case checkpoint.PrepareStarted:
+		return p.rollback(ctx, st, true)
+	case checkpoint.PrepareCompleted:
+		st.Phase = checkpoint.UnprepareStarted
+		if err := p.store.Put(st); err != nil {
+			return p.unprepareFail(StepCheckpoint, "", fmt.Errorf("record UnprepareStarted: %w", err))
+		}
+		if err := p.crashPoint(CrashAfterUnprepareStarted, claim.UID); err != nil {
+			return err
+		}
+	}
+	return p.finishUnprepare(ctx, st)
+}
+
+func (p *Plugin) unprepareFail(step Step, device string, err error) error {
+	p.metrics.stepError(OpUnprepare, step)
+	return stepErr(step, device, err)
+}
+
+// finishUnprepare runs the unprepare steps of a claim in UnprepareStarted, in the reverse order
+// of prepare. Missing pieces (spec already gone, instance already destroyed) are fine.
+func (p *Plugin) finishUnprepare(ctx context.Context, st checkpoint.ClaimState) error {
+	uid := types.UID(st.UID)
+	if err := p.writer.Remove(st.UID); err != nil {
+		return p.unprepareFail(StepRemoveCDI, "", err)
+	}
+	if err := p.crashPoint(CrashAfterCDIRemoved, uid); err != nil {
+		return err
+	}
+	ss, err := sharingOf(st)
+	if err != nil {
+		return p.unprepareFail(StepUndoSharing, "", err)
+	}
+	if ss != nil && ss.Applied {
+		if err := p.sharing.Undo(ctx, ss.Record); err != nil {
+			return p.unprepareFail(StepUndoSharing, "", err)
+		}
+	}
+	if err := p.crashPoint(CrashAfterSharingUndone, uid); err != nil {
+		return err
+	}
+	if err := p.destroyCreated(ctx, st); err != nil {
+		return err
+	}
+	if err := p.store.Delete(st.UID); err != nil {
+		return p.unprepareFail(StepCheckpoint, "", err)
+	}
+	return p.crashPoint(CrashAfterUnprepareCompleted, uid)
+}
+
+// destroyCreated destroys the MIG instances the plugin created for the claim, newest first.
+func (p *Plugin) destroyCreated(ctx context.Context, st checkpoint.ClaimState) error {
+	for i := len(st.Devices) - 1; i >= 0; i-- {
+		d := st.Devices[i]
+		if d.MIG == nil || !d.MIG.Created {
+			continue
+		}
+		if err := p.destroyMIG(ctx, d); err != nil {
+			return p.unprepareFail(StepDestroyMIG, d.Device, err)
+		}
+		klog.FromContext(ctx).V(2).Info("Destroyed MIG instance", "device", d.Device, "migUUID", d.MIG.UUID)
+		if err := p.crashPoint(CrashAfterMIGDestroyed, types.UID(st.UID)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rollback undoes a prepare recorded in st and forgets the claim: CDI spec, sharing, created
+// MIG instances (newest first). recovering says st comes from an earlier process (or attempt)
+// whose sharing host changes may be unrecorded; their planned settings are then reset. When a
+// step fails the others still run and the claim stays recorded, so the rollback is retried.
+func (p *Plugin) rollback(ctx context.Context, st checkpoint.ClaimState, recovering bool) error {
+	var errs []error
+	if err := p.writer.Remove(st.UID); err != nil {
+		errs = append(errs, stepErr(StepRemoveCDI, "", err))
+	}
+	if err := p.rollbackSharing(ctx, st, recovering); err != nil {
+		errs = append(errs, err)
+	}
+	for i := len(st.Devices) - 1; i >= 0; i-- {
+		d := st.Devices[i]
+		if d.MIG == nil || !d.MIG.Created {
+			continue
+		}
+		if owner, taken := p.ownerOf(d.MIG.ParentUUID, d.MIG.Placement.Start, st.UID); taken {
+			klog.FromContext(ctx).Info("Not destroying MIG instance recorded for another claim", "device", d.Device, "otherClaim", owner)
+			continue
+		}
+		if err := p.destroyMIG(ctx, d); err != nil {
+			errs = append(errs, stepErr(StepDestroyMIG, d.Device, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := p.store.Delete(st.UID); err != nil {
+		return stepErr(StepCheckpoint, "", err)
+	}
+	klog.FromContext(ctx).V(2).Info("Rolled back claim", "claimUID", st.UID, "devices", len(st.Devices))
+	return nil
+}
+
+// rollbackSharing undoes the sharing of a claim being rolled back: the applied record, or,
+// when only the plan was recorded and an earlier attempt may have made its host changes, the
+// reset of the planned settings.
+func (p *Plugin) rollbackSharing(ctx context.Context, st checkpoint.ClaimState, recovering bool) error {
+	ss, err := sharingOf(st)
+	if err != nil {
+		return stepErr(StepUndoSharing, "", err)
+	}
+	if ss == nil {
+		return nil
+	}
+	rec := ss.Record
+	if !ss.Applied {
+		rec = nil
+		if recovering {
+			rec = p.sharing.ResetPlan(ss.Record)
+		}
+	}
+	if rec == nil {
+		return nil
+	}
+	if err := p.sharing.Undo(ctx, rec); err != nil {
+		return stepErr(StepUndoSharing, "", err)
+	}
+	return nil
+}
+
+func (p *Plugin) destroyMIG(ctx context.Context, d checkpoint.PreparedDevice) error {
+	if p.mig == nil {
+		return errors.New("no MIG controller configured")
+	}
+	return p.mig.Destroy(ctx, d.MIG.ParentUUID, d.MIG.Profile, mig.Placement{Start: d.MIG.Placement.Start, Size: d.MIG.Placement.Size})
+}
+
+func claimGPUs(c checkpoint.ClaimState) []string {
+	out := make([]string, 0, len(c.Devices))
+	for _, d := range c.Devices {
+		if d.GPUUUID != "" {
+			out = append(out, d.GPUUUID)
+		}
+	}
+	return out
+}

@@ -1,0 +1,177 @@
+package sharing_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpudra/gpudra/sharing"
+)
+
+// TestPrepareCleanupOutlivesTheDeadline (defect 3): kubelet's deadline expires while Prepare
+// waits for the MPS daemon. The cleanup must still run (the fake host, like
+// exec.CommandContext, refuses every call under a done context) and leave the host clean.
+func TestPrepareCleanupOutlivesTheDeadline(t *testing.T) {
+	ctx, cancel := context.WithCancel(ctxFor(t))
+	defer cancel()
+	h := newHost()
+	before := h.State()
+	// The deadline expires once the daemon has been started, before Ready.
+	h.SetHook(func(call string) error {
+		if call == "Start u1" {
+			cancel()
+		}
+		return nil
+	})
+	m := newManager(t, h)
+	partial, err := m.Prepare(ctx, newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")), lookup)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Prepare error = %v, want context.Canceled", err)
+	}
+	if partial != nil {
+		t.Errorf("partial record = %+v, want nil: everything could be undone", partial)
+	}
+	if diff := cmp.Diff(before, h.State()); diff != "" {
+		t.Errorf("host state after the failed Prepare (-before +after):\n%s", diff)
+	}
+	if got := m.Registry().List(); len(got) != 0 {
+		t.Errorf("registry after a fully undone Prepare = %+v, want empty", got)
+	}
+}
+
+// TestPrepareReturnsWhatItCouldNotUndo (defect 3): when the undo of a failed Prepare fails
+// too, the host changes left are returned as a partial record and the claim stays registered
+// with it until an Undo succeeds: conflict checks see it, a retry undoes it first, and it
+// survives a checkpoint and a restart.
+func TestPrepareReturnsWhatItCouldNotUndo(t *testing.T) {
+	for _, how := range []string{"Undo", "retried Prepare", "Undo after a restart"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := ctxFor(t)
+			h := newHost()
+			before := h.State()
+			h.FailOn("Ready u1", errors.New("daemon crashed"))
+			h.FailOn("Stop u1", errors.New("quit refused"))
+			m := newManager(t, h)
+			claim := newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu"))
+			partial, err := m.Prepare(ctx, claim, lookup)
+			if err == nil || !strings.Contains(err.Error(), "daemon crashed") || !strings.Contains(err.Error(), "quit refused") {
+				t.Fatalf("Prepare error = %v, want the failure and the failed undo", err)
+			}
+			if partial == nil {
+				t.Fatal("Prepare returned no partial record; the running daemon is recorded nowhere")
+			}
+			// What is left: the daemon (its Stop failed); the compute mode was restored.
+			wantLeft := sharing.MPSDaemonSpec{ID: "u1", DeviceUUIDs: []string{uuidA}}
+			if len(partial.Steps) != 1 || partial.Steps[0].Action != sharing.ActionStartMPSDaemon || partial.Steps[0].Daemon == nil ||
+				partial.Steps[0].Daemon.ID != wantLeft.ID || !cmp.Equal(partial.Steps[0].Daemon.DeviceUUIDs, wantLeft.DeviceUUIDs) || !partial.Partial {
+				t.Fatalf("partial record steps = %+v (partial %v), want only the start of daemon u1 on %s", partial.Steps, partial.Partial, uuidA)
+			}
+			if _, ok := h.State().Daemons["u1"]; !ok {
+				t.Fatal("test setup: the daemon should still run")
+			}
+			reg, ok := m.Registry().Get("u1")
+			if !ok || !cmp.Equal(&reg, partial) {
+				t.Fatalf("registry entry of u1 = %+v, %v; want the partial record", reg, ok)
+			}
+			// Another claim on the device conflicts with the partial one.
+			if _, err := m.Prepare(ctx, newClaim("u2", results(result("gpu", "gpu-0"))), lookup); err == nil || !strings.Contains(err.Error(), "conflicts with claim ns/claim-u1 (u1)") {
+				t.Errorf("Prepare of a claim on the same device = %v, want a conflict with u1", err)
+			}
+			// While the undo keeps failing, a retry fails and returns the partial record again.
+			again, err := m.Prepare(ctx, claim, lookup)
+			if err == nil || !strings.Contains(err.Error(), "quit refused") || !cmp.Equal(again, partial) {
+				t.Fatalf("retried Prepare = %+v, %v; want the partial record and the undo error", again, err)
+			}
+
+			h.FailOn("Stop u1", nil)
+			switch how {
+			case "Undo":
+				if err := m.Undo(ctx, partial); err != nil {
+					t.Fatalf("Undo of the partial record: %v", err)
+				}
+			case "Undo after a restart":
+				m = newManager(t, h)
+				if err := m.Restore([]sharing.Record{*mustRoundTrip(t, partial)}); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Undo(ctx, partial); err != nil {
+					t.Fatalf("Undo of the partial record: %v", err)
+				}
+			case "retried Prepare":
+				h.FailOn("Ready u1", nil)
+				rec, err := m.Prepare(ctx, claim, lookup)
+				if err != nil || rec.Partial {
+					t.Fatalf("retried Prepare = %+v, %v; want a prepared claim", rec, err)
+				}
+				if err := m.Undo(ctx, rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if diff := cmp.Diff(before, h.State()); diff != "" {
+				t.Errorf("host state at the end (-before +after):\n%s", diff)
+			}
+			if got := m.Registry().List(); len(got) != 0 {
+				t.Errorf("registry at the end = %+v, want empty", got)
+			}
+		})
+	}
+}
+
+// mustRoundTrip passes a record through its JSON form, as a checkpoint does.
+func mustRoundTrip(t *testing.T, rec *sharing.Record) *sharing.Record {
+	t.Helper()
+	var out sharing.Record
+	if err := json.Unmarshal(mustJSON(t, rec), &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
+
+// TestJoinDaemonOfPartialRecord: a shared MPS daemon that only a failed Prepare's partial record
+// holds may be dead; the next claim on the device starts it instead of trusting it, and the
+// daemon stays until both claims let go of it.
+func TestJoinDaemonOfPartialRecord(t *testing.T) {
+	ctx := ctxFor(t)
+	h := newHost()
+	before := h.State()
+	m := newManager(t, h)
+	first := newClaim("a", results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "1Gi")))
+	plan, err := m.Plan(ctx, first, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemon := plan.Devices[0].MPSDaemonID
+	h.FailOn("Ready "+daemon, errors.New("daemon crashed"))
+	h.FailOn("Stop "+daemon, errors.New("quit refused"))
+	partial, err := m.Prepare(ctx, first, lookup)
+	if err == nil || partial == nil {
+		t.Fatalf("first Prepare = %+v, %v; want an error and a partial record", partial, err)
+	}
+	h.FailOn("Ready "+daemon, nil)
+	h.FailOn("Stop "+daemon, nil)
+	h.KillDaemon(daemon) // whatever the failed Prepare left is not running
+	h.ResetCalls()
+	rec, err := m.Prepare(ctx, newClaim("b", results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "1Gi"))), lookup)
+	if err != nil {
+		t.Fatalf("second Prepare: %v", err)
+	}
+	if _, ok := h.State().Daemons[daemon]; !ok {
+		t.Fatalf("daemon %s does not run after the second Prepare; calls %v", daemon, h.Calls())
+	}
+	if err := m.Undo(ctx, partial); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.State().Daemons[daemon]; !ok {
+		t.Fatal("undoing the partial record stopped the daemon the second claim uses")
+	}
+	if err := m.Undo(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, h.State()); diff != "" {
+		t.Errorf("host state at the end (-before +after):\n%s", diff)
+	}
+}
