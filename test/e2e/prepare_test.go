@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -82,7 +83,7 @@ func createPodsWithClaims(t *testing.T, n *TestNode, ns string, claims []*resour
 // (GetInfo, NotifyRegistrationStatus), then NodePrepareResources for a pod's 3g.40gb claim
 // creates the MIG instance and a CDI spec whose IDs inject the GPU and its MIG capability
 // nodes; a second prepare answers the same; NodeUnprepareResources after the pod is deleted
-// removes the spec and the instance.
+// removes the spec and the instance; then a claim for the whole GPU gets it out of MIG mode.
 func TestPrepareUnprepareThroughSockets(t *testing.T) {
 	ctx := context.Background()
 	n := suite.StartNode(t, NodeSpec{Name: "prep-dyn", Machine: "dgx-a100-80gb", DynamicMIG: true})
@@ -136,6 +137,24 @@ func TestPrepareUnprepareThroughSockets(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.checkClean(t)
+
+	// The same GPU, now claimed whole, must be prepared out of MIG mode.
+	whole := claimSpec("whole", "gpu.nvidia.com", fmt.Sprintf("device.attributes['gpu.nvidia.com'].index == %d", parent), nil)
+	if _, err := suite.Client.ResourceV1().ResourceClaims(ns).Create(ctx, whole, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := suite.Client.CoreV1().Pods(ns).Create(ctx, podUsing("p-whole", "whole"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	scheduled, err := waitScheduled(ctx, ns, 1, n.Spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.prepare(ctx, scheduled[0].Claims...); err != nil {
+		t.Fatalf("prepare the whole GPU %d after its partition: %v", parent, err)
+	}
+	n.checkWholeGPUs(t, scheduled[0].Claims, Devices(pool))
+	unprepareAll(t, n, ns, scheduled)
 }
 
 func instanceProfiles(st FakeState, gpu int) []string {

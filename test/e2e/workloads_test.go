@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gpudra/gpudra/test/e2e/framework"
@@ -211,6 +212,7 @@ func kubeletRunsAndDeletes(t *testing.T, n *TestNode, ns string, pods []Schedule
 		if err := n.checkPrepared(resp, p.Claims, pool); err != nil {
 			t.Errorf("pod %s: %v", p.Pod.Name, err)
 		}
+		n.checkWholeGPUs(t, p.Claims, pool)
 		for _, c := range p.Claims {
 			claims[string(c.UID)] = p
 		}
@@ -234,6 +236,29 @@ func kubeletRunsAndDeletes(t *testing.T, n *TestNode, ns string, pods []Schedule
 	n.checkClean(t)
 }
 
+// checkWholeGPUs checks that every full GPU the claims got is out of MIG mode once prepared: a
+// GPU in MIG mode shows no CUDA device to a container that gets all of it.
+func (n *TestNode) checkWholeGPUs(t *testing.T, claims []*resourceapi.ResourceClaim, pool map[string]resourceapi.Device) {
+	t.Helper()
+	st, err := n.State(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims {
+		for _, r := range c.Status.Allocation.Devices.Results {
+			minor, mig := gpuMinor(pool[r.Device])
+			if r.Driver != driverName || mig {
+				continue
+			}
+			for _, g := range st.GPUs {
+				if int64(g.Index) == minor && g.MIGEnabled {
+					t.Errorf("claim %s got the whole GPU %s, prepared while the GPU is in MIG mode (issue 11, defect 6)", c.Name, r.Device)
+				}
+			}
+		}
+	}
+}
+
 // checkClean checks that the node holds no claim's state: no CDI spec, MIG instances and host
 // settings as at start.
 func (n *TestNode) checkClean(t *testing.T) {
@@ -249,10 +274,9 @@ func (n *TestNode) checkClean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, g := range st.GPUs {
-		if g.MIGEnabled && !n.Baseline.GPUs[i].MIGEnabled && len(g.Instances) == 0 {
-			t.Errorf("GPU %d: MIG mode left enabled after its last MIG instance was destroyed (a full-GPU claim would get a GPU without CUDA devices; issue 11, defect 6)", g.Index)
-		}
+	// With dynamic MIG, MIG mode may stay on once the last instance is gone: the driver turns it
+	// off when the whole GPU is prepared (checkWholeGPUs), not at unprepare.
+	for i := range st.GPUs {
 		st.GPUs[i].MIGEnabled = n.Baseline.GPUs[i].MIGEnabled
 	}
 	if diff := cmp.Diff(n.Baseline, st); diff != "" {
