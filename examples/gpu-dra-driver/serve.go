@@ -218,7 +218,11 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*draplugin.Plugin,
 	if err != nil {
 		return nil, nil, err
 	}
-	mgr := sharing.NewManager(gpudra.DefaultDriverName, append(s.hostActions(n), sharing.WithMPSRoot(filepath.Join(s.pluginDir, "mps")))...)
+	actions, err := s.hostActions(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	mgr := sharing.NewManager(gpudra.DefaultDriverName, append(actions, sharing.WithMPSRoot(filepath.Join(s.pluginDir, "mps")))...)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	plugin, err := draplugin.New(ctx, draplugin.Config{
@@ -233,9 +237,10 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*draplugin.Plugin,
 
 // hostActions are the host tools sharing drives: compute modes through NVML, time slices
 // and MPS control daemons through the driver's nvidia-smi and nvidia-cuda-mps-control. On a
-// fake machine, time slices and daemons are recorded by an in-memory host (n.host), which also
-// learns the compute modes NVML sets (its MPS daemons need EXCLUSIVE_PROCESS, as real ones do).
-func (s *serveFlags) hostActions(n *node) []sharing.Option {
+// fake machine, time slices and daemons are recorded by a fake host (n.host) kept in a file in
+// the state directory, which also learns the compute modes NVML sets (its MPS daemons need
+// EXCLUSIVE_PROCESS, as real ones do).
+func (s *serveFlags) hostActions(n *node) ([]sharing.Option, error) {
 	var cm sharing.ComputeModeSetter = sharing.NewNVMLComputeMode(n.nvml)
 	var ts sharing.TimeSlicer
 	var mps sharing.MPSDaemons
@@ -247,7 +252,13 @@ func (s *serveFlags) hostActions(n *node) []sharing.Option {
 				uuids = append(uuids, m.UUID)
 			}
 		}
-		n.host = sharingtest.NewFakeHost(uuids...)
+		// Kept in a file, like a real host's settings outlive the plugin process (restarts,
+		// the two pods of a rolling update).
+		host, err := sharingtest.OpenFakeHost(filepath.Join(s.stateDir, "fake-host.json"), uuids...)
+		if err != nil {
+			return nil, fmt.Errorf("fake host: %w", err)
+		}
+		n.host = host
 		cm = recordedComputeMode{ComputeModeSetter: cm, host: n.host}
 		ts, mps = n.host, n.host
 	} else {
@@ -255,7 +266,7 @@ func (s *serveFlags) hostActions(n *node) []sharing.Option {
 		mps = sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRoot(s.driverRoot)))
 	}
 	ts, mps = restrictStrategies(s.allowed, s.strategies, ts, mps)
-	return []sharing.Option{sharing.WithComputeModeSetter(cm), sharing.WithTimeSlicer(ts), sharing.WithMPSDaemons(mps)}
+	return []sharing.Option{sharing.WithComputeModeSetter(cm), sharing.WithTimeSlicer(ts), sharing.WithMPSDaemons(mps)}, nil
 }
 
 // recordedComputeMode sets compute modes through NVML (the fake machine's) and records each
