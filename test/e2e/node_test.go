@@ -98,7 +98,7 @@ func (s *Suite) StartNode(t *testing.T, spec NodeSpec) *TestNode {
 		t.Fatal(err)
 	}
 	n := &TestNode{Spec: spec, Node: node}
-	d, err := s.startDriver(ctx, spec, uuid.NewString())
+	d, err := s.startDriver(ctx, spec, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,8 +120,10 @@ func (s *Suite) StartNode(t *testing.T, spec NodeSpec) *TestNode {
 	return n
 }
 
-// startDriver runs one driver process for spec with the given pod UID, in the node's
-// directory (shared by every process of the node, as hostPath volumes are).
+// startDriver runs one driver process for spec, in the node's directory (shared by every
+// process of the node, as hostPath volumes are). As the chart's ServiceAccount it stands in for
+// the DaemonSet's pod on the node: its token is bound to that pod and, unless podUID is given
+// (a second process, as in a rolling update), it has the pod's UID.
 func (s *Suite) startDriver(ctx context.Context, spec NodeSpec, podUID string) (*framework.Driver, error) {
 	dir := filepath.Join(s.Dir, "n", spec.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -130,11 +132,21 @@ func (s *Suite) startDriver(ctx context.Context, spec NodeSpec, podUID string) (
 	if err := os.MkdirAll(filepath.Join(s.Dir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
-	sa := spec.ServiceAccount
+	sa, pod := spec.ServiceAccount, (*corev1.Pod)(nil)
 	if sa == "" {
 		sa = s.ServiceAccount
+		var err error
+		if pod, err = daemonSetPod(ctx, spec.Name); err != nil {
+			return nil, err
+		}
 	}
-	token, err := framework.ServiceAccountToken(ctx, s.Client, releaseNamespace, sa)
+	if podUID == "" && pod != nil {
+		podUID = string(pod.UID)
+	}
+	if podUID == "" {
+		podUID = uuid.NewString()
+	}
+	token, err := framework.ServiceAccountToken(ctx, s.Client, releaseNamespace, sa, pod)
 	if err != nil {
 		return nil, err
 	}
@@ -160,6 +172,25 @@ func (s *Suite) startDriver(ctx context.Context, spec NodeSpec, podUID string) (
 	}
 	s.track(d)
 	return d, nil
+}
+
+// daemonSetPod waits for the chart DaemonSet's pod bound to node (the DaemonSet controller
+// creates it, the scheduler binds it; no kubelet runs it).
+func daemonSetPod(ctx context.Context, node string) (*corev1.Pod, error) {
+	sel := metav1.FormatLabelSelector(suite.DaemonSet.Spec.Selector)
+	var out *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := suite.Client.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel, FieldSelector: "spec.nodeName=" + node})
+		if err != nil || len(pods.Items) == 0 {
+			return false, err
+		}
+		out = &pods.Items[0]
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the chart's DaemonSet pod for node %s: %w", node, err)
+	}
+	return out, nil
 }
 
 // register registers the node's current driver with the fake kubelet.

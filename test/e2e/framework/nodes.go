@@ -107,11 +107,15 @@ func WaitForServiceAccount(ctx context.Context, client kubernetes.Interface, ns,
 }
 
 // ServiceAccountToken asks the TokenRequest API for a token of ServiceAccount ns/name valid
-// for an hour.
-func ServiceAccountToken(ctx context.Context, client kubernetes.Interface, ns, name string) (string, error) {
-	tr, err := client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authv1.TokenRequest{
-		Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
-	}, metav1.CreateOptions{})
+// for an hour. With a pod, the token is bound to it as kubelet's projected tokens are: it is
+// valid only while the pod exists and names the pod's node (the user's extra
+// authentication.kubernetes.io/node-name).
+func ServiceAccountToken(ctx context.Context, client kubernetes.Interface, ns, name string, pod *corev1.Pod) (string, error) {
+	req := &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	if pod != nil {
+		req.Spec.BoundObjectRef = &authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
+	tr, err := client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, req, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("token for ServiceAccount %s/%s: %w", ns, name, err)
 	}
