@@ -1,6 +1,7 @@
 package draplugintest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -120,11 +121,11 @@ func (s *Server) Stop() {
 }
 
 // Serve starts the plugin's gRPC servers (draplugin.Plugin.Start, which reconciles first) on
-// sockets under the node's directory with a fake API client holding the node and claims, and
-// connects a Kubelet to them. Extra kubeletplugin options (GRPCVerbosity(-1) is the default)
-// can be given in sc.Options.
+// sockets under the node's directory (unless sc names RegistrarDir and PluginDir) with a fake
+// API client holding the node and claims, and connects a Kubelet to them. Extra kubeletplugin
+// options (GRPCVerbosity(-1) is the default) can be given in sc.Options.
 func (n *Node) Serve(ctx context.Context, p *draplugin.Plugin, sc draplugin.StartConfig, claims ...*resourceapi.ResourceClaim) (*Server, error) {
-	reg, data := filepath.Join(n.Dir, "r"), filepath.Join(n.Dir, "d")
+	reg, data := cmp.Or(sc.RegistrarDir, filepath.Join(n.Dir, "r")), cmp.Or(sc.PluginDir, filepath.Join(n.Dir, "d"))
 	for _, d := range []string{reg, data} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return nil, err

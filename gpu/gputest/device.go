@@ -28,6 +28,11 @@ type Device struct {
 	computeMode nvml.ComputeMode
 	lost        bool
 	gis         map[uint32]*GpuInstance
+	// generation is bumped on every MIG device creation and feeds MIG UUIDs.
+	generation uint64
+	// loaded identifies the state file (WithStateDir) the state was last read from or written
+	// to; another process's change shows as a different file.
+	loaded fileID
 }
 
 var _ nvml.Device = (*Device)(nil)
@@ -80,6 +85,7 @@ func (d *Device) enter(method string) nvml.Return {
 	if ret := d.m.enter("Device", method); ret != nvml.SUCCESS {
 		return ret
 	}
+	d.sync()
 	if d.lost {
 		return nvml.ERROR_GPU_IS_LOST
 	}
@@ -290,6 +296,7 @@ func (d *Device) setFuncs() {
 		switch mode {
 		case nvml.COMPUTEMODE_DEFAULT, nvml.COMPUTEMODE_PROHIBITED, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS:
 			d.computeMode = mode
+			d.changed()
 			return nvml.SUCCESS
 		case nvml.COMPUTEMODE_EXCLUSIVE_THREAD:
 			return nvml.ERROR_NOT_SUPPORTED // removed from NVML

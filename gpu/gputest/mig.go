@@ -232,6 +232,7 @@ func (d *Device) createGI(p *mig.GIProfile, pl *mig.Placement) (*GpuInstance, nv
 	gi := &GpuInstance{d: d, id: d.giID(*at), profile: p, placement: *at, cis: map[uint32]*ComputeInstance{}}
 	gi.setFuncs()
 	d.gis[gi.id] = gi
+	d.changed()
 	return gi, nvml.SUCCESS
 }
 
@@ -317,12 +318,13 @@ func (gi *GpuInstance) createCI(c *mig.ComputeProfile, start *int) (*ComputeInst
 		}
 	}
 	d := gi.d
-	d.m.generation++
+	d.generation++
 	ci := &ComputeInstance{gi: gi, id: id, profile: c, start: at}
-	ci.dev = &MigDevice{ci: ci, uuid: migUUID(d.uuid, gi.id, id, d.m.generation)}
+	ci.dev = &MigDevice{ci: ci, uuid: migUUID(d.uuid, gi.id, id, d.generation)}
 	ci.setFuncs()
 	ci.dev.setFuncs()
 	gi.cis[id] = ci
+	d.changed()
 	return ci, nvml.SUCCESS
 }
 
@@ -367,6 +369,7 @@ func (d *Device) setMIGFuncs() {
 			return nvml.ERROR_IN_USE, nvml.ERROR_IN_USE
 		}
 		d.migMode = mode
+		d.changed()
 		return nvml.SUCCESS, nvml.SUCCESS
 	}
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {
@@ -583,6 +586,7 @@ func (gi *GpuInstance) enter(method string) nvml.Return {
 	if ret := d.m.enter("GpuInstance", method); ret != nvml.SUCCESS {
 		return ret
 	}
+	d.sync()
 	switch {
 	case d.lost:
 		return nvml.ERROR_GPU_IS_LOST
@@ -736,6 +740,7 @@ func (gi *GpuInstance) setFuncs() {
 		}
 		gi.destroyed = true
 		delete(gi.d.gis, gi.id)
+		gi.d.changed()
 		return nvml.SUCCESS
 	}
 	fillDefaults(m, &gi.GpuInstance, "GpuInstance", func() bool { return gi.d.lost })
@@ -747,6 +752,7 @@ func (ci *ComputeInstance) enter(method string) nvml.Return {
 	if ret := d.m.enter("ComputeInstance", method); ret != nvml.SUCCESS {
 		return ret
 	}
+	d.sync()
 	switch {
 	case d.lost:
 		return nvml.ERROR_GPU_IS_LOST
@@ -780,6 +786,7 @@ func (ci *ComputeInstance) setFuncs() {
 		}
 		ci.destroyed = true
 		delete(ci.gi.cis, ci.id)
+		ci.gi.d.changed()
 		return nvml.SUCCESS
 	}
 	fillDefaults(m, &ci.ComputeInstance, "ComputeInstance", func() bool { return ci.gi.d.lost })
@@ -791,6 +798,7 @@ func (md *MigDevice) enter(method string) nvml.Return {
 	if ret := d.m.enter("MigDevice", method); ret != nvml.SUCCESS {
 		return ret
 	}
+	d.sync()
 	switch {
 	case d.lost:
 		return nvml.ERROR_GPU_IS_LOST
