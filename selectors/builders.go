@@ -188,8 +188,8 @@ func (b Builder) CompareCapacity(name resourceapi.QualifiedName, op string, q re
 // parenthesized; empty operands are left out.
 func And(exprs ...string) string { return join(" && ", exprs) }
 
-// Or joins selectors so that at least one must match. Operands are parenthesized; empty
-// operands are left out.
+// Or joins selectors so that at least one must match. Operands with && or || are
+// parenthesized; empty operands are left out.
 func Or(exprs ...string) string { return join(" || ", exprs) }
 
 // Not negates a selector.
@@ -206,7 +206,7 @@ func join(op string, exprs []string) string {
 		return parts[0]
 	}
 	for i, e := range parts {
-		if op == " || " || strings.Contains(e, "||") || strings.Contains(e, "?") {
+		if strings.Contains(e, "||") || strings.Contains(e, "?") || op == " || " && strings.Contains(e, "&&") {
 			parts[i] = "(" + e + ")"
 		}
 	}
