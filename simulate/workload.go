@@ -66,8 +66,8 @@ func InNamespace(ns string) LoadOption { return func(o *loadOptions) { o.namespa
 // podSource is a Pod, Deployment or Job of the manifest.
 type podSource struct {
 	kind, name, namespace string
-	spec                   corev1.PodSpec
-	replicas               int
+	spec                  corev1.PodSpec
+	replicas              int
 }
 
 // LoadWorkload decodes a multi-document manifest strictly (unknown fields are errors).
