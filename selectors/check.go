@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -198,7 +199,8 @@ func (c *Checker) allocate(ctx context.Context, w *simulate.Workload) []ClaimRes
 	return results
 }
 
-// allocateUnit places the claims of one pod on the first node where all of them fit.
+// allocateUnit places the claims of one pod on the first node where all of them fit; done
+// marks the claims allocated so far.
 func (c *Checker) allocateUnit(ctx context.Context, nodes []*node, claims []*resourceapi.ResourceClaim, unit []int, results []ClaimResult, done []bool) {
 	candidates := nodes
 	for _, i := range unit {
@@ -228,7 +230,7 @@ func (c *Checker) allocateUnit(ctx context.Context, nodes []*node, claims []*res
 			for j, got := range placed {
 				i := placedIdx[j]
 				done[i] = true
-				results[i].Allocated, results[i].Node, results[i].Devices = true, n.name, devicesOf(got)
+				results[i].Allocated, results[i].Node, results[i].Devices, results[i].Reasons = true, n.name, devicesOf(got), nil
 			}
 			return
 		}
@@ -261,7 +263,11 @@ func (c *Checker) explainUnit(ctx context.Context, claims []*resourceapi.Resourc
 				reasons[j] = "node " + failedOn[k].name + ": " + reasons[j]
 			}
 		}
-		results[f.claim].Reasons = append(results[f.claim].Reasons, reasons...)
+		for _, r := range reasons { // a shared claim is tried once per pod that uses it
+			if !slices.Contains(results[f.claim].Reasons, r) {
+				results[f.claim].Reasons = append(results[f.claim].Reasons, r)
+			}
+		}
 		blamed[f.claim] = true
 	}
 	if len(failures) == 0 {
@@ -271,12 +277,10 @@ func (c *Checker) explainUnit(ctx context.Context, claims []*resourceapi.Resourc
 			}
 		}
 	}
+	// Claims stay open for the next pod that uses them (a shared claim may fit with it).
 	for _, i := range unit {
-		if !done[i] {
-			done[i] = true
-			if !blamed[i] && len(results[i].Reasons) == 0 {
-				results[i].Reasons = []string{"not allocated: another claim of the same pod does not fit"}
-			}
+		if !done[i] && !blamed[i] && len(results[i].Reasons) == 0 {
+			results[i].Reasons = []string{"not allocated: another claim of the same pod does not fit"}
 		}
 	}
 }

@@ -99,8 +99,8 @@ func TestCheckGivesUpWithTheScheduler(t *testing.T) {
 }
 
 // TestCheckSharesClaimsAndKeepsPodsOnOneNode: on two nodes with one GPU each, a pod's two
-// claims must land on one node (so the pod does not fit on either), and a claim shared by two
-// pods is allocated once.
+// claims must land on one node (so the pod does not fit on either), a claim shared by pods is
+// allocated once, and a pod that uses it must fit on its node.
 func TestCheckSharesClaimsAndKeepsPodsOnOneNode(t *testing.T) {
 	one := func(node string) *resourceapi.ResourceSlice {
 		return &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: gpudra.DefaultDriverName, NodeName: ptr.To(node),
@@ -124,6 +124,13 @@ metadata: {name: two}
 spec:
   containers: [{name: c, image: x}]
   resourceClaims: [{name: a, resourceClaimTemplateName: gpu}, {name: b, resourceClaimTemplateName: gpu}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: mixed}
+spec:
+  containers: [{name: c, image: x}]
+  resourceClaims: [{name: s, resourceClaimName: shared}, {name: own, resourceClaimTemplateName: gpu}]
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -153,14 +160,17 @@ spec:
 		got = append(got, res{cr.Claim, cr.Allocated, cr.Node, strings.Join(cr.Pods, ",")})
 	}
 	want := []res{
-		{"default/shared", true, "node-a", "users-0,users-1"},
+		{"default/shared", true, "node-a", "mixed,users-0,users-1"},
 		{"default/gpu-1", false, "", "two"},
 		{"default/gpu-2", false, "", "two"},
+		// mixed shares the claim on node-a, so its own claim must fit there too, and does not,
+		// although node-b has a free GPU.
+		{"default/gpu-3", false, "", "mixed"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("claims (-want +got):\n%s", diff)
 	}
-	if len(r.Claims) != 3 {
+	if len(r.Claims) != 4 {
 		return
 	}
 	// The pod comes first: on each node its first claim takes the GPU and the second finds none.

@@ -131,7 +131,7 @@ func (s *Selector) Matches(ctx context.Context, d *Device) (bool, error) {
 	}
 	native, err := out.ConvertToNative(reflect.TypeFor[bool]())
 	if err != nil {
-		return false, fmt.Errorf("CEL result of type %s is not a bool: %w", out.Type().TypeName(), err)
+		return false, fmt.Errorf("CEL result of type %s could not be converted to bool: %w", out.Type().TypeName(), err)
 	}
 	b, ok := native.(bool)
 	if !ok {

@@ -29,30 +29,59 @@ const (
 
 // Rule names, as they appear in findings.
 const (
-	RuleCompile             = "compile"
+	// RuleCompile: the expression does not compile (syntax, types, result type, cost, length).
+	RuleCompile = "compile"
+	// RuleAttributeIsCapacity: a capacity (memory) read as device.attributes[...].
 	RuleAttributeIsCapacity = "attribute-is-capacity"
+	// RuleCapacityIsAttribute: an attribute read as device.capacity[...].
 	RuleCapacityIsAttribute = "capacity-is-attribute"
-	RuleNameAsDomain        = "name-as-domain"
-	RuleUnknownAttribute    = "unknown-attribute"
-	RuleUnknownCapacity     = "unknown-capacity"
-	RuleUnknownDomain       = "unknown-domain"
-	RuleWrongDomain         = "wrong-domain"
-	RuleUnknownProfile      = "unknown-profile"
-	RuleUnknownValue        = "unknown-value"
-	RuleVersionAsString     = "version-as-string"
-	RuleTypeMismatch        = "type-mismatch"
-	RuleQuantityComparison  = "quantity-comparison"
-	RuleMatchesNothing      = "matches-nothing"
-	RuleMatchesEverything   = "matches-everything"
-	RuleRuntimeError        = "runtime-error"
-	RuleMissingExactly      = "missing-exactly"
-	RuleUnqualifiedName     = "unqualified-name"
-	RuleUnknownClass        = "unknown-class"
-	RuleUnknownRequest      = "unknown-request"
-	RuleInvalidConfig       = "invalid-config"
-	RuleMissingReference    = "missing-reference"
-	RuleUpgrade             = "upgrade"
-	RuleDecode              = "decode"
+	// RuleNameAsDomain: device.attributes['memory'] reads the domain "memory", not a name.
+	RuleNameAsDomain = "name-as-domain"
+	// RuleUnknownAttribute: a name the domain does not publish.
+	RuleUnknownAttribute = "unknown-attribute"
+	// RuleUnknownCapacity: a capacity the domain does not publish.
+	RuleUnknownCapacity = "unknown-capacity"
+	// RuleUnknownDomain: a domain no device publishes.
+	RuleUnknownDomain = "unknown-domain"
+	// RuleWrongDomain: a name published in another domain (pcieRoot in the driver's domain).
+	RuleWrongDomain = "wrong-domain"
+	// RuleUnknownProfile: a MIG profile that exists on no GPU of the target machine (or of
+	// any model, without one), or that is not a profile name.
+	RuleUnknownProfile = "unknown-profile"
+	// RuleUnknownValue: a value the attribute never has (type 'GPU').
+	RuleUnknownValue = "unknown-value"
+	// RuleVersionAsString: a version attribute compared with a string or a number.
+	RuleVersionAsString = "version-as-string"
+	// RuleTypeMismatch: an attribute compared with a literal of another type, or used as the
+	// whole condition.
+	RuleTypeMismatch = "type-mismatch"
+	// RuleQuantityComparison: a capacity compared with a number or string, or with == / !=.
+	RuleQuantityComparison = "quantity-comparison"
+	// RuleMatchesNothing: the selectors match no device of the target machine.
+	RuleMatchesNothing = "matches-nothing"
+	// RuleMatchesEverything: the request's selectors match every device its class selects.
+	RuleMatchesEverything = "matches-everything"
+	// RuleRuntimeError: evaluation fails on a device of the target machine, which makes the
+	// scheduler give up on the claim for that node.
+	RuleRuntimeError = "runtime-error"
+	// RuleMissingExactly: a request with neither exactly nor firstAvailable.
+	RuleMissingExactly = "missing-exactly"
+	// RuleUnqualifiedName: a constraint attribute without a domain that resolves to the
+	// driver's domain, where it is not published.
+	RuleUnqualifiedName = "unqualified-name"
+	// RuleUnknownClass: a DeviceClass that does not exist.
+	RuleUnknownClass = "unknown-class"
+	// RuleUnknownRequest: a constraint or config naming a request the claim does not have.
+	RuleUnknownRequest = "unknown-request"
+	// RuleInvalidConfig: the driver's opaque configuration does not decode.
+	RuleInvalidConfig = "invalid-config"
+	// RuleMissingReference: a pod uses a claim or template the manifest does not define, or a
+	// container uses a claim the pod does not declare.
+	RuleMissingReference = "missing-reference"
+	// RuleUpgrade: what upgrading the manifest to resource.k8s.io/v1 changed or could not.
+	RuleUpgrade = "upgrade"
+	// RuleDecode: an object that does not decode strictly.
+	RuleDecode = "decode"
 )
 
 // Finding is one problem lint found.
@@ -302,6 +331,11 @@ func (l *Linter) staticRules(p *parsed) ([]Finding, []edit) {
 	}
 	for _, a := range p.accesses() {
 		l.checkAccess(p, a, add)
+		if a.expr.ID() == p.root.ID() && a.name != "" && l.attrs[a.domain][a.name] != typeBool {
+			add(Finding{Severity: SeverityError, Rule: RuleTypeMismatch,
+				Message:    fmt.Sprintf("the selector is the value of %s, not a condition: it compiles, but fails on every device that has a non-bool %s", a.name, a.name),
+				Suggestion: fmt.Sprintf("compare it: %s == '...'", p.text(a.expr))}, a.expr, nil)
+		}
 	}
 	return fs, edits
 }

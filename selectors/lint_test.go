@@ -123,6 +123,11 @@ func TestLintExpression(t *testing.T) {
 			onMachine: []got{{Rule: selectors.RuleQuantityComparison, Severity: selectors.SeverityWarning}, {Rule: selectors.RuleMatchesNothing, Severity: selectors.SeverityWarning}},
 		},
 		{
+			name: "quantity on the left of a flipped comparison",
+			expr: `'40Gi' <= ` + d + `.memory`,
+			want: []got{{selectors.RuleAttributeIsCapacity, selectors.SeverityError, capMem + `.compareTo(quantity('40Gi')) >= 0`}},
+		},
+		{
 			name: "int attribute compared with a string",
 			expr: d + `.index == '3'`,
 			want: []got{{selectors.RuleTypeMismatch, selectors.SeverityError, d + `.index == 3`}},
@@ -156,6 +161,12 @@ func TestLintExpression(t *testing.T) {
 			name:      "runtime error on the machine (MIG devices have no minor)",
 			expr:      d + `.minor == 0`,
 			onMachine: []got{{Rule: selectors.RuleRuntimeError, Severity: selectors.SeverityError}},
+		},
+		{
+			name:      "an attribute value is no condition",
+			expr:      d + `.type`,
+			want:      []got{{Rule: selectors.RuleTypeMismatch, Severity: selectors.SeverityError}},
+			onMachine: []got{{Rule: selectors.RuleTypeMismatch, Severity: selectors.SeverityError}},
 		},
 		{
 			name: "syntax error",

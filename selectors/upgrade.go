@@ -49,8 +49,9 @@ func NewUpgrader(opts ...Option) *Upgrader {
 // Upgrade is the result of upgrading a manifest.
 type Upgrade struct {
 	// Manifest is the input with every object it could convert in its v1 form. Documents that
-	// needed no change are kept byte for byte (comments included); converted documents are
-	// re-encoded; objects that could not be converted are kept as they were.
+	// needed no change keep their text and comments (the whole input is returned byte for byte
+	// when nothing changed); converted documents are re-encoded; objects that could not be
+	// converted are kept as they were.
 	Manifest []byte
 	// Changes says what was changed and why, per object.
 	Changes []Change
@@ -106,13 +107,16 @@ func (u *Upgrader) Upgrade(data []byte) (*Upgrade, error) {
 		run.markReferenced(heads[i], d)
 	}
 	var out [][]byte
+	changed := false
 	for i, d := range docs {
 		conv, keep := run.document(heads[i], d)
 		switch {
 		case conv != nil:
-			out = append(out, conv)
+			out, changed = append(out, conv), true
 		case keep:
 			out = append(out, d)
+		default:
+			changed = true
 		}
 	}
 	for key, p := range run.params {
@@ -120,7 +124,11 @@ func (u *Upgrader) Upgrade(data []byte) (*Upgrade, error) {
 			run.change(SeverityError, p.head.String(), "", "gpu.resource.nvidia.com claim parameters are not served by a v1 cluster and no claim in the manifest references these; removed")
 		}
 	}
-	return &Upgrade{Manifest: joinDocuments(out), Changes: run.changes}, errors.Join(run.errs...)
+	manifest := data // nothing converted: the input as it was, byte for byte
+	if changed {
+		manifest = joinDocuments(out)
+	}
+	return &Upgrade{Manifest: manifest, Changes: run.changes}, errors.Join(run.errs...)
 }
 
 // docHead is what identifies a document.
