@@ -127,7 +127,7 @@ spec:
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: mixed}
+metadata: {name: mixed-1}
 spec:
   containers: [{name: c, image: x}]
   resourceClaims: [{name: s, resourceClaimName: shared}, {name: own, resourceClaimTemplateName: gpu}]
@@ -143,6 +143,13 @@ spec:
     spec:
       containers: [{name: c, image: x}]
       resourceClaims: [{name: s, resourceClaimName: shared}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: mixed-2}
+spec:
+  containers: [{name: c, image: x}]
+  resourceClaims: [{name: s, resourceClaimName: shared}, {name: own, resourceClaimTemplateName: gpu}]
 `
 	c := selectors.NewChecker(selectors.WithMachine("two nodes", []*resourceapi.ResourceSlice{one("node-a"), one("node-b")}))
 	r, err := c.Check(context.Background(), "inline", []byte(manifest))
@@ -160,18 +167,23 @@ spec:
 		got = append(got, res{cr.Claim, cr.Allocated, cr.Node, strings.Join(cr.Pods, ",")})
 	}
 	want := []res{
-		{"default/shared", true, "node-a", "mixed,users-0,users-1"},
+		// mixed-1 cannot have it (its own claim finds no second GPU on either node); users-0 can.
+		{"default/shared", true, "node-a", "mixed-1,users-0,users-1,mixed-2"},
 		{"default/gpu-1", false, "", "two"},
 		{"default/gpu-2", false, "", "two"},
-		// mixed shares the claim on node-a, so its own claim must fit there too, and does not,
+		{"default/gpu-3", false, "", "mixed-1"},
+		// mixed-2 shares the claim on node-a, so its own claim must fit there too, and does not,
 		// although node-b has a free GPU.
-		{"default/gpu-3", false, "", "mixed"},
+		{"default/gpu-4", false, "", "mixed-2"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("claims (-want +got):\n%s", diff)
 	}
-	if len(r.Claims) != 4 {
+	if len(r.Claims) != 5 {
 		return
+	}
+	if r.Claims[0].Reasons != nil {
+		t.Errorf("the allocated shared claim keeps the reasons of an earlier attempt: %v", r.Claims[0].Reasons)
 	}
 	// The pod comes first: on each node its first claim takes the GPU and the second finds none.
 	if got := strings.Join(r.Claims[2].Reasons, "\n"); !strings.Contains(got, "node node-a: ") || !strings.Contains(got, "node node-b: ") {

@@ -87,9 +87,6 @@ func (n *node) deviceIndex() map[string]*Device {
 	return out
 }
 
-// short is a device name, qualified with the pool only when the machine has several pools.
-func short(d *Device) string { return d.Name() }
-
 // explain says why a claim does not fit on a node: per request, which selector or which
 // allocation rejected which devices; then constraints; then which request no longer fits once
 // the ones before it are placed, as the allocator itself decides.
@@ -146,7 +143,7 @@ func (c *Checker) explainRequest(ctx context.Context, n *node, ri requestInfo, p
 		v, ok := c.judge(ctx, n, ri, d, pin)
 		if ok {
 			usable++
-			usableNames = append(usableNames, short(d))
+			usableNames = append(usableNames, d.Name())
 			continue
 		}
 		if _, seen := groups[v.key]; !seen {

@@ -16,7 +16,6 @@ import (
 	drav1beta2 "k8s.io/dynamic-resource-allocation/api/v1beta2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/sharing/v1beta1"
 )
 
@@ -343,6 +342,3 @@ func joinDocuments(docs [][]byte) []byte {
 // gpuClass and migClass are the driver's DeviceClass names.
 func (u *Upgrader) gpuClass() string { return DeviceClasses(u.driver)[0].Name }
 func (u *Upgrader) migClass() string { return DeviceClasses(u.driver)[1].Name }
-
-// isDefaultDriver reports whether the driver is the one the legacy APIs were written for.
-func (u *Upgrader) isDefaultDriver() bool { return u.driver == gpudra.DefaultDriverName }
