@@ -2,6 +2,8 @@ package selectors_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -10,11 +12,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/examples/deploy"
+	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/selectors"
+	"github.com/gpudra/gpudra/simulate"
 )
 
 func str(d *selectors.Device, name resourceapi.QualifiedName) string {
@@ -233,5 +239,61 @@ func TestQuotingSurvivesHostileInput(t *testing.T) {
 		if _, err := c.Compile(g); err != nil {
 			t.Errorf("ProductName(%q) = %s does not compile: %v", in, g, err)
 		}
+	}
+}
+
+// TestConstraintsOnFakeMachines: claims built with the constraint helpers allocate devices that
+// share the attribute, on machines where the topology allows it, and do not fit where it does
+// not (each H100 has its own PCIe root).
+func TestConstraintsOnFakeMachines(t *testing.T) {
+	b := selectors.For("")
+	claim := func(count int64, c resourceapi.DeviceConstraint, class string) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default", UID: "00000000-0000-4000-8000-000000000001"},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+				Requests:    []resourceapi.DeviceRequest{{Name: "r", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class, Count: count}}},
+				Constraints: []resourceapi.DeviceConstraint{c},
+			}}}
+	}
+	cases := []struct {
+		name  string
+		on    machine
+		claim *resourceapi.ResourceClaim
+		attr  resourceapi.QualifiedName
+		fits  bool
+	}{
+		{"4 GPUs on one NUMA node", machine{name: "dgx-h100"}, claim(4, selectors.SameNUMANode(), "gpu.nvidia.com"), gpudra.StdAttrNUMANode, true},
+		{"5 GPUs on one NUMA node", machine{name: "dgx-h100"}, claim(5, selectors.SameNUMANode(), "gpu.nvidia.com"), gpudra.StdAttrNUMANode, false},
+		{"a GPU pair under one PCIe root", machine{name: "dgx-a100-40gb"}, claim(2, selectors.SamePCIeRoot("r"), "gpu.nvidia.com"), gpudra.StdAttrPCIeRoot, true},
+		{"no pair under one root on H100", machine{name: "dgx-h100"}, claim(2, selectors.SamePCIeRoot("r"), "gpu.nvidia.com"), gpudra.StdAttrPCIeRoot, false},
+		{"4 MIG devices of one GPU", machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}, claim(4, b.SameParentGPU(), "mig.nvidia.com"), gpudra.AttrParentUUID, true},
+		{"5 MIG devices of one GPU", machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}, claim(5, b.SameParentGPU(), "mig.nvidia.com"), gpudra.AttrParentUUID, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			slices := tc.on.slices(t)
+			sim := simulate.New(testNode, selectors.DeviceClasses(""), slices)
+			got, err := sim.Allocate(context.Background(), tc.claim)
+			if !tc.fits {
+				if !errors.Is(err, simulate.ErrUnschedulable) {
+					t.Fatalf("Allocate = %v, want unschedulable", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			byName := map[string]*selectors.Device{}
+			for _, d := range selectors.DevicesFromSlices(slices) {
+				byName[d.Name()] = d
+			}
+			values := map[string]bool{}
+			for _, r := range got.Status.Allocation.Devices.Results {
+				a, _ := byName[r.Device].Attribute(tc.attr)
+				values[fmt.Sprint(ptr.Deref(a.StringValue, ""), ptr.Deref(a.IntValue, -1))] = true
+			}
+			if len(values) != 1 || len(got.Status.Allocation.Devices.Results) != int(tc.claim.Spec.Devices.Requests[0].Exactly.Count) {
+				t.Errorf("devices %v have %s values %v, want one", got.Status.Allocation.Devices.Results, tc.attr, values)
+			}
+		})
 	}
 }
