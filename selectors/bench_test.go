@@ -25,7 +25,7 @@ func seedSelectors(b *testing.B) []benchSelector {
 	mig40 := machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}.devices(b)
 	mig80 := machine{name: "dgx-a100-80gb", mopts: []gputest.Option{balanced80}}.devices(b)
 	// Seed 003's selector does not compile; its lint fix is what users end up with.
-	fixed := selectors.NewLinter().Expression(context.Background(), `device.driver == 'gpu.nvidia.com' && device.attributes['memory'] >= 40000`)[0].Fixed
+	fixed := selectors.NewLinter(selectors.Environment{}).Expression(context.Background(), `device.driver == 'gpu.nvidia.com' && device.attributes['memory'] >= 40000`)[0].Fixed
 	return []benchSelector{
 		{"001-class-gpu", `device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'`, full},
 		{"001-mig-1g.5gb", "device.attributes[\"gpu.nvidia.com\"].type == \"mig\" &&\ndevice.attributes[\"gpu.nvidia.com\"].profile == \"1g.5gb\"\n", mig40},
@@ -42,7 +42,7 @@ func upgradedSelector(b *testing.B, file string) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	up, err := selectors.NewUpgrader().Upgrade(data)
+	up, err := selectors.NewUpgrader("").Upgrade(data)
 	if err != nil {
 		b.Fatal(err)
 	}

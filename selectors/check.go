@@ -18,21 +18,23 @@ import (
 // and an explanation for every claim that does not fit. A Checker is for one manifest at a
 // time; build one per manifest and machine (they are cheap; share the Compiler).
 type Checker struct {
-	st              settings
+	env             Environment
+	policy          *Policy
 	linter          *Linter
 	upgrader        *Upgrader
 	objs            []Object
 	workloadClasses map[string]*resourceapi.DeviceClass
 }
 
-// NewChecker returns a Checker. It uses every option: WithCompiler, WithDriverName,
-// WithMachine (without it, Check does not allocate), WithDeviceClasses, WithPolicy and
-// WithNamespace.
-func NewChecker(opts ...Option) *Checker {
-	st := newSettings(opts)
-	// The Linter and Upgrader share the Checker's settings, compiler included.
-	shared := func(s *settings) { *s = st }
-	return &Checker{st: st, linter: NewLinter(shared), upgrader: NewUpgrader(shared)}
+// NewChecker returns a Checker. Without WithMachine it lints but does not allocate.
+func NewChecker(opts ...CheckerOption) *Checker {
+	c := &Checker{}
+	for _, o := range opts {
+		o(c)
+	}
+	c.env = c.env.withDefaults()
+	c.linter, c.upgrader = NewLinter(c.env), NewUpgrader(c.env.DriverName)
+	return c
 }
 
 // Report is what Check found in one manifest.
@@ -117,14 +119,14 @@ func (c *Checker) Check(ctx context.Context, source string, manifest []byte) (*R
 	}
 	c.objs = objs
 	r.Findings = append(r.Findings, c.linter.Objects(ctx, objs)...)
-	if c.st.policy != nil {
-		r.Violations = c.st.policy.Evaluate(ctx, objs, func(s *settings) { *s = c.st })
+	if c.policy != nil {
+		r.Violations = c.policy.Evaluate(ctx, objs, c.env)
 	}
-	if c.st.slices == nil {
+	if c.env.Slices == nil {
 		return r, nil
 	}
-	r.Machine = c.st.machine
-	w, err := simulate.LoadWorkload(up.Manifest, nil, simulate.SkipOtherKinds(), simulate.InNamespace(c.st.namespace))
+	r.Machine = c.env.Machine
+	w, err := simulate.LoadWorkload(up.Manifest, nil, simulate.SkipOtherKinds(), simulate.InNamespace(c.env.Namespace))
 	if err != nil {
 		r.Findings = append(r.Findings, Finding{Severity: SeverityError, Rule: RuleDecode, Message: "cannot simulate the workload: " + err.Error()})
 		return r, nil
@@ -308,7 +310,7 @@ func devicesOf(claim *resourceapi.ResourceClaim) []AllocatedDevice {
 func (c *Checker) nodes(workloadClasses []*resourceapi.DeviceClass) []*node {
 	byNode := map[string][]*resourceapi.ResourceSlice{}
 	var common []*resourceapi.ResourceSlice
-	for _, s := range c.st.slices {
+	for _, s := range c.env.Slices {
 		if s == nil {
 			continue
 		}
@@ -320,13 +322,13 @@ func (c *Checker) nodes(workloadClasses []*resourceapi.DeviceClass) []*node {
 	}
 	names := keys(byNode)
 	if len(names) == 0 {
-		names = []string{c.st.machine}
+		names = []string{c.env.Machine}
 	}
-	classes := append(append(DeviceClasses(c.st.driver), c.st.classes...), workloadClasses...)
+	classes := append(append(DeviceClasses(c.env.DriverName), c.env.DeviceClasses...), workloadClasses...)
 	var out []*node
 	for _, name := range names {
 		slices := append(append([]*resourceapi.ResourceSlice{}, byNode[name]...), common...)
-		sim := simulate.New(name, classes, slices, simulate.WithFeatures(c.st.compiler.Features()))
+		sim := simulate.New(name, classes, slices, simulate.WithFeatures(c.env.Compiler.Features()))
 		out = append(out, newNode(name, sim, slices))
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].name < out[j].name })

@@ -15,13 +15,13 @@ import (
 	"github.com/gpudra/gpudra/selectors"
 )
 
-func checkFile(t *testing.T, path string, m machine, opts ...selectors.Option) *selectors.Report {
+func checkFile(t *testing.T, path string, m machine, opts ...selectors.CheckerOption) *selectors.Report {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts = append([]selectors.Option{selectors.WithMachine(m.name, m.slices(t))}, opts...)
+	opts = append([]selectors.CheckerOption{selectors.WithMachine(m.name, m.slices(t))}, opts...)
 	r, err := selectors.NewChecker(opts...).Check(context.Background(), path, data)
 	if err != nil {
 		t.Fatal(err)

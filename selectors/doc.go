@@ -24,10 +24,11 @@
 //
 // # Linting, policy, upgrade
 //
-// A Linter reports findings with a suggested fix (Finding.Fixed is a corrected expression
+// An Environment says what manifests are checked against: the driver, the target machine's
+// ResourceSlices, the cluster's DeviceClasses and the namespace. A Linter reports findings with a suggested fix (Finding.Fixed is a corrected expression
 // that compiles): capacities read as attributes, names read as attribute domains, unknown
 // attributes, wrong domains, versions compared as strings, quantities compared with numbers,
-// MIG profiles that exist on no GPU of the target machine (WithMachine), requests without
+// MIG profiles that exist on no GPU of the target machine (Environment.Slices), requests without
 // exactly, unqualified constraint attributes, and selectors that match nothing, everything, or
 // fail on the machine's devices. A Policy blocks or allows MIG profiles, caps full GPUs per
 // claim and requires a sharing strategy per namespace. An Upgrader rewrites

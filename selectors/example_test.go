@@ -44,7 +44,7 @@ func Example() {
 // ExampleLinter_Expression lints the DeviceClass selector of seed 003, which reads memory as
 // an attribute domain.
 func ExampleLinter_Expression() {
-	l := selectors.NewLinter()
+	l := selectors.NewLinter(selectors.Environment{})
 	for _, f := range l.Expression(context.Background(), `device.driver == 'gpu.nvidia.com' && device.attributes['memory'] >= 40000`) {
 		fmt.Printf("%s %s at %d:%d\n", f.Severity, f.Rule, f.Line, f.Column)
 	}
@@ -79,7 +79,7 @@ spec:
   sharing:
     strategy: MPS
 `
-	up, err := selectors.NewUpgrader().Upgrade([]byte(manifest))
+	up, err := selectors.NewUpgrader("").Upgrade([]byte(manifest))
 	if err != nil {
 		panic(err)
 	}
@@ -135,7 +135,7 @@ spec:
 	if err != nil {
 		panic(err)
 	}
-	for _, v := range policy.Evaluate(context.Background(), objs) {
+	for _, v := range policy.Evaluate(context.Background(), objs, selectors.Environment{}) {
 		fmt.Println(v)
 	}
 	// Output:

@@ -96,7 +96,7 @@ func (c *Checker) explain(ctx context.Context, n *node, claim *resourceapi.Resou
 		msg, _, _ := strings.Cut(allocErr.Error(), "\n") // CEL errors add the source and a caret below
 		reasons = append(reasons, "the scheduler gives up on this claim: "+msg)
 	}
-	classes := knownClasses(c.st, c.objs)
+	classes := knownClasses(c.env, c.objs)
 	for name, cl := range c.workloadClasses {
 		classes[name] = cl
 	}
@@ -194,7 +194,7 @@ func (c *Checker) judge(ctx context.Context, n *node, ri requestInfo, d *Device,
 		if i >= nClass {
 			which = fmt.Sprintf("request selector #%d", i-nClass)
 		}
-		sel, err := c.st.compiler.Compile(expr)
+		sel, err := c.env.Compiler.Compile(expr)
 		if err != nil {
 			return verdict{key: which + " error", message: fmt.Sprintf("not evaluated: %s does not compile", which)}, false
 		}
@@ -265,7 +265,7 @@ func untolerated(d *Device) string {
 
 // readAttributes are the qualified attribute names a selector reads.
 func (c *Checker) readAttributes(expr string) []string {
-	p, ok := parseExpression(c.st.compiler.validationEnv(), expr)
+	p, ok := parseExpression(c.env.Compiler.validationEnv(), expr)
 	if !ok {
 		return nil
 	}

@@ -85,7 +85,7 @@ func FuzzLint(f *testing.F) {
 		f.Add(e)
 	}
 	c := selectors.NewCompiler()
-	l := selectors.NewLinter(selectors.WithCompiler(c), selectors.WithMachine("dgx-a100-40gb", machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}.slices(f)))
+	l := selectors.NewLinter(selectors.Environment{Compiler: c, Machine: "dgx-a100-40gb", Slices: machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}.slices(f)})
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, expr string) {
 		fs := l.Expression(ctx, expr)
@@ -119,7 +119,7 @@ func FuzzUpgrade(f *testing.F) {
 	f.Add([]byte("apiVersion: resource.k8s.io/v1alpha2\nkind: ResourceClaim\nmetadata: {name: x}\nspec: {resourceClassName: gpu.nvidia.com, parametersRef: {kind: GpuClaimParameters, name: p}}\n---\napiVersion: gpu.resource.nvidia.com/v1alpha1\nkind: GpuClaimParameters\nmetadata: {name: p}\nspec: {selector: {orExpression: [{index: 1}, {andExpression: [{brand: '*'}]}]}}\n"))
 	f.Add([]byte("kind: Pod\napiVersion: v1\nspec: {resourceClaims: [{name: a, source: {resourceClaimName: b}}]}\n"))
 	f.Add([]byte("---\n---\n# only a comment\n"))
-	u := selectors.NewUpgrader()
+	u := selectors.NewUpgrader("")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		once, err := u.Upgrade(data)
 		if once == nil {

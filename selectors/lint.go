@@ -152,15 +152,15 @@ type Linter struct {
 	models []*mig.Model
 }
 
-// NewLinter returns a Linter. It uses the options WithCompiler, WithDriverName, WithMachine and
-// WithDeviceClasses.
-func NewLinter(opts ...Option) *Linter {
-	st := newSettings(opts)
-	l := &Linter{compiler: st.compiler, driver: st.driver, machine: st.machine, classes: map[string]*resourceapi.DeviceClass{}}
-	if st.slices != nil {
-		l.devices = DevicesFromSlices(st.slices)
+// NewLinter returns a Linter for an environment: its driver, and its machine when it has one
+// (Environment.Slices).
+func NewLinter(env Environment) *Linter {
+	env = env.withDefaults()
+	l := &Linter{compiler: env.Compiler, driver: env.DriverName, machine: env.Machine, classes: map[string]*resourceapi.DeviceClass{}}
+	if env.Slices != nil {
+		l.devices = DevicesFromSlices(env.Slices)
 	}
-	for _, c := range append(DeviceClasses(l.driver), st.classes...) {
+	for _, c := range append(DeviceClasses(l.driver), env.DeviceClasses...) {
 		if c != nil {
 			l.classes[c.Name] = c
 		}

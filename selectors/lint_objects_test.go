@@ -113,7 +113,7 @@ spec:
 			},
 		},
 	}
-	l := selectors.NewLinter()
+	l := selectors.NewLinter(selectors.Environment{})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, err := selectors.DecodeManifest([]byte(tc.manifest))
@@ -157,7 +157,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := selectors.NewLinter(selectors.WithMachine("dgx-a100-40gb", machine{name: "dgx-a100-40gb"}.slices(t)))
+	l := selectors.NewLinter(selectors.Environment{Machine: "dgx-a100-40gb", Slices: machine{name: "dgx-a100-40gb"}.slices(t)})
 	want := []where{
 		{selectors.RuleRuntimeError, selectors.SeverityError, "ResourceClaim c", "spec.devices.requests[0].exactly.selectors"},
 		{selectors.RuleMatchesEverything, selectors.SeverityInfo, "ResourceClaim c", "spec.devices.requests[1].exactly.selectors"},

@@ -175,8 +175,8 @@ func TestLintExpression(t *testing.T) {
 		},
 	}
 	ctx := context.Background()
-	bare := selectors.NewLinter()
-	a100 := selectors.NewLinter(selectors.WithMachine("dgx-a100-40gb", machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}.slices(t)))
+	bare := selectors.NewLinter(selectors.Environment{})
+	a100 := selectors.NewLinter(selectors.Environment{Machine: "dgx-a100-40gb", Slices: machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}.slices(t)})
 	c := selectors.NewCompiler()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -212,7 +212,7 @@ func TestLintExpression(t *testing.T) {
 // TestLintPositions: findings point at the offending node, 1-based, across lines.
 func TestLintPositions(t *testing.T) {
 	expr := "device.driver == 'gpu.nvidia.com' &&\n  device.attributes['gpu.nvidia.com'].profile == '9g.1gb'"
-	fs := selectors.NewLinter().Expression(context.Background(), expr)
+	fs := selectors.NewLinter(selectors.Environment{}).Expression(context.Background(), expr)
 	if len(fs) != 1 {
 		t.Fatalf("findings = %v, want one", fs)
 	}

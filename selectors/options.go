@@ -6,57 +6,65 @@ import (
 	"github.com/gpudra/gpudra"
 )
 
-// Option configures a Linter, an Upgrader or a Checker. Each constructor says which options it
-// uses; it ignores the others, so one option list can configure all three.
-type Option func(*settings)
-
-type settings struct {
-	compiler  *Compiler
-	driver    string
-	machine   string
-	slices    []*resourceapi.ResourceSlice
-	classes   []*resourceapi.DeviceClass
-	policy    *Policy
-	namespace string
+// Environment is what manifests are linted and evaluated against: the driver they are written
+// for, the target machine, the cluster's DeviceClasses and the namespace they go into. The zero
+// Environment is the default driver, no machine, and namespace "default".
+type Environment struct {
+	// Compiler compiles selectors; nil means NewCompiler().
+	Compiler *Compiler
+	// DriverName is the DRA driver (and attribute domain); "" means gpudra.DefaultDriverName.
+	DriverName string
+	// Machine names the target machine in messages.
+	Machine string
+	// Slices are the ResourceSlices of the target machine (one node, or a cluster's nodes);
+	// nil means there is no machine to check against.
+	Slices []*resourceapi.ResourceSlice
+	// DeviceClasses exist in the cluster besides those of the manifests; the driver's own
+	// (DeviceClasses(DriverName)) are always known.
+	DeviceClasses []*resourceapi.DeviceClass
+	// Namespace is where objects that name none go, as kubectl apply -n puts them; "" means
+	// "default".
+	Namespace string
 }
 
-func newSettings(opts []Option) settings {
-	s := settings{driver: gpudra.DefaultDriverName, namespace: "default"}
-	for _, o := range opts {
-		o(&s)
+// withDefaults fills in the defaults of the zero fields.
+func (e Environment) withDefaults() Environment {
+	if e.Compiler == nil {
+		e.Compiler = NewCompiler()
 	}
-	if s.compiler == nil {
-		s.compiler = NewCompiler()
+	if e.DriverName == "" {
+		e.DriverName = gpudra.DefaultDriverName
 	}
-	if s.driver == "" {
-		s.driver = gpudra.DefaultDriverName
+	if e.Namespace == "" {
+		e.Namespace = "default"
 	}
-	return s
+	return e
 }
+
+// CheckerOption configures a Checker.
+type CheckerOption func(*Checker)
 
 // WithCompiler compiles with c (default: NewCompiler()), for its features and cost limit.
-func WithCompiler(c *Compiler) Option { return func(s *settings) { s.compiler = c } }
+func WithCompiler(c *Compiler) CheckerOption { return func(k *Checker) { k.env.Compiler = c } }
 
 // WithDriverName sets the DRA driver (and attribute domain) the manifests are written for
 // (default gpudra.DefaultDriverName).
-func WithDriverName(name string) Option { return func(s *settings) { s.driver = name } }
+func WithDriverName(name string) CheckerOption { return func(k *Checker) { k.env.DriverName = name } }
 
 // WithMachine sets the target machine: the ResourceSlices of one node (or of a cluster), and a
-// name for messages. Lint then checks profiles against its GPUs and selectors against its
-// devices; Check allocates on it.
-func WithMachine(name string, slices []*resourceapi.ResourceSlice) Option {
-	return func(s *settings) { s.machine, s.slices = name, slices }
+// name for messages. Without it, Check lints but does not allocate.
+func WithMachine(name string, slices []*resourceapi.ResourceSlice) CheckerOption {
+	return func(k *Checker) { k.env.Machine, k.env.Slices = name, slices }
 }
 
 // WithDeviceClasses adds DeviceClasses that exist in the cluster besides those in the
-// manifests (the driver's own, DeviceClasses(driver), are always known).
-func WithDeviceClasses(classes ...*resourceapi.DeviceClass) Option {
-	return func(s *settings) { s.classes = append(s.classes, classes...) }
+// manifests (the driver's own are always known).
+func WithDeviceClasses(classes ...*resourceapi.DeviceClass) CheckerOption {
+	return func(k *Checker) { k.env.DeviceClasses = append(k.env.DeviceClasses, classes...) }
 }
 
 // WithPolicy makes Check evaluate a policy.
-func WithPolicy(p *Policy) Option { return func(s *settings) { s.policy = p } }
+func WithPolicy(p *Policy) CheckerOption { return func(k *Checker) { k.policy = p } }
 
-// WithNamespace is the namespace of objects that do not name one, as kubectl apply -n would
-// put them (default "default").
-func WithNamespace(ns string) Option { return func(s *settings) { s.namespace = ns } }
+// WithNamespace is the namespace of objects that do not name one (default "default").
+func WithNamespace(ns string) CheckerOption { return func(k *Checker) { k.env.Namespace = ns } }

@@ -122,17 +122,17 @@ func (v Violation) String() string {
 
 // Evaluate checks the ResourceClaims and ResourceClaimTemplates of a manifest against the
 // policy. What a request selects is read from its selectors (profile and type literals) and,
-// with a machine (WithMachine), from the devices it matches there. Pods, Deployments and Jobs
-// are checked through the claims and templates they use. It uses the options WithCompiler,
-// WithDriverName, WithMachine, WithDeviceClasses and WithNamespace.
-func (p *Policy) Evaluate(ctx context.Context, objs []Object, opts ...Option) []Violation {
+// with a machine (Environment.Slices), from the devices it matches there. Pods, Deployments and
+// Jobs are checked through the claims and templates they use; objects without a namespace are
+// in Environment.Namespace.
+func (p *Policy) Evaluate(ctx context.Context, objs []Object, env Environment) []Violation {
 	if p == nil {
 		return nil
 	}
-	st := newSettings(opts)
+	st := env.withDefaults()
 	var devices []*Device
-	if st.slices != nil {
-		devices = DevicesFromSlices(st.slices)
+	if st.Slices != nil {
+		devices = DevicesFromSlices(st.Slices)
 	}
 	classes := knownClasses(st, objs)
 	users := usersOf(objs)
@@ -144,7 +144,7 @@ func (p *Policy) Evaluate(ctx context.Context, objs []Object, opts ...Option) []
 		}
 		ns := o.Namespace
 		if ns == "" {
-			ns = st.namespace
+			ns = st.Namespace
 		}
 		vs := p.claim(ctx, st, spec, field.NewPath(specPath), classes, devices, ns)
 		for i := range vs {
@@ -156,15 +156,15 @@ func (p *Policy) Evaluate(ctx context.Context, objs []Object, opts ...Option) []
 	return out
 }
 
-func (p *Policy) claim(ctx context.Context, st settings, spec *resourceapi.ResourceClaimSpec, specPath *field.Path, classes map[string]*resourceapi.DeviceClass, devices []*Device, ns string) []Violation {
+func (p *Policy) claim(ctx context.Context, st Environment, spec *resourceapi.ResourceClaimSpec, specPath *field.Path, classes map[string]*resourceapi.DeviceClass, devices []*Device, ns string) []Violation {
 	var out []Violation
 	gpus, unbounded := int64(0), false
 	var gpuRequests []string
 	perRequest := map[string]int64{}
 	for _, ri := range requests(spec, specPath, classes) {
-		ri.analyze(ctx, st.compiler, st.driver, devices)
+		ri.analyze(ctx, st.Compiler, st.DriverName, devices)
 		out = append(out, p.profiles(ri)...)
-		out = append(out, p.sharing(spec, ri, st.driver, ns)...)
+		out = append(out, p.sharing(spec, ri, st.DriverName, ns)...)
 		if ri.isGPU() {
 			parent := strings.SplitN(ri.name, "/", 2)[0]
 			if ri.all {
@@ -242,9 +242,9 @@ func matchAny(name string, patterns []string) (string, bool) {
 
 // knownClasses are the driver's DeviceClasses, those given as options and those of the
 // manifest.
-func knownClasses(st settings, objs []Object) map[string]*resourceapi.DeviceClass {
+func knownClasses(st Environment, objs []Object) map[string]*resourceapi.DeviceClass {
 	classes := map[string]*resourceapi.DeviceClass{}
-	for _, c := range append(DeviceClasses(st.driver), st.classes...) {
+	for _, c := range append(DeviceClasses(st.DriverName), st.DeviceClasses...) {
 		if c != nil {
 			classes[c.Name] = c
 		}

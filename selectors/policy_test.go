@@ -46,11 +46,11 @@ func TestSeed001CrossGuardPolicy(t *testing.T) {
 	patterns := &selectors.Policy{BlockedMIGProfiles: []string{"4g.*", "7g.*"}}
 	for _, p := range []*selectors.Policy{seed, patterns} {
 		for _, f := range []string{"05-mig-1g.yaml", "06-mig-2g.yaml", "07-mig-3g.yaml", "08-mig-1g-deployment.yaml", "09-mig-shared-claim.yaml"} {
-			if vs := p.Evaluate(context.Background(), workloadObjects(t, f)); len(vs) != 0 {
+			if vs := p.Evaluate(context.Background(), workloadObjects(t, f), selectors.Environment{}); len(vs) != 0 {
 				t.Errorf("%s: %v", f, vs)
 			}
 		}
-		vs := p.Evaluate(context.Background(), workloadObjects(t, "10-mig-invalid-profile.yaml"))
+		vs := p.Evaluate(context.Background(), workloadObjects(t, "10-mig-invalid-profile.yaml"), selectors.Environment{})
 		want := []selectors.Violation{{Object: "ResourceClaimTemplate mig-invalid-template", Request: "mig-gpu", Rule: selectors.PolicyBlockedProfile,
 			UsedBy: []string{"Pod mig-invalid-pod"}}}
 		if diff := cmp.Diff(want, vs, cmpopts.IgnoreFields(selectors.Violation{}, "Message")); diff != "" {
@@ -81,11 +81,11 @@ spec:
 		t.Fatal(err)
 	}
 	p := &selectors.Policy{BlockedMIGProfiles: []string{"7g.*"}}
-	if vs := p.Evaluate(context.Background(), objs); len(vs) != 0 {
+	if vs := p.Evaluate(context.Background(), objs, selectors.Environment{}); len(vs) != 0 {
 		t.Errorf("without a machine: %v", vs)
 	}
 	dyn := machine{name: "dgx-a100-80gb", bopts: []gpudra.Option{dynamicMIG}}
-	vs := p.Evaluate(context.Background(), objs, selectors.WithMachine("dgx-a100-80gb", dyn.slices(t)))
+	vs := p.Evaluate(context.Background(), objs, selectors.Environment{Machine: "dgx-a100-80gb", Slices: dyn.slices(t)})
 	if diff := cmp.Diff([]violation{{"ResourceClaim big", "mig", selectors.PolicyBlockedProfile}}, violations(vs)); diff != "" {
 		t.Errorf("on dynamic MIG (-want +got):\n%s", diff)
 	}
@@ -123,11 +123,7 @@ func TestPolicyRules(t *testing.T) {
 			if tc.file == "" {
 				return
 			}
-			var opts []selectors.Option
-			if tc.ns != "" {
-				opts = append(opts, selectors.WithNamespace(tc.ns))
-			}
-			got := tc.policy.Evaluate(ctx, workloadObjects(t, tc.file), opts...)
+			got := tc.policy.Evaluate(ctx, workloadObjects(t, tc.file), selectors.Environment{Namespace: tc.ns})
 			if diff := cmp.Diff(tc.want, violations(got)); diff != "" {
 				t.Errorf("violations (-want +got):\n%s\n%v", diff, got)
 			}
@@ -165,7 +161,7 @@ spec:
 		t.Fatal(err)
 	}
 	p := &selectors.Policy{RequiredSharing: map[string]v1beta1.SharingStrategy{"*": v1beta1.StrategyTimeSlicing}}
-	got := violations(p.Evaluate(context.Background(), objs))
+	got := violations(p.Evaluate(context.Background(), objs, selectors.Environment{}))
 	if diff := cmp.Diff([]violation{{"ResourceClaim overrides", "gpu", selectors.PolicySharing}}, got); diff != "" {
 		t.Errorf("violations (-want +got):\n%s", diff)
 	}
@@ -215,7 +211,7 @@ spec:
 		t.Fatal(err)
 	}
 	for max, want := range map[int]int{2: 0, 1: 1} {
-		if got := (&selectors.Policy{MaxGPUsPerClaim: max}).Evaluate(context.Background(), objs); len(got) != want {
+		if got := (&selectors.Policy{MaxGPUsPerClaim: max}).Evaluate(context.Background(), objs, selectors.Environment{}); len(got) != want {
 			t.Errorf("max %d: %v, want %d violations", max, got, want)
 		}
 	}

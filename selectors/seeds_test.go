@@ -70,8 +70,8 @@ func celExpressions(t testing.TB, data []byte) []string {
 // and every mechanical fix compiles.
 func TestEverySeedExpressionCompilesOrGetsAFix(t *testing.T) {
 	c := selectors.NewCompiler()
-	l := selectors.NewLinter(selectors.WithCompiler(c))
-	u := selectors.NewUpgrader()
+	l := selectors.NewLinter(selectors.Environment{Compiler: c})
+	u := selectors.NewUpgrader("")
 	ctx := context.Background()
 	seen := map[string]bool{}
 	broken := 0

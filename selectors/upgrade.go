@@ -39,10 +39,11 @@ type Upgrader struct {
 	decoder *v1beta1.Decoder
 }
 
-// NewUpgrader returns an Upgrader. It uses the option WithDriverName.
-func NewUpgrader(opts ...Option) *Upgrader {
-	st := newSettings(opts)
-	return &Upgrader{driver: st.driver, builder: For(st.driver), decoder: v1beta1.NewDecoder()}
+// NewUpgrader returns an Upgrader for manifests of the given driver ("" means
+// gpudra.DefaultDriverName): its DeviceClasses and opaque configuration.
+func NewUpgrader(driverName string) *Upgrader {
+	b := For(driverName)
+	return &Upgrader{driver: b.Driver(), builder: b, decoder: v1beta1.NewDecoder()}
 }
 
 // Upgrade is the result of upgrading a manifest.

@@ -151,7 +151,7 @@ func TestGpuClaimParametersFieldMapping(t *testing.T) {
 			globMatch("*v100*", str(d, gpudra.AttrProductName)) && m.Cmp(resource.MustParse("16G")) <= 0
 	}})
 
-	u := selectors.NewUpgrader()
+	u := selectors.NewUpgrader("")
 	c := selectors.NewCompiler()
 	ctx := context.Background()
 	for _, tc := range cases {
@@ -222,7 +222,7 @@ func TestGpuClaimParametersRejects(t *testing.T) {
 		{"count: 0.5", "spec.count: must be a whole number"},
 		{"count: 2\nfoo: bar", "spec.foo: unknown field"},
 	}
-	u := selectors.NewUpgrader()
+	u := selectors.NewUpgrader("")
 	for _, tc := range cases {
 		manifest := `apiVersion: resource.k8s.io/v1alpha2
 kind: ResourceClaim
@@ -259,7 +259,7 @@ kind: MigDeviceClaimParameters
 metadata: {name: p}
 spec: ` + spec + "\n"
 	}
-	up, err := selectors.NewUpgrader().Upgrade([]byte(manifest("{profile: 2g.20gb, sharing: {strategy: MPS}}")))
+	up, err := selectors.NewUpgrader("").Upgrade([]byte(manifest("{profile: 2g.20gb, sharing: {strategy: MPS}}")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ spec: ` + spec + "\n"
 		"{profile: 2g.20gb, gpuClaimName: g}": "spec.gpuClaimName: no v1 equivalent",
 		"{profile: 2g20gb}":                   "spec.profile:",
 	} {
-		if _, err := selectors.NewUpgrader().Upgrade([]byte(manifest(spec))); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := selectors.NewUpgrader("").Upgrade([]byte(manifest(spec))); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error = %v, want %q", spec, err, want)
 		}
 	}

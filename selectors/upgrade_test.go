@@ -174,7 +174,7 @@ func TestSeedManifestsUpgrade(t *testing.T) {
 			"GpuClaimParameters my-params: spec.sharing.strategy: MIG is not a sharing strategy",
 		}},
 	}
-	u := selectors.NewUpgrader()
+	u := selectors.NewUpgrader("")
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
 			data, err := os.ReadFile("testdata/seeds/" + tc.file)
@@ -242,7 +242,7 @@ func wantUnschedulable(t *testing.T, a allocation) {
 
 // TestUpgradeKeepsV1 leaves manifests that need nothing byte for byte, comments included.
 func TestUpgradeKeepsV1(t *testing.T) {
-	u := selectors.NewUpgrader()
+	u := selectors.NewUpgrader("")
 	for _, f := range seedFiles(t) {
 		if !strings.Contains(f, "examples/deploy") {
 			continue
@@ -263,7 +263,7 @@ func TestUpgradeKeepsV1(t *testing.T) {
 
 // TestUpgradeIsIdempotent: upgrading an upgraded manifest changes nothing.
 func TestUpgradeIsIdempotent(t *testing.T) {
-	u := selectors.NewUpgrader()
+	u := selectors.NewUpgrader("")
 	for _, f := range seedFiles(t) {
 		data, _ := os.ReadFile(f)
 		once, _ := u.Upgrade(data)
@@ -313,7 +313,7 @@ spec:
       - name: gpu
         exactly: {deviceClassName: gpu.nvidia.com, allocationMode: All}
 `
-	up, err := selectors.NewUpgrader().Upgrade([]byte(manifest))
+	up, err := selectors.NewUpgrader("").Upgrade([]byte(manifest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,7 @@ metadata: {name: picky}
 driverName: gpu.resource.nvidia.com
 suitableNodes: {nodeSelectorTerms: [{matchExpressions: [{key: gpu, operator: Exists}]}]}
 `
-	up, err := selectors.NewUpgrader().Upgrade([]byte(manifest))
+	up, err := selectors.NewUpgrader("").Upgrade([]byte(manifest))
 	if err == nil || !strings.Contains(err.Error(), "ResourceClass picky: suitableNodes: no v1 equivalent") {
 		t.Errorf("error = %v, want suitableNodes rejected", err)
 	}
@@ -419,7 +419,7 @@ spec:
           containers: [{name: c, image: x}]
           resourceClaims: [{name: gpu, source: {resourceClaimName: shared}}]
 `
-	up, err := selectors.NewUpgrader().Upgrade([]byte(manifest))
+	up, err := selectors.NewUpgrader("").Upgrade([]byte(manifest))
 	if err != nil {
 		t.Fatal(err)
 	}

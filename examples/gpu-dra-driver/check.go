@@ -134,7 +134,7 @@ func check(ctx context.Context, o checkOptions, stdin io.Reader, stdout io.Write
 		if err != nil {
 			return false, err
 		}
-		opts := []selectors.Option{selectors.WithCompiler(compiler), selectors.WithMachine(t.name, t.slices),
+		opts := []selectors.CheckerOption{selectors.WithCompiler(compiler), selectors.WithMachine(t.name, t.slices),
 			selectors.WithDeviceClasses(t.classes...), selectors.WithNamespace(o.namespace)}
 		if policy != nil {
 			opts = append(opts, selectors.WithPolicy(policy))
@@ -197,7 +197,7 @@ func readInputs(paths []string, stdin io.Reader) ([]input, error) {
 }
 
 func printUpgraded(inputs []input, stdout io.Writer) (bool, error) {
-	u := selectors.NewUpgrader()
+	u := selectors.NewUpgrader("")
 	ok := true
 	for i, in := range inputs {
 		up, err := u.Upgrade(in.data)
