@@ -6,7 +6,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 PKGS := ./...
 
-.PHONY: all test unit vet staticcheck lint fmt-check bench e2e demo render generate verify-generate
+.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz e2e demo render generate verify-generate
 
 all: test
 
@@ -32,6 +32,15 @@ lint: fmt-check vet staticcheck
 ## bench: run the benchmarks (results are recorded by hand in docs/benchmarks.md).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+## fuzz: run each fuzz target for FUZZTIME (make test runs their seed corpora only).
+FUZZTIME ?= 10m
+FUZZ_TARGETS := selectors:FuzzCompile selectors:FuzzLint selectors:FuzzUpgrade sharing/v1beta1:FuzzDecode mig:FuzzParseProfile
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t#*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./$$pkg/; \
+	done
 
 ## e2e: tier-3 tests against real Kubernetes control-plane binaries (test/e2e).
 e2e:

@@ -17,6 +17,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/sharing"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
 	"github.com/gpudra/gpudra/simulate"
@@ -141,7 +142,7 @@ func (n *Node) build() error {
 	if err != nil {
 		return err
 	}
-	n.sim = simulate.New(n.Name, gpudra.DeviceClasses(gpudra.NewBuilder(n.Slices...).DriverName()), slices)
+	n.sim = simulate.New(n.Name, selectors.DeviceClasses(gpudra.NewBuilder(n.Slices...).DriverName()), slices)
 	return nil
 }
 
