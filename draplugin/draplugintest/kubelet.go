@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -67,7 +69,11 @@ func ConnectKubelet(ctx context.Context, registrationSocket, driverName string) 
 }
 
 func (k *Kubelet) dial(socket string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// A socket the plugin has just announced may not accept connections yet: retry quickly
+	// rather than after gRPC's default first back-off of a second.
+	fast := grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: 5 * time.Second}
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(fast))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", socket, err)
 	}
@@ -135,7 +141,10 @@ func (n *Node) Serve(ctx context.Context, p *draplugin.Plugin, sc draplugin.Star
 	for _, c := range claims {
 		objs = append(objs, c)
 	}
-	client := fake.NewClientset(objs...)
+	// The simple clientset, not NewClientset: nothing here uses server-side apply, and
+	// NewClientset's field manager parses the API schema on first use — most of a second
+	// under the race detector, which the crash tests would pay in every plugin process.
+	client := fake.NewSimpleClientset(objs...)
 	client.PrependReactor("create", "resourceslices", generateName())
 	sc.KubeClient, sc.RegistrarDir, sc.PluginDir = client, reg, data
 	sc.Options = append([]kubeletplugin.Option{kubeletplugin.GRPCVerbosity(-1)}, sc.Options...)
