@@ -124,7 +124,7 @@ func crashChild() int {
 	}
 	podDir := filepath.Join(dir, pod)
 	if _, err := node.Serve(ctx, p, draplugin.StartConfig{RegistrarDir: filepath.Join(podDir, "r"), PluginDir: filepath.Join(podDir, "d"),
-		NoHealthMonitor: true}, claims...); err != nil {
+		NoHealthMonitor: true, NoPublish: true}, claims...); err != nil {
 		return fail(err)
 	}
 	if err := os.WriteFile(filepath.Join(podDir, "ready"), nil, 0o600); err != nil {
@@ -269,7 +269,9 @@ func newCrashRun(t *testing.T, sc crashScenario) *crashRun {
 	return r
 }
 
-func (r *crashRun) logf(format string, args ...any) { r.log = append(r.log, fmt.Sprintf(format, args...)) }
+func (r *crashRun) logf(format string, args ...any) {
+	r.log = append(r.log, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
+}
 
 // startPod starts a plugin process that kills itself at its kill-th side effect. It returns
 // nil when the process died before it served (a kill during its start-up reconciliation).
@@ -308,11 +310,13 @@ func (r *crashRun) startPod(kill int) *crashPod {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+	r.logf("%s ready", p.name)
 	k, err := draplugintest.ConnectKubelet(context.Background(), filepath.Join(podDir, "r", gpudra.DefaultDriverName+"-reg.sock"), gpudra.DefaultDriverName)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	p.kubelet = k
+	r.logf("%s connected", p.name)
 	r.pods = append(r.pods, p)
 	return p
 }
@@ -529,7 +533,7 @@ func (r *crashRun) checkEmpty(n *draplugintest.Node) {
 }
 
 func (r *crashRun) fail() {
-	if r.t.Failed() {
+	if r.t.Failed() || os.Getenv("CRASH_TRACE") != "" {
 		r.t.Logf("kubelet and pods:\n  %s", strings.Join(r.log, "\n  "))
 	}
 }
@@ -545,7 +549,7 @@ func TestRealCrash(t *testing.T) {
 	for _, sc := range crashScenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			total := r0(t, sc)
-			step := max(1, total/12)
+			step, variants := max(1, total/10), []int{total / 4, total / 2, 3 * total / 4}
 			if *crashAll {
 				step = 1
 			}
@@ -558,7 +562,7 @@ func TestRealCrash(t *testing.T) {
 					r.check()
 				})
 			}
-			for _, n := range []int{total / 4, total / 2, 3 * total / 4} {
+			for _, n := range variants {
 				t.Run(fmt.Sprintf("kill-%d-then-in-reconcile", n), func(t *testing.T) { crashTwice(t, sc, n) })
 				t.Run(fmt.Sprintf("kill-%d-then-reboot", n), func(t *testing.T) { crashReboot(t, sc, n) })
 				t.Run(fmt.Sprintf("rolling-update-kill-%d", n), func(t *testing.T) { crashRolling(t, sc, n) })
