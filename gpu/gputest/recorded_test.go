@@ -48,12 +48,12 @@ func TestRecordingsWellFormed(t *testing.T) {
 		t.Errorf("a minimal recording: %v", err)
 	}
 	for _, bad := range []string{
-		"# model: A30\n# source: a/b\n$ nvidia-smi mig -lgip\n",                 // no product
-		"# model: A30\n# product: A30\n# source: a/b\n",                          // no section
+		"# model: A30\n# source: a/b\n$ nvidia-smi mig -lgip\n",                   // no product
+		"# model: A30\n# product: A30\n# source: a/b\n",                           // no section
 		"# model: A30\n# product: A30\n# source: a/b\n# colour: red\n$ x -lgip\n", // unknown header
-		"# model: A30\n# product: A30\n# source: a/b\n$ nvidia-smi -L\n",         // unknown section
+		"# model: A30\n# product: A30\n# source: a/b\n$ nvidia-smi -L\n",          // unknown section
 		"# model: A30\n# product: A30\n# source: a/b\n# memory: old\n$ x -lgip\n", // bad memory header
-		"text\n$ nvidia-smi mig -lgip\n",                                         // text before a section
+		"text\n$ nvidia-smi mig -lgip\n",                                          // text before a section
 	} {
 		if _, err := parseRecording("x.txt", bad); err == nil {
 			t.Errorf("parseRecording(%q) succeeded", bad)
