@@ -203,7 +203,10 @@ func TestPlacementCost(t *testing.T) {
 	for _, bad := range []func() error{
 		func() error { _, _, err := PlacementCost(nil, nil, "1g.5gb", Placement{}); return err },
 		func() error { _, _, err := PlacementCost(a100, nil, "9g.1gb", Placement{}); return err },
-		func() error { _, _, err := PlacementCost(a100, nil, "1g.5gb", Placement{Start: 7, Size: 1}); return err },
+		func() error {
+			_, _, err := PlacementCost(a100, nil, "1g.5gb", Placement{Start: 7, Size: 1})
+			return err
+		},
 		func() error { _, err := PlacementOrder(a100, []Instance{{Profile: "1g.5gb"}}, "1g.5gb"); return err },
 		func() error { _, err := Candidates(a100, append(slices.Clone(full), full...)); return err },
 		func() error { _, err := PlacementOrder(nil, nil, "1g.5gb"); return err },
