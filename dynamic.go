@@ -219,7 +219,7 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) (*dynamicMIG
 // appear); within a profile the order is the sequence of choices mig.Plan would make for claims
 // of that profile arriving one after another: each next partition is the one, on any GPU, with
 // the lowest mig.PlacementCost beside the instances present and the ones chosen before it (ties:
-// the GPU with more instances, then fewer free memory slices, the higher start, the lower GPU
+// the GPU with more instances, then fewer free memory slices, the lower start, the lower GPU
 // index). So the first claim lands where Plan puts it, small claims fill partly used GPUs before
 // empty ones, and a burst of claims between two publications consolidates GPU by GPU. Partitions
 // that cannot be chosen that way (they do not fit now) follow in the order of an empty GPU.
@@ -323,12 +323,12 @@ func (o *profileOrder) free(gi int) int {
 
 // compare orders two candidates that fit: the lower mig.PlacementCost, then the GPU with more
 // instances (it is the one least likely to drain soon), then the one with fewer free memory
-// slices, then the higher start, then the lower GPU index.
+// slices, then the lower start (Plan's tie-break), then the lower GPU index.
 func (o *profileOrder) compare(a, b candidate) int {
 	return cmp.Or(slices.Compare(o.cost(a).Cost, o.cost(b).Cost),
 		cmp.Compare(len(o.virtual[b.gpu]), len(o.virtual[a.gpu])),
 		cmp.Compare(o.free(a.gpu), o.free(b.gpu)),
-		cmp.Compare(b.part.placement.Start, a.part.placement.Start),
+		cmp.Compare(a.part.placement.Start, b.part.placement.Start),
 		cmp.Compare(o.gpus[a.gpu].gpu, o.gpus[b.gpu].gpu))
 }
 

@@ -158,10 +158,10 @@ func TestDynamicMIGUsesTheDeviceModel(t *testing.T) {
 
 // TestDynamicMIGPublishingOrder: the 1g.5gb partitions of two A100s, one with a 3g.20gb at 0:4
 // that the driver created, in the order the allocator will try them. By hand from A100 geometry:
-// on the partly used GPU 1 a 1g at 6 costs the upper 3g and one 1g.10gb, at 5 or 4 it also costs
-// a 2g, so 6, then 5 and 4 (ties: higher start); only then does the empty GPU 0 get its first 1g
-// (which breaks its 7g), in its own order 6, 5, 4, then 3..0. GPU 1's slices 0-3 come last (they
-// do not fit now).
+// on the partly used GPU 1 a 1g at 6 costs the upper 3g and one 1g.10gb, at 4 or 5 it also costs
+// a 2g, so 6, then 4 and 5 (ties: lower start, as Plan); only then does the empty GPU 0 get its
+// first 1g (which breaks its 7g), in its own order 6, 4, 5, then 0..3. GPU 1's slices 0-3 come
+// last (they do not fit now).
 func TestDynamicMIGPublishingOrder(t *testing.T) {
 	inv := inventory(t, "dgx-a100-40gb", gputest.WithMIG(1, "3g.20gb@0"))
 	inv.GPUs = inv.GPUs[:2]
@@ -177,10 +177,10 @@ func TestDynamicMIGPublishingOrder(t *testing.T) {
 		}
 	}
 	want := []string{
-		"gpu-1-mig-1g5gb-19-6", "gpu-1-mig-1g5gb-19-5", "gpu-1-mig-1g5gb-19-4",
-		"gpu-0-mig-1g5gb-19-6", "gpu-0-mig-1g5gb-19-5", "gpu-0-mig-1g5gb-19-4", "gpu-0-mig-1g5gb-19-3",
-		"gpu-0-mig-1g5gb-19-2", "gpu-0-mig-1g5gb-19-1", "gpu-0-mig-1g5gb-19-0",
-		"gpu-1-mig-1g5gb-19-3", "gpu-1-mig-1g5gb-19-2", "gpu-1-mig-1g5gb-19-1", "gpu-1-mig-1g5gb-19-0",
+		"gpu-1-mig-1g5gb-19-6", "gpu-1-mig-1g5gb-19-4", "gpu-1-mig-1g5gb-19-5",
+		"gpu-0-mig-1g5gb-19-6", "gpu-0-mig-1g5gb-19-4", "gpu-0-mig-1g5gb-19-5", "gpu-0-mig-1g5gb-19-0",
+		"gpu-0-mig-1g5gb-19-1", "gpu-0-mig-1g5gb-19-2", "gpu-0-mig-1g5gb-19-3",
+		"gpu-1-mig-1g5gb-19-0", "gpu-1-mig-1g5gb-19-1", "gpu-1-mig-1g5gb-19-2", "gpu-1-mig-1g5gb-19-3",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("1g.5gb publishing order (-want +got):\n%s", diff)
@@ -188,7 +188,7 @@ func TestDynamicMIGPublishingOrder(t *testing.T) {
 }
 
 // TestDynamicMIGPublishingOrderConsolidates: on two empty A100s the 1g.5gb partitions come GPU by
-// GPU (6, 5, 4, 3..0 on GPU 0, then GPU 1): once a 1g sits on GPU 0 its 7g is gone, so the next
+// GPU (6, 4, 5, 0..3 on GPU 0, then GPU 1): once a 1g sits on GPU 0 its 7g is gone, so the next
 // 1g costs less there than on GPU 1. A burst of 1g claims between two publications therefore
 // fills one GPU instead of breaking both.
 func TestDynamicMIGPublishingOrderConsolidates(t *testing.T) {
@@ -206,7 +206,7 @@ func TestDynamicMIGPublishingOrderConsolidates(t *testing.T) {
 	}
 	var want []string
 	for _, g := range []string{"0", "1"} {
-		for _, s := range []string{"6", "5", "4", "3", "2", "1", "0"} {
+		for _, s := range []string{"6", "4", "5", "0", "1", "2", "3"} {
 			want = append(want, "gpu-"+g+"-mig-1g5gb-19-"+s)
 		}
 	}

@@ -246,7 +246,7 @@ func (g *geometry) cost(st *placedState, pi, j int) ([]int, bool) {
 // should choose as Plan does. First come the placements where an instance of profile fits beside
 // current (no overlap, instance counts and media-engine rules hold), best first by Plan's
 // least-fragmentation score (the most (profile, placement) pairs of the largest sizes still free
-// afterwards; ties: the higher start first); then the placements where it does not fit now,
+// afterwards; ties: the lower start first, as Plan breaks them); then the placements where it does not fit now,
 // ordered the same way as on an empty GPU. current must be placed instances of m (as read from
 // NVML); an invalid current layout is an error naming the conflict.
 func PlacementOrder(m *Model, current []Instance, profile string) ([]Placement, error) {
@@ -284,7 +284,8 @@ func PlacementOrder(m *Model, current []Instance, profile string) ([]Placement, 
 }
 
 // CompareCost orders two candidate placements as PlacementOrder does: those that fit first, then
-// the lower PlacementCost, then the higher start. It returns -1 when a comes first.
+// the lower PlacementCost, then the lower start (Plan's tie-break). It returns -1 when a comes
+// first.
 func CompareCost(aFits bool, aCost []int, aStart int, bFits bool, bCost []int, bStart int) int {
 	if aFits != bFits {
 		if aFits {
@@ -295,5 +296,5 @@ func CompareCost(aFits bool, aCost []int, aStart int, bFits bool, bCost []int, b
 	if c := slices.Compare(aCost, bCost); c != 0 {
 		return c
 	}
-	return cmp.Compare(bStart, aStart)
+	return cmp.Compare(aStart, bStart)
 }

@@ -135,10 +135,10 @@ func TestPlanAgainstBruteForce(t *testing.T) {
 }
 
 // TestPlacementOrder checks the first-fit order against hand-computed A100-40GB and RTX PRO 6000
-// geometry: on an empty A100 a 1g goes where it costs no 3g/4g room (slice 6), then 5 and 4 (each
-// costs the upper 3g), then 3..0; a 2g prefers 4; beside a 1g at 6 the next 1g goes to 5. On an
-// RTX PRO 6000 all four 1g placements cost the same (one 2g placement each), so the highest start
-// comes first.
+// geometry: on an empty A100 a 1g goes where it costs no 3g/4g room (slice 6), then 4 and 5
+// (each costs the upper 3g and a 2g; ties go to the lower start, as Plan breaks them), then
+// 0..3; a 2g prefers 4; beside a 1g at 6 the next 1g goes to 4. On an RTX PRO 6000 all four 1g
+// placements cost the same (one 2g placement each), so the lowest start comes first.
 func TestPlacementOrder(t *testing.T) {
 	a100 := mustLookup(t, "A100-SXM4-40GB")
 	rtx := mustLookup(t, "RTX PRO 6000 Blackwell")
@@ -155,14 +155,14 @@ func TestPlacementOrder(t *testing.T) {
 		profile string
 		want    []int
 	}{
-		{a100, nil, "1g.5gb", []int{6, 5, 4, 3, 2, 1, 0}},
-		{a100, nil, "2g.10gb", []int{4, 2, 0}},
+		{a100, nil, "1g.5gb", []int{6, 4, 5, 0, 1, 2, 3}},
+		{a100, nil, "2g.10gb", []int{4, 0, 2}},
 		{a100, nil, "3g.20gb", []int{4, 0}},
-		{a100, []Instance{At("1g.5gb", 6)}, "1g.5gb", []int{5, 4, 3, 2, 1, 0, 6}},
-		{a100, []Instance{At("1g.5gb+me", 6)}, "1g.5gb+me", []int{6, 5, 4, 3, 2, 1, 0}}, // none fits: the empty-GPU order
+		{a100, []Instance{At("1g.5gb", 6)}, "1g.5gb", []int{4, 5, 0, 1, 2, 3, 6}},
+		{a100, []Instance{At("1g.5gb+me", 6)}, "1g.5gb+me", []int{6, 4, 5, 0, 1, 2, 3}}, // none fits: the empty-GPU order
 		{a100, []Instance{At("3g.20gb", 4)}, "4g.20gb", []int{0}},
-		{rtx, nil, "1g.24gb", []int{9, 6, 3, 0}},
-		{rtx, []Instance{At("2g.48gb", 0)}, "1g.24gb-me", []int{9, 6, 3, 0}},
+		{rtx, nil, "1g.24gb", []int{0, 3, 6, 9}},
+		{rtx, []Instance{At("2g.48gb", 0)}, "1g.24gb-me", []int{6, 9, 0, 3}},
 	} {
 		for i := range tt.current {
 			p, _ := tt.m.Profile(tt.current[i].Profile)
