@@ -157,6 +157,7 @@ type dynamicMIG struct {
 	gpu      int // GPU index
 	owner    string
 	model    *mig.Model
+	ranker   *mig.Ranker
 	layout   []mig.Instance // the GPU instances present, as the model explains them
 	full     *resourceapi.Device
 	parts    []partition
@@ -189,7 +190,10 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) (*dynamicMIG
 		gpu: g.Index, owner: fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID), model: model, layout: present.all,
 		counters: resourceapi.CounterSet{Name: setName, Counters: cc.remaining(model, present.foreign)},
 	}
-	if _, err := mig.Candidates(model, out.layout); err != nil {
+	if out.ranker, err = mig.NewRanker(model); err != nil {
+		return nil, err
+	}
+	if _, err := out.ranker.Candidates(out.layout); err != nil {
 		out.layout = nil // an inventory the model cannot explain: rank as on an empty GPU
 	}
 	// The whole GPU is one more way to use it: the kubelet plugin turns MIG mode off to prepare
@@ -274,6 +278,8 @@ func orderProfile(gpus []*dynamicMIG, profile string) []partitionOf {
 		left = slices.Delete(left, best, best+1)
 	}
 	// What cannot be chosen now follows in the order it would have on an empty GPU.
+	o.virtual = make([][]mig.Instance, len(gpus))
+	o.costs = make([]map[mig.Placement]mig.Candidate, len(gpus))
 	slices.SortStableFunc(left, o.compareEmpty)
 	for _, c := range left {
 		out = append(out, partitionOf{c.part, gpus[c.gpu].owner})
@@ -299,7 +305,7 @@ type profileOrder struct {
 func (o *profileOrder) cost(c candidate) mig.Candidate {
 	if o.costs[c.gpu] == nil {
 		o.costs[c.gpu] = map[mig.Placement]mig.Candidate{}
-		cands, _ := mig.Candidates(o.gpus[c.gpu].model, o.virtual[c.gpu], o.profile)
+		cands, _ := o.gpus[c.gpu].ranker.Candidates(o.virtual[c.gpu], o.profile)
 		for _, x := range cands {
 			o.costs[c.gpu][x.Placement] = x
 		}
@@ -332,11 +338,11 @@ func (o *profileOrder) compare(a, b candidate) int {
 		cmp.Compare(o.gpus[a.gpu].gpu, o.gpus[b.gpu].gpu))
 }
 
-// compareEmpty orders candidates as on empty GPUs (mig.PlacementOrder's order), then by GPU index.
+// compareEmpty orders candidates as on empty GPUs (mig.PlacementOrder's order), then by GPU
+// index. It expects o.virtual to be empty.
 func (o *profileOrder) compareEmpty(a, b candidate) int {
-	ca, fa, _ := mig.PlacementCost(o.gpus[a.gpu].model, nil, o.profile, a.part.placement)
-	cb, fb, _ := mig.PlacementCost(o.gpus[b.gpu].model, nil, o.profile, b.part.placement)
-	return cmp.Or(mig.CompareCost(fa, ca, a.part.placement.Start, fb, cb, b.part.placement.Start),
+	ca, cb := o.cost(a), o.cost(b)
+	return cmp.Or(mig.CompareCost(ca.Fits, ca.Cost, a.part.placement.Start, cb.Fits, cb.Cost, b.part.placement.Start),
 		cmp.Compare(o.gpus[a.gpu].gpu, o.gpus[b.gpu].gpu))
 }
 

@@ -131,15 +131,36 @@ type Candidate struct {
 
 // Candidates returns every placement of the given profiles of m (all profiles when none is
 // given), in catalog order, with its PlacementCost beside the current instances. It resolves the
-// layout once, so it is the cheap way to rank a whole GPU.
+// layout once, so it is the cheap way to rank a whole GPU; a Ranker is cheaper still for many
+// layouts of one model.
 func Candidates(m *Model, current []Instance, profiles ...string) ([]Candidate, error) {
+	r, err := NewRanker(m)
+	if err != nil {
+		return nil, err
+	}
+	return r.Candidates(current, profiles...)
+}
+
+// Ranker computes Candidates for many layouts of one model, preparing the model once. It must
+// not be used concurrently, and the model must not change while it is in use.
+type Ranker struct {
+	g *geometry
+}
+
+// NewRanker prepares m for ranking placements.
+func NewRanker(m *Model) (*Ranker, error) {
 	if m == nil {
 		return nil, fmt.Errorf("placement candidates: nil model")
 	}
-	g := newGeometry(m)
+	return &Ranker{g: newGeometry(m)}, nil
+}
+
+// Candidates is the package-level Candidates for the Ranker's model.
+func (r *Ranker) Candidates(current []Instance, profiles ...string) ([]Candidate, error) {
+	g := r.g
 	st, err := g.state(current)
 	if err != nil {
-		return nil, fmt.Errorf("placement candidates on %s: %w", m.Name, err)
+		return nil, fmt.Errorf("placement candidates on %s: %w", g.m.Name, err)
 	}
 	var out []Candidate
 	for pi, p := range g.profiles {
