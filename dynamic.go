@@ -511,32 +511,6 @@ func (pi presentInstances) blocks(model *mig.Model, profile string, pl mig.Place
 	return err != nil
 }
 
-// occupied counts the memory slices the present GPU instances cover.
-func (pi presentInstances) occupied() int {
-	var used []bool
-	mark := func(pl mig.Placement) {
-		for i := pl.Start; i < pl.End(); i++ {
-			for len(used) <= i {
-				used = append(used, false)
-			}
-			used[i] = true
-		}
-	}
-	for _, in := range pi.all {
-		mark(*in.Placement)
-	}
-	for _, pl := range pi.blocked {
-		mark(pl)
-	}
-	n := 0
-	for _, u := range used {
-		if u {
-			n++
-		}
-	}
-	return n
-}
-
 // modelNeeds says which rules of a model the memory-slice counters do not already enforce.
 type modelNeeds struct {
 	// computeSlices: some set of non-overlapping placements uses more compute slices than the
