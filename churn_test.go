@@ -17,6 +17,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/simulate"
 )
 
@@ -133,7 +134,7 @@ func newAllocatorPolicy(p churnParams, inv *gpu.Inventory, republish bool, build
 		if err != nil {
 			return nil, err
 		}
-		pol.nodes = append(pol.nodes, &churnNode{sim: simulate.New(testNode, gpudra.DeviceClasses(""), sl), inv: nodeInv, slices: sl})
+		pol.nodes = append(pol.nodes, &churnNode{sim: simulate.New(testNode, selectors.DeviceClasses(""), sl), inv: nodeInv, slices: sl})
 	}
 	return pol, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/simulate"
 )
 
@@ -62,7 +63,7 @@ func TestDynamicMIGBesideForeignInstances(t *testing.T) {
 	if diff := cmp.Diff(want, partitionNames(t, inv, gpudra.WithDynamicMIG(nil), noneOwned())); diff != "" {
 		t.Errorf("partitions beside a foreign 3g.20gb@4 (-want +got):\n%s", diff)
 	}
-	sim := simulate.New(testNode, gpudra.DeviceClasses(""), slicesFor(t, inv, gpudra.WithDynamicMIG(nil), noneOwned()))
+	sim := simulate.New(testNode, selectors.DeviceClasses(""), slicesFor(t, inv, gpudra.WithDynamicMIG(nil), noneOwned()))
 	got, err := sim.Allocate(context.Background(), migClaim(1, "4g.20gb"))
 	if err != nil {
 		t.Fatalf("4g.20gb beside the foreign 3g.20gb: %v", err)
@@ -87,7 +88,7 @@ func TestDynamicMIGForeignMediaInstance(t *testing.T) {
 			t.Errorf("%s published beside a foreign 1g.5gb+me@0", n)
 		}
 	}
-	sim := simulate.New(testNode, gpudra.DeviceClasses(""), slicesFor(t, inv, gpudra.WithDynamicMIG(nil), noneOwned()))
+	sim := simulate.New(testNode, selectors.DeviceClasses(""), slicesFor(t, inv, gpudra.WithDynamicMIG(nil), noneOwned()))
 	if _, err := sim.Allocate(context.Background(), migClaim(1, "1g.5gb")); err != nil {
 		t.Errorf("1g.5gb beside a foreign 1g.5gb+me: %v", err)
 	}
@@ -140,7 +141,7 @@ func TestDynamicMIGUsesTheDeviceModel(t *testing.T) {
 			}
 		}
 	}
-	sim := simulate.New(testNode, gpudra.DeviceClasses(""), sl)
+	sim := simulate.New(testNode, selectors.DeviceClasses(""), sl)
 	if _, err := sim.Allocate(context.Background(), migClaim(1, "1g.10gb")); err != nil {
 		t.Fatalf("second 1g.10gb: %v", err)
 	}
@@ -148,7 +149,7 @@ func TestDynamicMIGUsesTheDeviceModel(t *testing.T) {
 		t.Errorf("third 1g.10gb on a GPU that allows 2: %v", err)
 	}
 	// The catalog would have allowed it: the device, not the catalog, decided.
-	sim = simulate.New(testNode, gpudra.DeviceClasses(""), slicesFor(t, inv, gpudra.WithDynamicMIG(nil)))
+	sim = simulate.New(testNode, selectors.DeviceClasses(""), slicesFor(t, inv, gpudra.WithDynamicMIG(nil)))
 	for i := range 2 {
 		if _, err := sim.Allocate(context.Background(), migClaim(i, "1g.10gb")); err != nil {
 			t.Errorf("1g.10gb #%d with the catalog model: %v", i+2, err)
