@@ -6,7 +6,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 PKGS := ./...
 
-.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz e2e demo render generate verify-generate
+.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn e2e demo render generate verify-generate
 
 all: test
 
@@ -45,6 +45,10 @@ fuzz:
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./$$pkg/; \
 	done
+
+## churn: the full MIG churn simulation (10,000 arrivals through the scheduler's allocator; minutes).
+churn:
+	$(GO) test -count=1 -run '^TestMIGChurn$$' -v -timeout 60m . -churn.full
 
 ## e2e: tier-3 tests against real Kubernetes control-plane binaries (test/e2e).
 e2e:

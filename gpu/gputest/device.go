@@ -21,8 +21,8 @@ type Device struct {
 	slot  slot
 	model gpuModel
 	uuid  string
-	// geometry is the MIG geometry of the product from the mig catalog; nil when the product
-	// has no MIG or the catalog does not know it.
+	// geometry is the MIG geometry of the product (machineGeometry); nil when the product has no
+	// MIG or the catalog does not know it. Each device has its own copy.
 	geometry    *mig.Model
 	migMode     int
 	computeMode nvml.ComputeMode
@@ -37,7 +37,7 @@ type Device struct {
 
 var _ nvml.Device = (*Device)(nil)
 
-func newDevice(m *Machine, i int) (*Device, error) {
+func newDevice(m *Machine, i int, geometry *mig.Model) (*Device, error) {
 	d := &Device{
 		m:     m,
 		index: i,
@@ -46,13 +46,8 @@ func newDevice(m *Machine, i int) (*Device, error) {
 		uuid:  gpuUUID(m.spec.name, i),
 		gis:   map[uint32]*GpuInstance{},
 	}
-	if d.model.migCapable {
-		g, err := lookupModel(d.model.productName)
-		if err == nil {
-			d.geometry = g
-		}
-		// A MIG-capable product the catalog does not know still answers GetMigMode; it just
-		// has no GPU-instance profiles. TestCatalogCoversMachines catches that case.
+	if geometry != nil {
+		d.geometry = geometry.Clone()
 	}
 	d.setFuncs()
 	fillDefaults(m, &d.Device, "Device", func() bool { return d.lost })

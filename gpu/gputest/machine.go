@@ -53,6 +53,7 @@ type config struct {
 	migSpecSource string           // where migSpec came from, for errors
 	stateDir      string
 	callHook      func(call string)
+	profileEdits  []profileEdit // WithMIGProfileEdit, in order
 }
 
 // WithDriverVersion sets the driver version SystemGetDriverVersion reports (default
@@ -129,14 +130,21 @@ func New(name string, opts ...Option) (*Machine, error) {
 		cudaVersion:   c.cudaVersion,
 		calls:         map[string]int{},
 	}
+	geometry, err := machineGeometry(spec.model)
+	if err != nil {
+		return nil, err
+	}
 	for i := range spec.slots {
-		d, err := newDevice(m, i)
+		d, err := newDevice(m, i, geometry)
 		if err != nil {
 			return nil, err
 		}
 		m.devices = append(m.devices, d)
 	}
 	m.setInterfaceFuncs()
+	if err := m.applyProfileEdits(c.profileEdits); err != nil {
+		return nil, err
+	}
 	if err := m.applyMIG(c); err != nil {
 		return nil, err
 	}

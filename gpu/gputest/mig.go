@@ -147,13 +147,19 @@ func (d *Device) migDevicesLocked() []*MigDevice {
 // halves at 4 and 0 are 1 and 2, quarters at 6, 4, 2, 0 are 3–6, eighths 7–14). This matches
 // the 15 GPU instances per GPU that the nvidia-caps minors allow and NVIDIA's published
 // examples (a 3g.20gb at 4:4 is GPU instance 1, at 0:4 instance 2); it is inferred, not
-// documented. Geometries that do not fit the tree get the lowest free id above it.
+// documented. Machines whose recordings show the other order (giIDAscending: on an RTX PRO
+// 6000 a 2g.48gb at 0:6 is instance 1 and 1g.24gb at 0, 3, 6, 9 are 3–6) number from the
+// bottom slice up. Geometries that do not fit the tree get the lowest free id above it.
 func (d *Device) giID(pl mig.Placement) uint32 {
 	total := d.geometry.MemorySlices
 	if total > 0 && pl.Size > 0 && total%pl.Size == 0 && pl.Start%pl.Size == 0 {
 		nodes := total / pl.Size // nodes at this level of the tree
 		if nodes&(nodes-1) == 0 {
-			id := uint32(nodes - 1 + (nodes - 1 - pl.Start/pl.Size))
+			pos := nodes - 1 - pl.Start/pl.Size
+			if d.m.spec.giIDAscending {
+				pos = pl.Start / pl.Size
+			}
+			id := uint32(nodes - 1 + pos)
 			if _, used := d.gis[id]; !used {
 				return id
 			}
