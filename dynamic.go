@@ -33,7 +33,7 @@ func CounterSetName(minor int) string { return fmt.Sprintf("gpu-%d-counter-set",
 func MemorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i) }
 
 // WithDynamicMIG publishes, for each MIG-capable GPU, every GPU-instance profile at every
-// placement the MIG catalog allows as a partitionable device, plus the full GPU while no foreign
+// placement its MIG geometry allows as a partitionable device, plus the full GPU while no foreign
 // MIG instance is on it. A counter set per GPU makes the scheduler pick only sets of devices that
 // form a valid MIG layout; the kubelet plugin creates the instances at prepare time. GPUs without
 // MIG keep being published as full GPUs.
@@ -49,24 +49,16 @@ func MemorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i)
 // whole GPUs stay free for 7g claims. The order depends on the instances present, so a driver
 // that rebuilds its slices when it creates or destroys instances keeps it current; device names
 // never change.
+//
+// A GPU's geometry is the one it reported when enumerated (gpu.GPU.MIGGeometry), so published
+// memory, counts and placements are the hardware's; lookup (nil: mig.Lookup, the catalog) serves
+// GPUs enumerated without it, such as inventories loaded from a file.
 func WithDynamicMIG(lookup func(productName string) (*mig.Model, error)) Option {
 	return func(b *Builder) {
 		if lookup == nil {
 			lookup = mig.Lookup
 		}
 		b.migLookup = lookup
-	}
-}
-
-// WithDynamicMIGModel is WithDynamicMIG with the MIG model chosen per GPU, for a driver that reads
-// each GPU's model from the device (mig.DeviceModel) instead of the catalog. model returning a nil
-// model publishes that GPU statically; an error fails the build.
-func WithDynamicMIGModel(model func(g *gpu.GPU) (*mig.Model, error)) Option {
-	return func(b *Builder) {
-		b.migModel = model
-		if b.migLookup == nil {
-			b.migLookup = mig.Lookup
-		}
 	}
 }
 
@@ -135,21 +127,18 @@ func (c *ConsumableMemory) apply(d *resourceapi.Device, memBytes uint64) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// dynamicModel returns the MIG model of a GPU for dynamic publishing, or nil when the GPU is to
-// be published statically (a product the catalog does not know).
-func (b *Builder) dynamicModel(g *gpu.GPU) (*mig.Model, error) {
-	if b.migModel != nil {
-		m, err := b.migModel(g)
-		if err != nil {
-			return nil, fmt.Errorf("MIG model: %w", err)
-		}
-		return m, nil
+// dynamicModel returns the MIG model of a GPU for dynamic publishing: the geometry the GPU
+// reported when it was enumerated (gpu.GPU.MIGGeometry), else the lookup's. It returns nil when
+// the GPU is to be published statically (neither knows the product).
+func (b *Builder) dynamicModel(g *gpu.GPU) *mig.Model {
+	if g.MIGGeometry != nil && g.MIGGeometry.Model != nil {
+		return g.MIGGeometry.Model
 	}
 	m, err := b.migLookup(g.ProductName)
 	if err != nil {
-		return nil, nil //nolint:nilerr // unknown models fall back to static publishing
+		return nil // unknown models fall back to static publishing
 	}
-	return m, nil
+	return m
 }
 
 // dynamicMIG is what one MIG-capable GPU publishes in dynamic mode.
@@ -175,9 +164,9 @@ type partition struct {
 // dynamicMIGDevices returns what one MIG-capable GPU publishes, or nil when the GPU has no model
 // (it is then published statically).
 func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) (*dynamicMIG, error) {
-	model, err := b.dynamicModel(g)
-	if err != nil || model == nil {
-		return nil, err
+	model := b.dynamicModel(g)
+	if model == nil {
+		return nil, nil
 	}
 	present := existingInstances(model, g, b.migOwned)
 	cc := newMIGCounters(model)
@@ -190,6 +179,7 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) (*dynamicMIG
 		gpu: g.Index, owner: fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID), model: model, layout: present.all,
 		counters: resourceapi.CounterSet{Name: setName, Counters: cc.remaining(model, present.foreign)},
 	}
+	var err error
 	if out.ranker, err = mig.NewRanker(model); err != nil {
 		return nil, err
 	}

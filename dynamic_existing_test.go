@@ -114,10 +114,11 @@ func TestDynamicMIGOwnedInstancesStayPublished(t *testing.T) {
 	}
 }
 
-// TestDynamicMIGUsesTheDeviceModel: with WithDynamicMIGModel reading each GPU's model from NVML
-// (mig.DeviceModel), a GPU whose 1g.10gb allows only 2 instances (where the catalog says 4) is
-// published with the device's count and memory, and a foreign 1g.10gb instance uses up one of
-// the two: the allocator then fits exactly one more, although two placements stay free.
+// TestDynamicMIGUsesTheDeviceModel: dynamic MIG publishes each GPU's geometry as the GPU reports
+// it (gpu.GPU.MIGGeometry), not the catalog's: a GPU whose 1g.10gb allows only 2 instances
+// (where the catalog says 4) is published with the device's count and memory, and a foreign
+// 1g.10gb instance uses up one of the two: the allocator then fits exactly one more, although two
+// placements stay free.
 func TestDynamicMIGUsesTheDeviceModel(t *testing.T) {
 	machine, err := gputest.New("dgx-a100-40gb", gputest.WithMIG(0, "1g.10gb@0"),
 		gputest.WithMIGProfileEdit("1g.10gb", func(p *mig.GIProfile) { p.InstanceCount, p.MemoryMiB = 2, 9728 }))
@@ -129,11 +130,7 @@ func TestDynamicMIGUsesTheDeviceModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	inv.GPUs = inv.GPUs[:1]
-	fromDevice := gpudra.WithDynamicMIGModel(func(g *gpu.GPU) (*mig.Model, error) {
-		m, _, err := mig.DeviceModel(machine.Device(g.Index))
-		return m, err
-	})
-	sl := slicesFor(t, inv, fromDevice, noneOwned())
+	sl := slicesFor(t, inv, gpudra.WithDynamicMIG(nil), noneOwned())
 	for _, d := range allDevices(sl) {
 		if attr(d, "profile") == "1g.10gb" {
 			if q := d.Capacity["memory"].Value; q.Value() != 9728<<20 {
@@ -149,6 +146,7 @@ func TestDynamicMIGUsesTheDeviceModel(t *testing.T) {
 		t.Errorf("third 1g.10gb on a GPU that allows 2: %v", err)
 	}
 	// The catalog would have allowed it: the device, not the catalog, decided.
+	inv.GPUs[0].MIGGeometry = nil
 	sim = simulate.New(testNode, selectors.DeviceClasses(""), slicesFor(t, inv, gpudra.WithDynamicMIG(nil)))
 	for i := range 2 {
 		if _, err := sim.Allocate(context.Background(), migClaim(i, "1g.10gb")); err != nil {

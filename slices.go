@@ -57,7 +57,6 @@ type Builder struct {
 	pcieRoot   PCIeRootFunc
 	taints     []func(device string) []resourceapi.DeviceTaint
 	migLookup  func(productName string) (*mig.Model, error)
-	migModel   func(g *gpu.GPU) (*mig.Model, error)
 	migOwned   func(g *gpu.GPU, d *gpu.MIGDevice) bool
 	consumable *ConsumableMemory
 }
