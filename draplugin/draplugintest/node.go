@@ -255,6 +255,21 @@ func (n *Node) ResourceSlices() ([]*resourceapi.ResourceSlice, error) {
 	return gpudra.ResourceSlices(b.DriverName(), n.Name, res)
 }
 
+// Republish makes the node's allocator (Allocate) see the slices p publishes now, with its
+// health taints and, with dynamic MIG, the partitions as the GPUs are partitioned now.
+func (n *Node) Republish(ctx context.Context, p *draplugin.Plugin) error {
+	res, err := p.Resources(ctx)
+	if err != nil {
+		return err
+	}
+	slices, err := gpudra.ResourceSlices(p.DriverName(), n.Name, res)
+	if err != nil {
+		return err
+	}
+	n.sim.Publish(slices)
+	return nil
+}
+
 // Specs lists the claim UIDs that have a CDI spec on the node.
 func (n *Node) Specs() ([]string, error) {
 	w, err := cdi.NewWriter(cdi.WithSpecDir(n.CDIDir))

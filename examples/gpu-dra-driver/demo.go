@@ -133,7 +133,7 @@ func newDemo(ctx context.Context, nf *nodeFlags, dir string) (*demo, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := d.plugin.Resources()
+	res, err := d.plugin.Resources(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func (d *demo) run(ctx context.Context, files []string, w io.Writer) error {
 	inv := d.node.inv
 	fmt.Fprintf(w, "gpudra demo on fake machine %s (%d GPUs, driver %s), node %s, dynamic MIG %v\n",
 		d.nf.machine, len(inv.GPUs), inv.DriverVersion, d.nf.nodeName, d.nf.dynamicMIG)
-	res, err := d.plugin.Resources()
+	res, err := d.plugin.Resources(ctx)
 	if err != nil {
 		return err
 	}
