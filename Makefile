@@ -12,15 +12,19 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test unit vet staticcheck lint fmt-check bench build image e2e e2e-binaries demo render generate verify-generate
+.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn build image e2e e2e-binaries demo render generate verify-generate
 
 all: test
 
 ## test: vet, staticcheck, gofmt check, then unit and integration tests with the race detector.
 test: fmt-check verify-generate vet staticcheck unit
 
+# The node-runtime tests write checkpoints, CDI specs and sockets by the thousand: on tmpfs when
+# the machine has one, as kubelet's pod directories and /run usually are. The race detector's
+# default one-second sleep at exit is paid by every test binary and crash-test child: skip it.
+TEST_TMPDIR ?= $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo $${TMPDIR:-/tmp})
 unit:
-	$(GO) test -race -count=1 $(PKGS)
+	TMPDIR=$(TEST_TMPDIR) GORACE="atexit_sleep_ms=0 $$GORACE" $(GO) test -race -count=1 $(PKGS)
 
 vet:
 	$(GO) vet $(PKGS)
@@ -58,6 +62,19 @@ E2E_RUN ?= .
 e2e: e2e-binaries
 	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 ./framework/... ./cmd/...
 	cd test/e2e && $(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' .
+
+## fuzz: run each fuzz target for FUZZTIME (make test runs their seed corpora only).
+FUZZTIME ?= 10m
+FUZZ_TARGETS := selectors:FuzzCompile selectors:FuzzLint selectors:FuzzUpgrade sharing/v1beta1:FuzzDecode mig:FuzzParseProfile
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t#*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./$$pkg/; \
+	done
+
+## churn: the full MIG churn simulation (10,000 arrivals through the scheduler's allocator; minutes).
+churn:
+	$(GO) test -count=1 -run '^TestMIGChurn$$' -v -timeout 60m . -churn.full
 
 demo:
 	$(GO) run ./examples/gpu-dra-driver demo

@@ -13,6 +13,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/simulate"
 )
 
@@ -93,7 +94,7 @@ func BenchmarkAllocate(b *testing.B) {
 			b.Run(fmt.Sprintf("nodes=%d/%s", nodes, l.name), func(b *testing.B) {
 				inv := inventory(b, l.machine, l.mopts...)
 				slices := clusterSlices(b, inv, nodes, l.bopts...)
-				classes := gpudra.DeviceClasses("")
+				classes := selectors.DeviceClasses("")
 				sims := make([]*simulate.Simulator, nodes)
 				reset := func(i int) {
 					sims[i] = simulate.New(fmt.Sprintf("node-%d", i), classes, slices)

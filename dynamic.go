@@ -1,6 +1,7 @@
 package gpudra
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -32,10 +33,26 @@ func CounterSetName(minor int) string { return fmt.Sprintf("gpu-%d-counter-set",
 func MemorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i) }
 
 // WithDynamicMIG publishes, for each MIG-capable GPU, every GPU-instance profile at every
-// placement the MIG catalog allows as a partitionable device, plus the full GPU while it has no MIG
-// devices. A counter set per GPU makes the scheduler pick only sets of devices that form a valid MIG
-// layout; the kubelet plugin creates the instances at prepare time. GPUs without MIG keep being
-// published as full GPUs.
+// placement its MIG geometry allows as a partitionable device, plus the full GPU while no foreign
+// MIG instance is on it. A counter set per GPU makes the scheduler pick only sets of devices that
+// form a valid MIG layout; the kubelet plugin creates the instances at prepare time. GPUs without
+// MIG keep being published as full GPUs.
+//
+// With WithDynamicMIGOwned, MIG instances present in the inventory that the driver did not
+// create are foreign: placements that overlap one, or that NVML would refuse beside it, are not
+// published, and the counters it uses are taken out of the GPU's counter set.
+//
+// The scheduler's allocator takes the first device that fits, so the publishing order is the
+// placement policy. Partitions are published grouped by profile, each group in the order
+// mig.Plan would fill the node beside the instances present (see orderPartitions): the first claim
+// of a profile lands where Plan puts it, small claims fill partly used GPUs before empty ones, and
+// whole GPUs stay free for 7g claims. The order depends on the instances present, so a driver
+// that rebuilds its slices when it creates or destroys instances keeps it current; device names
+// never change.
+//
+// A GPU's geometry is the one it reported when enumerated (gpu.GPU.MIGGeometry), so published
+// memory, counts and placements are the hardware's; lookup (nil: mig.Lookup, the catalog) serves
+// GPUs enumerated without it, such as inventories loaded from a file.
 func WithDynamicMIG(lookup func(productName string) (*mig.Model, error)) Option {
 	return func(b *Builder) {
 		if lookup == nil {
@@ -43,6 +60,16 @@ func WithDynamicMIG(lookup func(productName string) (*mig.Model, error)) Option 
 		}
 		b.migLookup = lookup
 	}
+}
+
+// WithDynamicMIGOwned tells dynamic MIG which existing MIG devices the driver created itself (for
+// claims it prepared, as its checkpoint records them): those stay published as the partitions
+// they are, and the other placements are only ordered around them. Every other MIG device in the
+// inventory is foreign (see WithDynamicMIG), and the full GPU is published again once no foreign
+// one is left. Without this option nothing is withdrawn (every existing instance is taken as the
+// driver's) and the full GPU is left out while any MIG device exists.
+func WithDynamicMIGOwned(owned func(g *gpu.GPU, d *gpu.MIGDevice) bool) Option {
+	return func(b *Builder) { b.migOwned = owned }
 }
 
 // ConsumableMemory makes full GPUs shareable by memory: each GPU allows multiple allocations, and
@@ -100,108 +127,378 @@ func (c *ConsumableMemory) apply(d *resourceapi.Device, memBytes uint64) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// dynamicMIGDevices returns the partitionable devices (and what each is) and the counter set of
-// one MIG-capable GPU, or nil devices when the GPU's model is not in the catalog (it is then
-// published statically).
-func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourceapi.Device, []PublishedDevice, resourceapi.CounterSet, error) {
-	model, err := b.migLookup(g.ProductName)
+// dynamicModel returns the MIG model of a GPU for dynamic publishing: the geometry the GPU
+// reported when it was enumerated (gpu.GPU.MIGGeometry), else the lookup's. It returns nil when
+// the GPU is to be published statically (neither knows the product).
+func (b *Builder) dynamicModel(g *gpu.GPU) *mig.Model {
+	if g.MIGGeometry != nil && g.MIGGeometry.Model != nil {
+		return g.MIGGeometry.Model
+	}
+	m, err := b.migLookup(g.ProductName)
 	if err != nil {
-		return nil, nil, resourceapi.CounterSet{}, nil //nolint:nilerr // unknown models fall back to static publishing
+		return nil // unknown models fall back to static publishing
+	}
+	return m
+}
+
+// dynamicMIG is what one MIG-capable GPU publishes in dynamic mode.
+type dynamicMIG struct {
+	gpu      int // GPU index
+	owner    string
+	model    *mig.Model
+	ranker   *mig.Ranker
+	layout   []mig.Instance // the GPU instances present, as the model explains them
+	full     *resourceapi.Device
+	parts    []partition
+	counters resourceapi.CounterSet
+}
+
+// partition is one profile at one placement, published as a partitionable device.
+type partition struct {
+	profile   string
+	placement mig.Placement
+	device    resourceapi.Device
+	ref       PublishedDevice
+}
+
+// dynamicMIGDevices returns what one MIG-capable GPU publishes, or nil when the GPU has no model
+// (it is then published statically).
+func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) (*dynamicMIG, error) {
+	model := b.dynamicModel(g)
+	if model == nil {
+		return nil, nil
+	}
+	present := existingInstances(model, g, b.migOwned)
+	cc := newMIGCounters(model)
+	if len(cc.full) > resourceapi.ResourceSliceMaxCountersPerCounterSet {
+		return nil, fmt.Errorf("model %s needs %d counters, more than the API allows (%d)",
+			model.Name, len(cc.full), resourceapi.ResourceSliceMaxCountersPerCounterSet)
 	}
 	setName := CounterSetName(g.Minor)
-	counters := map[string]resourceapi.Counter{}
-	full := map[string]resourceapi.Counter{}
-	set := func(name string, v int64) {
-		counters[name] = resourceapi.Counter{Value: *resource.NewQuantity(v, resource.DecimalSI)}
-		full[name] = counters[name]
+	out := &dynamicMIG{
+		gpu: g.Index, owner: fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID), model: model, layout: present.all,
+		counters: resourceapi.CounterSet{Name: setName, Counters: cc.remaining(model, present.foreign)},
 	}
-	for i := 0; i < model.MemorySlices; i++ {
-		set(MemorySliceCounter(i), 1)
+	var err error
+	if out.ranker, err = mig.NewRanker(model); err != nil {
+		return nil, err
 	}
-	// Counters beyond the memory slices are published only where the model needs them: every
-	// counter a device consumes costs the scheduler time on every allocation attempt.
-	needs := counterNeeds(model)
-	if needs.computeSlices {
-		set(CounterComputeSlices, int64(model.ComputeSlices))
+	if _, err := out.ranker.Candidates(out.layout); err != nil {
+		out.layout = nil // an inventory the model cannot explain: rank as on an empty GPU
 	}
-	if needs.mediaShared {
-		set(CounterMediaShared, int64(model.MemorySlices))
-	}
-	if needs.mediaExtensions {
-		set(CounterMediaExtensions, 1)
-	}
-	limited := map[string]int{} // profile → instance counter name, where placements alone allow more
-	for _, p := range model.Profiles {
-		if p.InstanceCount < maxDisjoint(p.Placements) {
-			name := instanceCounterName(p.Name)
-			set(name, int64(p.InstanceCount))
-			limited[p.Name] = p.InstanceCount
-		}
-	}
-	if len(counters) > resourceapi.ResourceSliceMaxCountersPerCounterSet {
-		return nil, nil, resourceapi.CounterSet{}, fmt.Errorf("model %s needs %d counters, more than the API allows (%d)",
-			model.Name, len(counters), resourceapi.ResourceSliceMaxCountersPerCounterSet)
-	}
-	cs := resourceapi.CounterSet{Name: setName, Counters: counters}
-
-	var devs []resourceapi.Device
-	var refs []PublishedDevice
 	// The whole GPU is one more way to use it: the kubelet plugin turns MIG mode off to prepare
-	// it. It is left out while MIG devices exist that the plugin did not create.
-	if len(g.MIGDevices) == 0 {
+	// it. It is left out while MIG instances exist that the plugin did not create (or may not
+	// have, when WithDynamicMIGOwned does not say); those it did create use counters the whole
+	// GPU needs, so the allocator cannot give it out beside them.
+	if len(g.MIGDevices) == 0 || (b.migOwned != nil && len(present.blocked) == 0) {
 		d := b.gpuDevice(inv, g)
-		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: setName, Counters: full}}
-		devs = append(devs, d)
-		refs = append(refs, PublishedDevice{GPU: g})
+		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: setName, Counters: cc.full}}
+		out.full = &d
 	}
 	for i := range model.Profiles {
 		p := &model.Profiles[i]
-		consumed := map[string]resourceapi.Counter{}
-		if needs.computeSlices {
-			consumed[CounterComputeSlices] = qty(int64(p.ComputeSlices))
-		}
-		kind := mediaKind(p.Name)
-		if needs.mediaShared && kind != "none" {
-			if kind == "all" {
-				consumed[CounterMediaShared] = qty(int64(model.MemorySlices))
-			} else {
-				consumed[CounterMediaShared] = qty(1)
+		for _, pl := range p.Placements {
+			if present.blocks(model, p.Name, pl) {
+				continue
 			}
-		}
-		if needs.mediaExtensions && kind == "extensions" {
-			consumed[CounterMediaExtensions] = qty(1)
-		}
-		if _, ok := limited[p.Name]; ok {
-			consumed[instanceCounterName(p.Name)] = qty(1)
-		}
-		// Placements are published last slice first: the allocator is first-fit, so a small
-		// instance lands at the end of the GPU and the low slices stay free for 3g/4g/7g, as
-		// mig.Plan's least-fragmentation choice would place it.
-		for k := len(p.Placements) - 1; k >= 0; k-- {
-			pl := p.Placements[k]
-			c := make(map[string]resourceapi.Counter, len(consumed)+pl.Size)
-			for k, v := range consumed {
-				c[k] = v
-			}
-			for i := pl.Start; i < pl.End(); i++ {
-				c[MemorySliceCounter(i)] = qty(1)
-			}
-			attrs := b.commonAttributes(inv, g)
-			attrs[AttrType] = str(DeviceTypeMIG)
-			attrs[AttrProfile] = str(p.Name)
-			attrs[AttrParentUUID] = str(g.UUID)
-			attrs[AttrParentIndex] = intAttr(g.Index)
-			devs = append(devs, resourceapi.Device{
-				Name:       MIGDeviceName(g.Minor, p.Name, p.ID, pl.Start, ""),
-				Attributes: attrs,
-				Capacity: migCapacity(p.MemoryMiB<<20, p.Multiprocessors, p.CopyEngines, p.Decoders, p.Encoders,
-					p.JpegEngines, p.OfaEngines),
-				ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: setName, Counters: c}},
-			})
-			refs = append(refs, PublishedDevice{GPU: g, Partition: &Partition{Model: model, Profile: p, Placement: pl}})
+			out.parts = append(out.parts, partition{profile: p.Name, placement: pl, device: b.partition(inv, g, p, pl, setName, cc),
+				ref: PublishedDevice{GPU: g, Partition: &Partition{Model: model, Profile: p, Placement: pl}}})
 		}
 	}
-	return devs, refs, cs, nil
+	return out, nil
+}
+
+// orderPartitions returns the dynamic MIG partitions of a node in publishing order, for the
+// scheduler's first-fit allocator. Partitions are grouped by profile (in the order profiles first
+// appear); within a profile the order is the sequence of choices mig.Plan would make for claims
+// of that profile arriving one after another: each next partition is the one, on any GPU, with
+// the lowest mig.PlacementCost beside the instances present and the ones chosen before it (ties:
+// the GPU with more instances, then fewer free memory slices, the lower start, the lower GPU
+// index). So the first claim lands where Plan puts it, small claims fill partly used GPUs before
+// empty ones, and a burst of claims between two publications consolidates GPU by GPU. Partitions
+// that cannot be chosen that way (they do not fit now) follow in the order of an empty GPU.
+func orderPartitions(gpus []*dynamicMIG) []partitionOf {
+	var profiles []string
+	for _, d := range gpus {
+		for _, p := range d.parts {
+			if !slices.Contains(profiles, p.profile) {
+				profiles = append(profiles, p.profile)
+			}
+		}
+	}
+	var out []partitionOf
+	for _, profile := range profiles {
+		out = append(out, orderProfile(gpus, profile)...)
+	}
+	return out
+}
+
+// partitionOf is a partition and the GPU it belongs to.
+type partitionOf struct {
+	partition
+	owner string
+}
+
+// orderProfile is orderPartitions for the partitions of one profile.
+func orderProfile(gpus []*dynamicMIG, profile string) []partitionOf {
+	o := &profileOrder{gpus: gpus, profile: profile, virtual: make([][]mig.Instance, len(gpus)), costs: make([]map[mig.Placement]mig.Candidate, len(gpus))}
+	var left []candidate
+	for gi, d := range gpus {
+		o.virtual[gi] = slices.Clone(d.layout)
+		for _, p := range d.parts {
+			if p.profile == profile {
+				left = append(left, candidate{gi, p})
+			}
+		}
+	}
+	var out []partitionOf
+	for len(left) > 0 {
+		best := -1
+		for k, c := range left {
+			if o.cost(c).Fits && (best < 0 || o.compare(c, left[best]) < 0) {
+				best = k
+			}
+		}
+		if best < 0 {
+			break
+		}
+		c := left[best]
+		out = append(out, partitionOf{c.part, gpus[c.gpu].owner})
+		o.choose(c)
+		left = slices.Delete(left, best, best+1)
+	}
+	// What cannot be chosen now follows in the order it would have on an empty GPU.
+	o.virtual = make([][]mig.Instance, len(gpus))
+	o.costs = make([]map[mig.Placement]mig.Candidate, len(gpus))
+	slices.SortStableFunc(left, o.compareEmpty)
+	for _, c := range left {
+		out = append(out, partitionOf{c.part, gpus[c.gpu].owner})
+	}
+	return out
+}
+
+// candidate is a partition of one GPU (an index into profileOrder.gpus).
+type candidate struct {
+	gpu  int
+	part partition
+}
+
+// profileOrder ranks the partitions of one profile as if claims of that profile took them one
+// after another: virtual holds each GPU's instances plus the partitions chosen so far.
+type profileOrder struct {
+	gpus    []*dynamicMIG
+	profile string
+	virtual [][]mig.Instance
+	costs   []map[mig.Placement]mig.Candidate // per GPU, under virtual; nil when stale
+}
+
+func (o *profileOrder) cost(c candidate) mig.Candidate {
+	if o.costs[c.gpu] == nil {
+		o.costs[c.gpu] = map[mig.Placement]mig.Candidate{}
+		cands, _ := o.gpus[c.gpu].ranker.Candidates(o.virtual[c.gpu], o.profile)
+		for _, x := range cands {
+			o.costs[c.gpu][x.Placement] = x
+		}
+	}
+	return o.costs[c.gpu][c.part.placement]
+}
+
+func (o *profileOrder) choose(c candidate) {
+	pl := c.part.placement
+	o.virtual[c.gpu] = append(o.virtual[c.gpu], mig.Instance{Profile: o.profile, Placement: &pl})
+	o.costs[c.gpu] = nil
+}
+
+func (o *profileOrder) free(gi int) int {
+	n := o.gpus[gi].model.MemorySlices
+	for _, in := range o.virtual[gi] {
+		n -= in.Placement.Size
+	}
+	return n
+}
+
+// compare orders two candidates that fit: the lower mig.PlacementCost, then the GPU with more
+// instances (it is the one least likely to drain soon), then the one with fewer free memory
+// slices, then the lower start (Plan's tie-break), then the lower GPU index.
+func (o *profileOrder) compare(a, b candidate) int {
+	return cmp.Or(slices.Compare(o.cost(a).Cost, o.cost(b).Cost),
+		cmp.Compare(len(o.virtual[b.gpu]), len(o.virtual[a.gpu])),
+		cmp.Compare(o.free(a.gpu), o.free(b.gpu)),
+		cmp.Compare(a.part.placement.Start, b.part.placement.Start),
+		cmp.Compare(o.gpus[a.gpu].gpu, o.gpus[b.gpu].gpu))
+}
+
+// compareEmpty orders candidates as on empty GPUs (mig.PlacementOrder's order), then by GPU
+// index. It expects o.virtual to be empty.
+func (o *profileOrder) compareEmpty(a, b candidate) int {
+	ca, cb := o.cost(a), o.cost(b)
+	return cmp.Or(mig.CompareCost(ca.Fits, ca.Cost, a.part.placement.Start, cb.Fits, cb.Cost, b.part.placement.Start),
+		cmp.Compare(o.gpus[a.gpu].gpu, o.gpus[b.gpu].gpu))
+}
+
+// partition is the device of one profile at one placement.
+func (b *Builder) partition(inv *gpu.Inventory, g *gpu.GPU, p *mig.GIProfile, pl mig.Placement, setName string, cc *migCounters) resourceapi.Device {
+	attrs := b.commonAttributes(inv, g)
+	attrs[AttrType] = str(DeviceTypeMIG)
+	attrs[AttrProfile] = str(p.Name)
+	attrs[AttrParentUUID] = str(g.UUID)
+	attrs[AttrParentIndex] = intAttr(g.Index)
+	return resourceapi.Device{
+		Name:       MIGDeviceName(g.Minor, p.Name, p.ID, pl.Start, ""),
+		Attributes: attrs,
+		Capacity: migCapacity(p.MemoryMiB<<20, p.Multiprocessors, p.CopyEngines, p.Decoders, p.Encoders,
+			p.JpegEngines, p.OfaEngines),
+		ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: setName, Counters: cc.consumed(p, pl)}},
+	}
+}
+
+// migCounters is the counter set of one GPU model: what exists and what each device consumes.
+type migCounters struct {
+	needs   modelNeeds
+	full    map[string]resourceapi.Counter
+	limited map[string]bool // profiles with an instance counter
+	slices  int
+}
+
+func newMIGCounters(model *mig.Model) *migCounters {
+	cc := &migCounters{needs: counterNeeds(model), full: map[string]resourceapi.Counter{}, limited: map[string]bool{}, slices: model.MemorySlices}
+	for i := 0; i < model.MemorySlices; i++ {
+		cc.full[MemorySliceCounter(i)] = qty(1)
+	}
+	// Counters beyond the memory slices are published only where the model needs them: every
+	// counter a device consumes costs the scheduler time on every allocation attempt.
+	if cc.needs.computeSlices {
+		cc.full[CounterComputeSlices] = qty(int64(model.ComputeSlices))
+	}
+	if cc.needs.mediaShared {
+		cc.full[CounterMediaShared] = qty(int64(model.MemorySlices))
+	}
+	if cc.needs.mediaExtensions {
+		cc.full[CounterMediaExtensions] = qty(1)
+	}
+	for _, p := range model.Profiles {
+		if p.InstanceCount < maxDisjoint(p.Placements) {
+			cc.full[instanceCounterName(p.Name)] = qty(int64(p.InstanceCount))
+			cc.limited[p.Name] = true
+		}
+	}
+	return cc
+}
+
+// shared is what an instance of p consumes besides memory slices.
+func (cc *migCounters) shared(p *mig.GIProfile) map[string]int64 {
+	out := map[string]int64{}
+	if cc.needs.computeSlices {
+		out[CounterComputeSlices] = int64(p.ComputeSlices)
+	}
+	kind := mediaKind(p.Name)
+	if cc.needs.mediaShared && kind != "none" {
+		if kind == "all" {
+			out[CounterMediaShared] = int64(cc.slices)
+		} else {
+			out[CounterMediaShared] = 1
+		}
+	}
+	if cc.needs.mediaExtensions && kind == "extensions" {
+		out[CounterMediaExtensions] = 1
+	}
+	if cc.limited[p.Name] {
+		out[instanceCounterName(p.Name)] = 1
+	}
+	return out
+}
+
+// consumed is what the device of p at pl consumes.
+func (cc *migCounters) consumed(p *mig.GIProfile, pl mig.Placement) map[string]resourceapi.Counter {
+	c := map[string]resourceapi.Counter{}
+	for k, v := range cc.shared(p) {
+		c[k] = qty(v)
+	}
+	for i := pl.Start; i < pl.End(); i++ {
+		c[MemorySliceCounter(i)] = qty(1)
+	}
+	return c
+}
+
+// remaining is the counter set with what the foreign instances use taken out (memory slices stay:
+// no published device covers a foreign instance's slices).
+func (cc *migCounters) remaining(model *mig.Model, foreign []mig.Instance) map[string]resourceapi.Counter {
+	left := map[string]int64{}
+	for k, v := range cc.full {
+		left[k] = v.Value.Value()
+	}
+	for _, in := range foreign {
+		if p, ok := model.Profile(in.Profile); ok {
+			for k, v := range cc.shared(p) {
+				left[k] = max(0, left[k]-v)
+			}
+		}
+	}
+	out := make(map[string]resourceapi.Counter, len(left))
+	for k, v := range left {
+		out[k] = qty(v)
+	}
+	return out
+}
+
+// presentInstances are the GPU instances that exist on a GPU, as placed mig Instances.
+type presentInstances struct {
+	all     []mig.Instance // owned and foreign, known profiles only
+	foreign []mig.Instance // known profiles only
+	blocked []mig.Placement
+}
+
+// existingInstances reads the GPU instances of g's MIG devices (compute instances of one GPU
+// instance count once) and splits off those the driver did not create.
+func existingInstances(model *mig.Model, g *gpu.GPU, owned func(*gpu.GPU, *gpu.MIGDevice) bool) presentInstances {
+	var out presentInstances
+	seen := map[[2]int]bool{}
+	for i := range g.MIGDevices {
+		d := &g.MIGDevices[i]
+		p, ok := model.ProfileByID(d.GIProfileID)
+		if !ok {
+			p, ok = model.Profile(d.Profile)
+		}
+		size := d.Placement.Size
+		if ok {
+			size = p.MemorySlices()
+		}
+		key := [2]int{d.Placement.Start, size}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		pl := mig.Placement{Start: d.Placement.Start, Size: size}
+		isOwned := owned == nil || owned(g, d)
+		if !isOwned {
+			out.blocked = append(out.blocked, pl)
+		}
+		if !ok {
+			continue // an unknown profile only blocks its slices
+		}
+		in := mig.Instance{Profile: p.Name, Placement: &pl}
+		out.all = append(out.all, in)
+		if !isOwned {
+			out.foreign = append(out.foreign, in)
+		}
+	}
+	return out
+}
+
+// blocks reports whether the placement pl of profile must not be published: it overlaps a
+// foreign instance, or NVML would refuse it beside the foreign instances (instance counts, media
+// engines).
+func (pi presentInstances) blocks(model *mig.Model, profile string, pl mig.Placement) bool {
+	for _, f := range pi.blocked {
+		if f.Overlaps(pl) {
+			return true
+		}
+	}
+	if len(pi.foreign) == 0 {
+		return false
+	}
+	_, err := mig.Validate(model, append(slices.Clone(pi.foreign), mig.Instance{Profile: profile, Placement: &pl}))
+	return err != nil
 }
 
 // modelNeeds says which rules of a model the memory-slice counters do not already enforce.

@@ -15,6 +15,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/simulate"
 )
 
@@ -72,7 +73,7 @@ func TestDynamicMIGAllocationsAreValidLayouts(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(len(m.Name)), 42))
 			checked := 0
 			for round := 0; round < rounds; round++ {
-				sim := simulate.New(testNode, gpudra.DeviceClasses(""), slices)
+				sim := simulate.New(testNode, selectors.DeviceClasses(""), slices)
 				var held []*resourceapi.ResourceClaim
 				var layout []mig.Instance
 				for step := 0; step < steps; step++ {
@@ -116,7 +117,7 @@ func TestDynamicMIGFullGPUExcludesPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim := simulate.New(testNode, gpudra.DeviceClasses(""), slicesFor(t, oneGPU(m), gpudra.WithDynamicMIG(nil)))
+	sim := simulate.New(testNode, selectors.DeviceClasses(""), slicesFor(t, oneGPU(m), gpudra.WithDynamicMIG(nil)))
 	full := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "full", Namespace: "default", UID: types.UID(testUID(999))},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
@@ -147,7 +148,7 @@ func TestDynamicMIGFirstFitKeepsLargeRegionsFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim := simulate.New(testNode, gpudra.DeviceClasses(""), slicesFor(t, oneGPU(m), gpudra.WithDynamicMIG(nil)))
+	sim := simulate.New(testNode, selectors.DeviceClasses(""), slicesFor(t, oneGPU(m), gpudra.WithDynamicMIG(nil)))
 	got, err := sim.Allocate(context.Background(), migClaim(1, "1g.5gb"))
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +181,7 @@ func TestConsumableMemoryNeverOvercommits(t *testing.T) {
 		}
 		capacity[d.Name] = policy.ValidRange.Max.Value()
 	}
-	sim := simulate.New(testNode, gpudra.DeviceClasses(""), slices)
+	sim := simulate.New(testNode, selectors.DeviceClasses(""), slices)
 	used := map[string]int64{}
 	rng := rand.New(rand.NewPCG(7, 11))
 	refused := 0

@@ -57,6 +57,7 @@ type Builder struct {
 	pcieRoot   PCIeRootFunc
 	taints     []func(device string) []resourceapi.DeviceTaint
 	migLookup  func(productName string) (*mig.Model, error)
+	migOwned   func(g *gpu.GPU, d *gpu.MIGDevice) bool
 	consumable *ConsumableMemory
 }
 
@@ -136,7 +137,8 @@ func (b *Builder) Published(inv *gpu.Inventory) ([]PublishedDevice, error) {
 }
 
 // Devices returns every device the builder would publish for the inventory, in publishing
-// order: GPUs by index, MIG devices of a GPU by placement.
+// order: GPUs by index (full GPUs and static MIG devices), then the dynamic MIG partitions of all
+// GPUs, grouped by profile and best placement first (see WithDynamicMIG).
 func (b *Builder) Devices(inv *gpu.Inventory) ([]resourceapi.Device, error) {
 	pub, err := b.build(inv)
 	if err != nil {
@@ -228,38 +230,59 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 		pub.refs = append(pub.refs, ref)
 		return nil
 	}
+	var dyns []*dynamicMIG
 	for i := range inv.GPUs {
 		g := &inv.GPUs[i]
 		owner := fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID)
-		if b.migLookup != nil && g.MIGCapable {
-			devs, refs, cs, err := b.dynamicMIGDevices(inv, g)
-			if err != nil {
-				return nil, fmt.Errorf("GPU %d (%s): %w", g.Index, g.UUID, err)
-			}
-			if devs != nil {
-				pub.counterSets = append(pub.counterSets, cs)
-				for k, d := range devs {
-					if err := add(d, refs[k], owner); err != nil {
-						return nil, err
-					}
-				}
-				continue
+		devs, refs, dyn, err := b.gpuDevices(inv, g)
+		if err != nil {
+			return nil, fmt.Errorf("GPU %d (%s): %w", g.Index, g.UUID, err)
+		}
+		if dyn != nil {
+			pub.counterSets = append(pub.counterSets, dyn.counters)
+			dyns = append(dyns, dyn)
+		}
+		for k, d := range devs {
+			if err := add(d, refs[k], owner); err != nil {
+				return nil, err
 			}
 		}
-		if g.MIGEnabled {
-			for j := range g.MIGDevices {
-				m := &g.MIGDevices[j]
-				if err := add(b.migDevice(inv, g, m), PublishedDevice{GPU: g, MIG: m}, owner); err != nil {
-					return nil, err
-				}
-			}
-			continue
-		}
-		if err := add(b.gpuDevice(inv, g), PublishedDevice{GPU: g}, owner); err != nil {
+	}
+	for _, p := range orderPartitions(dyns) {
+		if err := add(p.device, p.ref, p.owner); err != nil {
 			return nil, err
 		}
 	}
 	return pub, nil
+}
+
+// gpuDevices returns the devices one GPU publishes in GPU order (the full GPU, static MIG
+// devices) and what each is, and its dynamic MIG partitions and counters when it is published
+// dynamically.
+func (b *Builder) gpuDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourceapi.Device, []PublishedDevice, *dynamicMIG, error) {
+	if b.migLookup != nil && g.MIGCapable {
+		dyn, err := b.dynamicMIGDevices(inv, g)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if dyn != nil {
+			if dyn.full != nil {
+				return []resourceapi.Device{*dyn.full}, []PublishedDevice{{GPU: g}}, dyn, nil
+			}
+			return nil, nil, dyn, nil
+		}
+	}
+	if g.MIGEnabled {
+		devs := make([]resourceapi.Device, 0, len(g.MIGDevices))
+		refs := make([]PublishedDevice, 0, len(g.MIGDevices))
+		for j := range g.MIGDevices {
+			m := &g.MIGDevices[j]
+			devs = append(devs, b.migDevice(inv, g, m))
+			refs = append(refs, PublishedDevice{GPU: g, MIG: m})
+		}
+		return devs, refs, nil, nil
+	}
+	return []resourceapi.Device{b.gpuDevice(inv, g)}, []PublishedDevice{{GPU: g}}, nil, nil
 }
 
 func (b *Builder) commonAttributes(inv *gpu.Inventory, g *gpu.GPU) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/selectors"
 )
 
 // The attribute and capacity names of DESIGN.md's compatibility contract.
@@ -231,7 +232,7 @@ func TestDynamicAndStaticNamesAgree(t *testing.T) {
 func TestDeviceClassesSelectTheRightDevices(t *testing.T) {
 	inv := inventory(t, "dgx-a100-40gb", gputest.WithMIG(0, "3g.20gb", "3g.20gb"))
 	devs := allDevices(slicesFor(t, inv))
-	classes := gpudra.DeviceClasses(gpudra.DefaultDriverName)
+	classes := selectors.DeviceClasses(gpudra.DefaultDriverName)
 	if diff := cmp.Diff([]string{"gpu.nvidia.com", "mig.nvidia.com"}, []string{classes[0].Name, classes[1].Name}); diff != "" {
 		t.Fatalf("class names (-want +got):\n%s", diff)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/simulate"
 )
 
@@ -94,7 +95,7 @@ func TestSeedWorkloadsWithRealAllocator(t *testing.T) {
 			if len(w.Claims) == 0 {
 				t.Fatalf("%s has no claims", c.file)
 			}
-			classes := append(gpudra.DeviceClasses(gpudra.DefaultDriverName), w.Classes...)
+			classes := append(selectors.DeviceClasses(gpudra.DefaultDriverName), w.Classes...)
 			sim := simulate.New(testNode, classes, slices)
 			var got []*resourceapi.ResourceClaim
 			failed := -1

@@ -153,11 +153,7 @@ func (h *health) update(target string, bad *gpuHealth) bool {
 }
 
 // onHealthChange republishes the slices with the new taints.
-func (p *Plugin) onHealthChange(ctx context.Context) {
-	if err := p.Publish(ctx); err != nil {
-		klog.FromContext(ctx).Error(err, "Republishing ResourceSlices after a health change failed")
-	}
-}
+func (p *Plugin) onHealthChange(context.Context) { p.republish() }
 
 // MarkUnhealthy taints every device of the physical GPU of device (a DRA device name or a GPU
 // UUID) with reason as the taint value, for health sources other than NVML events.

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/mig"
 )
 
 // Metric names of the plugin, all in namespace "gpudra", subsystem "plugin".
@@ -16,6 +17,10 @@ const (
 	MetricMIGInstances      = "gpudra_plugin_mig_instances"
 	MetricErrors            = "gpudra_plugin_errors_total"
 	MetricUnhealthyGPUs     = "gpudra_plugin_unhealthy_gpus"
+	// MetricMIGCatalogDifferences is 1 for every MIG profile property where the built-in
+	// catalog differs from what the GPU reports (labels model, profile, property); the GPU's
+	// values are used.
+	MetricMIGCatalogDifferences = "gpudra_plugin_mig_catalog_differences"
 )
 
 type metrics struct {
@@ -27,7 +32,7 @@ type metrics struct {
 // newMetrics creates the plugin's collectors and registers them on reg (nothing when nil).
 // counts and unhealthy are read when the gauges are scraped. Registration errors (a second
 // plugin on the same registry) leave the collectors working but unexported.
-func newMetrics(reg prometheus.Registerer, counts func() (prepared, instances int), unhealthy func() int) *metrics {
+func newMetrics(reg prometheus.Registerer, counts func() (prepared, instances int), unhealthy func() int, diffs []mig.Difference) *metrics {
 	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 	opts := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: "gpudra", Subsystem: "plugin", Name: name, Help: help}
@@ -53,6 +58,13 @@ func newMetrics(reg prometheus.Registerer, counts func() (prepared, instances in
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts("unhealthy_gpus", "Physical GPUs currently marked unhealthy (their devices are tainted).")),
 			func() float64 { return float64(unhealthy()) }),
 	}
+	catalog := prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("mig_catalog_differences",
+		"1 for each MIG profile property where the built-in catalog differs from what the GPU reports; the GPU's value is used.")),
+		[]string{"model", "profile", "property"})
+	for _, d := range diffs {
+		catalog.WithLabelValues(d.Model, d.Profile, d.Property).Set(1)
+	}
+	gauges = append(gauges, catalog)
 	for _, c := range append([]prometheus.Collector{m.prepare, m.unprepare, m.errors}, gauges...) {
 		_ = reg.Register(c)
 	}

@@ -132,3 +132,40 @@ func (n *nvmlMIG) DisableMIG(_ context.Context, gpuUUID string) error {
 	}
 	return nil
 }
+
+// republishingMIG is the plugin's MIGController with a hook: every change that succeeded makes
+// the plugin publish its slices again, so that dynamic MIG partitions follow the instances that
+// exist (prepare, rollback, unprepare and reconciliation all change them through here).
+type republishingMIG struct {
+	MIGController
+	changed func()
+}
+
+var _ MIGController = (*republishingMIG)(nil)
+
+// Create implements MIGController.
+func (r *republishingMIG) Create(ctx context.Context, gpuUUID, profile string, placement mig.Placement) (MIGInstance, error) {
+	in, err := r.MIGController.Create(ctx, gpuUUID, profile, placement)
+	if err == nil {
+		r.changed()
+	}
+	return in, err
+}
+
+// Destroy implements MIGController.
+func (r *republishingMIG) Destroy(ctx context.Context, gpuUUID, profile string, placement mig.Placement) error {
+	err := r.MIGController.Destroy(ctx, gpuUUID, profile, placement)
+	if err == nil {
+		r.changed()
+	}
+	return err
+}
+
+// DisableMIG implements MIGController.
+func (r *republishingMIG) DisableMIG(ctx context.Context, gpuUUID string) error {
+	err := r.MIGController.DisableMIG(ctx, gpuUUID)
+	if err == nil {
+		r.changed()
+	}
+	return err
+}

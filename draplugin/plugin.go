@@ -41,6 +41,7 @@ type Plugin struct {
 	sharing    SharingEngine
 	mig        MIGController
 	builder    *gpudra.Builder
+	sliceOpts  []gpudra.Option // the builder's options, for the builds that publish
 	hooks      Hooks
 	now        func() time.Time
 	supervise  time.Duration
@@ -57,6 +58,10 @@ type Plugin struct {
 
 	helperMu sync.Mutex
 	helper   *kubeletplugin.Helper
+	stopped  chan struct{} // closed by Stop; the background loops of Start end
+
+	// republishReq asks the publisher (Start) to build and publish the slices again.
+	republishReq chan struct{}
 
 	fatalOnce sync.Once
 	fatal     chan struct{} // closed by a fatal error of the kubelet-plugin helper
@@ -79,7 +84,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		nodeName: cfg.NodeName, lib: cfg.NVML, inv: inv, stateDir: cfg.StateDir,
 		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
 		hooks: cfg.Hooks, now: cfg.Now, fatal: make(chan struct{}), supervise: cfg.SuperviseInterval,
-		synced: map[string]uint64{},
+		synced: map[string]uint64{}, republishReq: make(chan struct{}, 1),
 	}
 	if p.supervise == 0 {
 		p.supervise = time.Minute
@@ -91,7 +96,8 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	// them to learn the driver name and devices, then with them.
 	p.driverName = gpudra.NewBuilder(cfg.Slices...).DriverName()
 	p.health = newHealth(cfg.Health, p.driverName, p.now)
-	p.builder = gpudra.NewBuilder(append(slices.Clone(cfg.Slices), gpudra.WithDeviceTaints(p.health.taints))...)
+	p.sliceOpts = append(slices.Clone(cfg.Slices), gpudra.WithDeviceTaints(p.health.taints))
+	p.builder = gpudra.NewBuilder(p.sliceOpts...)
 	if p.devices, err = newDeviceIndex(p.builder, inv); err != nil {
 		return nil, err
 	}
@@ -100,15 +106,19 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		p.sharing = sharing.NewManager(p.driverName)
 	}
 	if lookup := p.builder.DynamicMIG(); p.mig == nil && cfg.NVML != nil && lookup != nil {
-		p.mig = NewNVMLMIGController(cfg.NVML, lookup)
+		p.mig = NewNVMLMIGController(cfg.NVML, deviceModels(inv, lookup))
 	}
+	if p.mig != nil {
+		p.mig = &republishingMIG{MIGController: p.mig, changed: p.republish}
+	}
+	logCatalogDifferences(klog.FromContext(ctx), inv)
 	if p.locks, err = newGPULocks(p.stateDir); err != nil {
 		return nil, err
 	}
 	if err := p.openCheckpoint(ctx, cfg.BootIDPath); err != nil {
 		return nil, err
 	}
-	p.metrics = newMetrics(cfg.Metrics, p.counts, p.health.count)
+	p.metrics = newMetrics(cfg.Metrics, p.counts, p.health.count, catalogDifferences(inv))
 	return p, nil
 }
 
@@ -139,10 +149,52 @@ func (p *Plugin) DriverName() string { return p.driverName }
 // Inventory returns the GPUs the plugin manages, as enumerated at construction.
 func (p *Plugin) Inventory() *gpu.Inventory { return p.inv }
 
-// Resources returns the pool the plugin publishes now: the inventory's devices, with health
-// taints.
-func (p *Plugin) Resources() (*gpudra.Pool, error) {
-	return p.builder.Build(p.nodeName, p.inv)
+// Resources returns the pool the plugin publishes now: the inventory's devices with their
+// health taints. With dynamic MIG, partitions follow the GPUs as they are partitioned now: the
+// order adapts to the instances present, and placements beside an instance no claim records
+// (another tool's, or one kept after a lost checkpoint) are withdrawn.
+func (p *Plugin) Resources(ctx context.Context) (*gpudra.Pool, error) {
+	inv, owned, err := p.partitionedNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b := p.builder
+	if owned != nil {
+		b = gpudra.NewBuilder(append(slices.Clone(p.sliceOpts), gpudra.WithDynamicMIGOwned(owned))...)
+	}
+	return b.Build(p.nodeName, inv)
+}
+
+// partitionedNow returns the inventory with the MIG instances that exist now on the GPUs
+// published as partitions, and which of them claims record (owned); nil owned without dynamic
+// MIG. Instances are listed before the checkpoint is read: an instance is recorded before it is
+// created, so one that exists is never mistaken for foreign.
+func (p *Plugin) partitionedNow(ctx context.Context) (*gpu.Inventory, func(*gpu.GPU, *gpu.MIGDevice) bool, error) {
+	if len(p.devices.partitioned) == 0 || p.mig == nil {
+		return p.inv, nil, nil
+	}
+	inv := *p.inv
+	inv.GPUs = slices.Clone(p.inv.GPUs)
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		if !p.devices.partitioned[g.UUID] {
+			continue
+		}
+		insts, err := p.mig.Instances(ctx, g.UUID)
+		if err != nil {
+			return nil, nil, fmt.Errorf("list MIG instances of GPU %s: %w", g.UUID, err)
+		}
+		g.MIGDevices = make([]gpu.MIGDevice, 0, len(insts))
+		for _, in := range insts {
+			g.MIGDevices = append(g.MIGDevices, gpu.MIGDevice{UUID: in.UUID, ParentUUID: g.UUID, ParentIndex: g.Index, ParentMinor: g.Minor,
+				Profile: in.Profile, GIProfileID: in.GIProfileID, GIID: in.GIID, CIID: in.CIID, Placement: in.Placement})
+		}
+	}
+	if err := p.store.Refresh(); err != nil {
+		return nil, nil, err
+	}
+	referenced := p.referencedPlacements()
+	return &inv, func(g *gpu.GPU, d *gpu.MIGDevice) bool { return referenced[placementKey{g.UUID, d.Placement.Start}] }, nil
 }
 
 // driverResources is a pool as the kubelet-plugin helper publishes it.
@@ -232,26 +284,28 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 	if err != nil {
 		return report, fmt.Errorf("start kubelet plugin %s: %w", p.driverName, err)
 	}
+	stopped := make(chan struct{})
 	p.helperMu.Lock()
-	p.helper = helper
+	p.helper, p.stopped = helper, stopped
 	p.helperMu.Unlock()
 	if !sc.NoPublish {
 		if err := p.Publish(ctx); err != nil {
 			p.Stop()
 			return report, err
 		}
+		go p.publishLoop(ctx, stopped)
 	}
 	if !sc.NoHealthMonitor && p.lib != nil && !p.health.cfg.Disabled {
 		p.health.startMonitor(ctx, p.lib, p.inv)
 	}
 	if p.supervise > 0 {
-		go p.superviseLoop(ctx)
+		go p.superviseLoop(ctx, stopped)
 	}
 	return report, nil
 }
 
 // superviseLoop runs superviseMPS every supervise interval until ctx ends or the plugin stops.
-func (p *Plugin) superviseLoop(ctx context.Context) {
+func (p *Plugin) superviseLoop(ctx context.Context, stopped <-chan struct{}) {
 	t := time.NewTicker(p.supervise)
 	defer t.Stop()
 	for {
@@ -260,10 +314,9 @@ func (p *Plugin) superviseLoop(ctx context.Context) {
 			return
 		case <-p.fatal:
 			return
+		case <-stopped:
+			return
 		case <-t.C:
-		}
-		if p.Helper() == nil {
-			return // stopped
 		}
 		if err := p.superviseMPS(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Supervising MPS daemons")
@@ -312,13 +365,14 @@ func (p *Plugin) helperOptions(sc StartConfig) []kubeletplugin.Option {
 }
 
 // Publish (re)publishes the plugin's ResourceSlices through the kubelet-plugin helper, with
-// the current health taints. It is called by Start and whenever health changes.
+// the current health taints and MIG partitions. Start calls it; afterwards the plugin
+// republishes by itself (see Start).
 func (p *Plugin) Publish(ctx context.Context) error {
 	helper := p.Helper()
 	if helper == nil {
 		return nil
 	}
-	res, err := p.Resources()
+	res, err := p.Resources(ctx)
 	if err != nil {
 		return fmt.Errorf("build ResourceSlices: %w", err)
 	}
@@ -326,6 +380,43 @@ func (p *Plugin) Publish(ctx context.Context) error {
 		return fmt.Errorf("publish ResourceSlices: %w", err)
 	}
 	return nil
+}
+
+// republish asks for the slices to be published again soon; requests made while one is pending
+// are merged into it.
+func (p *Plugin) republish() {
+	select {
+	case p.republishReq <- struct{}{}:
+	default:
+	}
+}
+
+// publishLoop publishes whenever republish asks, until ctx ends or the plugin stops. A failed
+// publish is retried with exponential back-off (100ms to 30s) until it succeeds or a newer
+// request supersedes it: a change is never dropped.
+func (p *Plugin) publishLoop(ctx context.Context, stopped <-chan struct{}) {
+	const first, most = 100 * time.Millisecond, 30 * time.Second
+	var retry <-chan time.Time
+	backoff := first
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.fatal:
+			return
+		case <-stopped:
+			return
+		case <-p.republishReq:
+		case <-retry:
+		}
+		if err := p.Publish(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Publishing ResourceSlices failed; retrying", "in", backoff)
+			retry = time.After(backoff)
+			backoff = min(2*backoff, most)
+			continue
+		}
+		retry, backoff = nil, first
+	}
 }
 
 // Helper returns the kubelet-plugin helper once Start succeeded, nil before.
@@ -339,9 +430,12 @@ func (p *Plugin) Helper() *kubeletplugin.Helper {
 func (p *Plugin) Stop() {
 	p.health.stop()
 	p.helperMu.Lock()
-	helper := p.helper
-	p.helper = nil
+	helper, stopped := p.helper, p.stopped
+	p.helper, p.stopped = nil, nil
 	p.helperMu.Unlock()
+	if stopped != nil {
+		close(stopped)
+	}
 	if helper != nil {
 		helper.Stop()
 	}

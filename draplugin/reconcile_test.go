@@ -187,7 +187,7 @@ func healthOf(r kubeletplugin.DeviceHealthReport, dev string) kubeletplugin.Devi
 
 func taintsOf(t *testing.T, p *draplugin.Plugin, dev string) []resourceTaint {
 	t.Helper()
-	res, err := p.Resources()
+	res, err := p.Resources(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,9 @@ import (
 type Option func(*enumConfig)
 
 type enumConfig struct {
-	skipFailed bool
-	lookup     func(productName string) (*mig.Model, error)
+	skipFailed   bool
+	lookup       func(productName string) (*mig.Model, error)
+	skipGeometry bool
 }
 
 // SkipFailedGPUs decides what Enumerate does when one GPU fails: with skip true the GPU is left
@@ -33,6 +34,13 @@ func SkipFailedGPUs(skip bool) Option {
 // in SM counts NVML cannot report.
 func WithCatalog(lookup func(productName string) (*mig.Model, error)) Option {
 	return func(c *enumConfig) { c.lookup = lookup }
+}
+
+// ReadMIGGeometry decides whether Enumerate reads each MIG-capable product's MIG geometry from
+// the device (GPU.MIGGeometry; the default) — about two NVML calls per profile, once per
+// product.
+func ReadMIGGeometry(read bool) Option {
+	return func(c *enumConfig) { c.skipGeometry = !read }
 }
 
 // Enumerate reads every GPU and existing MIG device through lib into plain Go values. lib must
@@ -64,9 +72,10 @@ type enumerator struct {
 	models map[string]*modelInfo // by product name, built on first use
 }
 
-// modelInfo caches what the catalog says about one product.
+// modelInfo caches what the catalog and the device say about one product.
 type modelInfo struct {
-	catalog *mig.Model // nil if the catalog does not know the product
+	catalog  *mig.Model   // nil if the catalog does not know the product
+	geometry *MIGGeometry // read from the first MIG-capable GPU of the product
 }
 
 func (e *enumerator) run(ctx context.Context) (*Inventory, error) {
@@ -192,6 +201,9 @@ func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
 		return fail("GetMigMode", ret)
 	}
 	g.MIGCapable = true
+	if !e.cfg.skipGeometry {
+		g.MIGGeometry = model.readGeometry(d)
+	}
 	g.MIGEnabled = cur == nvml.DEVICE_MIG_ENABLE
 	g.MIGPending = pending == nvml.DEVICE_MIG_ENABLE
 	if !g.MIGEnabled {
@@ -216,6 +228,15 @@ func (e *enumerator) model(product string) *modelInfo {
 	}
 	e.models[product] = mi
 	return mi
+}
+
+// readGeometry reads the product's MIG geometry from d the first time it is asked.
+func (mi *modelInfo) readGeometry(d nvml.Device) *MIGGeometry {
+	if mi.geometry == nil {
+		m, diffs, err := mig.DeviceModel(d)
+		mi.geometry = &MIGGeometry{Model: m, CatalogDifferences: diffs, Err: err}
+	}
+	return mi.geometry
 }
 
 func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceError {

@@ -100,10 +100,50 @@ func TestEnumerateGPU(t *testing.T) {
 			for i := range want.MIGDevices {
 				want.MIGDevices[i].ParentUUID = want.UUID
 			}
-			if diff := cmp.Diff(want, inv.GPUs[tt.index], ignoreMIGUUIDs); diff != "" {
+			if diff := cmp.Diff(want, inv.GPUs[tt.index], ignoreMIGUUIDs, cmpopts.IgnoreFields(GPU{}, "MIGGeometry")); diff != "" {
 				t.Errorf("GPU %d (-want +got):\n%s", tt.index, diff)
 			}
 		})
+	}
+}
+
+// TestEnumerateReadsMIGGeometry: the geometry comes from the device, not the catalog — a fake
+// whose 1g.10gb allows 2 instances of 9728 MiB (the catalog: 4 of 9856) is reported as such, with
+// the two differences named — once per product, and only for MIG-capable GPUs.
+func TestEnumerateReadsMIGGeometry(t *testing.T) {
+	m := newMachine(t, "dgx-a100-40gb", gputest.WithMIGProfileEdit("1g.10gb", func(p *mig.GIProfile) { p.InstanceCount, p.MemoryMiB = 2, 9728 }))
+	inv, err := Enumerate(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	geo := inv.GPUs[0].MIGGeometry
+	if geo == nil || geo.Model == nil || geo.Err != nil {
+		t.Fatalf("MIGGeometry %+v; want a model read from the device", geo)
+	}
+	p, ok := geo.Model.Profile("1g.10gb")
+	if !ok || p.InstanceCount != 2 || p.MemoryMiB != 9728 {
+		t.Errorf("device 1g.10gb: %+v; want the edited 2 instances of 9728 MiB", p)
+	}
+	var got []string
+	for _, d := range geo.CatalogDifferences {
+		got = append(got, d.Profile+"."+d.Property+": "+d.Table+" -> "+d.Live)
+	}
+	want := []string{"1g.10gb.memoryMiB: 9856 -> 9728", "1g.10gb.instanceCount: 4 -> 2"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("catalog differences (-want +got):\n%s", diff)
+	}
+	for _, g := range inv.GPUs[1:] {
+		if g.MIGGeometry != geo {
+			t.Errorf("GPU %d: geometry read again; want the product's one value", g.Index)
+		}
+	}
+	inv, err = Enumerate(context.Background(), m, ReadMIGGeometry(false))
+	if err != nil || inv.GPUs[0].MIGGeometry != nil {
+		t.Errorf("ReadMIGGeometry(false): %v, %v; want no geometry", inv.GPUs[0].MIGGeometry, err)
+	}
+	inv, err = Enumerate(context.Background(), newMachine(t, "l4x8"))
+	if err != nil || inv.GPUs[0].MIGGeometry != nil {
+		t.Errorf("L4 (no MIG): %v, %v; want no geometry", inv.GPUs[0].MIGGeometry, err)
 	}
 }
 

@@ -41,6 +41,26 @@ type GPU struct {
 	MIGPending bool `json:"migPending"`
 	// MIGDevices are the MIG devices that exist now (static MIG).
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+	// MIGGeometry is the MIG geometry the GPU reports through NVML, for a MIG-capable GPU
+	// (nil otherwise, or when enumerated with ReadMIGGeometry(false)). GPUs of one product share
+	// one value, which must not be modified.
+	MIGGeometry *MIGGeometry `json:"-"`
+}
+
+// MIGGeometry is what a MIG-capable GPU says about its own MIG profiles, and how the mig
+// catalog differs from it. A driver validates layouts, publishes partitions and creates
+// instances with Model, not with the catalog: a GPU the catalog does not know, or a driver
+// release that changed a profile's memory, then just works.
+type MIGGeometry struct {
+	// Model is the geometry read from the device (mig.DeviceModel); nil when NVML would not
+	// report it (Err says why), in which case the catalog is all there is.
+	Model *mig.Model
+	// CatalogDifferences are where the mig catalog differs from Model (mig.Compare): a driver
+	// logs them once and counts them. A product the catalog does not know gives a single "model"
+	// difference.
+	CatalogDifferences []mig.Difference
+	// Err is why Model could not be read.
+	Err error
 }
 
 // MIGDevice is one existing MIG device: a compute instance inside a GPU instance.

@@ -65,6 +65,9 @@ type GIProfile struct {
 	Placements []Placement `json:"placements"`
 	// ComputeProfiles are the compute-instance profiles available inside one instance.
 	ComputeProfiles []ComputeProfile `json:"computeProfiles,omitempty"`
+	// Sources says, field by field, where the values come from (a hardware recording, NVIDIA's
+	// documentation, inference, or the device itself).
+	Sources ProfileSources `json:"sources,omitzero"`
 }
 
 // Model is the MIG geometry of one GPU model.

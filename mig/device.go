@@ -114,6 +114,7 @@ func ModelFromDevice(dev nvml.Device) (*Model, error) {
 			return nil, fmt.Errorf("get GPU instance profile info for enum %d on GPU %s: %w", enum, short, ret)
 		}
 		p := GIProfile{
+			Sources:         allSources(SourceDevice),
 			Name:            ProfileName(enum, int(info.SliceCount), info.MemorySizeMB, m.MemoryMiB),
 			Enum:            enum,
 			ID:              int(info.Id),
@@ -149,10 +150,71 @@ func ModelFromDevice(dev nvml.Device) (*Model, error) {
 	return m, nil
 }
 
+// DeviceModel returns the MIG model a driver should use for a live GPU, and how the built-in
+// catalog differs from it. The model is what NVML reports (ModelFromDevice): profile info and
+// possible placements of every GPU-instance profile the GPU supports, "+me", "-me", "+me.all" and
+// "+gfx" variants included, whatever the catalog says, so a GPU the catalog does not know or a
+// driver release that changed memory sizes just works. Compute-instance profiles, which NVML lists
+// only through an existing GPU instance, come from the catalog profile with the same enum, or are
+// derived from the GPU-instance profile when the catalog lacks it (inferred). When the catalog
+// knows the GPU, the model keeps the catalog's name, product names, PCI ids and SM count. The
+// differences are Compare(catalog, live), meant to be logged once and counted; a GPU the catalog
+// does not know gives a single "model" difference.
+func DeviceModel(dev nvml.Device) (*Model, []Difference, error) {
+	if dev == nil {
+		return nil, nil, fmt.Errorf("device model: nil nvml.Device")
+	}
+	live, err := ModelFromDevice(dev)
+	if err != nil {
+		return nil, nil, err
+	}
+	table, err := Lookup(live.Name)
+	if err != nil {
+		fillComputeProfiles(live, nil)
+		return live, []Difference{{Field: "model", Model: live.Name, Property: "model", Table: absent, Live: live.Name}}, nil
+	}
+	diffs := Compare(table, live)
+	fillComputeProfiles(live, table)
+	live.Name, live.ProductNames, live.PCIDeviceIDs = table.Name, table.ProductNames, table.PCIDeviceIDs
+	live.Multiprocessors = table.Multiprocessors
+	return live, diffs, nil
+}
+
+// fillComputeProfiles gives every live profile without compute-instance profiles the catalog's
+// (same enum), or ones derived from its slice and SM counts.
+func fillComputeProfiles(live, table *Model) {
+	for i := range live.Profiles {
+		p := &live.Profiles[i]
+		if len(p.ComputeProfiles) > 0 {
+			continue
+		}
+		if table != nil {
+			if tp, ok := table.ProfileByEnum(p.Enum); ok && tp.ComputeSlices == p.ComputeSlices {
+				p.ComputeProfiles = slices.Clone(tp.ComputeProfiles)
+				for j := range p.ComputeProfiles {
+					p.ComputeProfiles[j].Placements = slices.Clone(tp.ComputeProfiles[j].Placements)
+					if p.ComputeProfiles[j].Slices == p.ComputeSlices {
+						p.ComputeProfiles[j].Multiprocessors = p.Multiprocessors
+					}
+				}
+				continue
+			}
+		}
+		smPer := map[int]int{}
+		for c := 1; c <= p.ComputeSlices; c++ {
+			smPer[c] = p.Multiprocessors * c / max(1, p.ComputeSlices)
+		}
+		p.ComputeProfiles = computeProfiles(p.ComputeSlices, p.Multiprocessors, smPer)
+	}
+}
+
 // liveComputeProfiles lists the compute-instance profiles of the first existing GPU instance of a
 // profile, or nil when there is none.
 func liveComputeProfiles(dev nvml.Device, info *nvml.GpuInstanceProfileInfo) ([]ComputeProfile, error) {
 	gis, ret := dev.GetGpuInstances(info)
+	if ret == nvml.ERROR_NOT_SUPPORTED {
+		return nil, nil // MIG mode is off: no GPU instances to ask
+	}
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("list GPU instances: %w", ret)
 	}
@@ -185,10 +247,18 @@ func liveComputeProfiles(dev nvml.Device, info *nvml.GpuInstanceProfileInfo) ([]
 	return out, nil
 }
 
-// Difference is one place where a catalog model and a live model disagree.
+// Difference is one place where a catalog model and a live model disagree. It is plain data for
+// a log line (String) or a metric (labels Model, Profile, Property).
 type Difference struct {
 	// Field is a path such as "memorySlices" or "profiles[1g.5gb].id".
 	Field string
+	// Model is the catalog model's name.
+	Model string
+	// Profile is the GPU-instance profile the difference is about, "" for whole-model fields.
+	Profile string
+	// Property is the field within the profile or model: "id", "memoryMiB", "placements",
+	// "computeProfiles[1c].multiprocessors", or "" when a whole profile is absent on one side.
+	Property string
 	// Table is the catalog's value, "(absent)" when the catalog lacks it.
 	Table string
 	// Live is the hardware's value, "(absent)" when the hardware lacks it.
@@ -202,83 +272,118 @@ func (d Difference) String() string {
 
 const absent = "(absent)"
 
-// Compare reports where a catalog model and a model read from hardware (ModelFromDevice) disagree.
-// Profiles are matched by NVML enum. Values the live model does not know (zero Multiprocessors,
-// empty Architecture or compute capability, no compute profiles) are not compared. The result is
-// empty when they agree.
+// Compare reports where a catalog model and a model read from hardware (ModelFromDevice) disagree,
+// as data: one Difference per field, with the model, profile and property named so that a driver
+// can log them once and count them in a metric. Profiles are matched by NVML enum. Values the live
+// model does not know (zero Multiprocessors, empty Architecture or compute capability, no compute
+// profiles) are not compared. The result is empty when they agree; a nil model gives a single
+// "model" difference.
 func Compare(table, live *Model) []Difference {
-	var d []Difference
-	add := func(field string, t, l any) {
-		ts, ls := fmt.Sprint(t), fmt.Sprint(l)
-		if ts != ls {
-			d = append(d, Difference{Field: field, Table: ts, Live: ls})
+	if table == nil || live == nil {
+		d := Difference{Field: "model", Property: "model", Table: absent, Live: absent}
+		if table != nil {
+			d.Model, d.Table = table.Name, table.Name
 		}
+		if live != nil {
+			d.Live = live.Name
+		}
+		return []Difference{d}
 	}
-	add("memorySlices", table.MemorySlices, live.MemorySlices)
-	add("computeSlices", table.ComputeSlices, live.ComputeSlices)
-	if live.MemoryMiB != 0 {
-		add("memoryMiB", table.MemoryMiB, live.MemoryMiB)
-	}
-	if live.Multiprocessors != 0 {
-		add("multiprocessors", table.Multiprocessors, live.Multiprocessors)
-	}
-	if live.Architecture != "" {
-		add("architecture", table.Architecture, live.Architecture)
-	}
-	if live.CudaComputeCapability != "" {
-		add("cudaComputeCapability", table.CudaComputeCapability, live.CudaComputeCapability)
-	}
-	for _, tp := range table.Profiles {
+	c := &comparer{model: table.Name}
+	c.models(table, live)
+	for i := range table.Profiles {
+		tp := &table.Profiles[i]
 		lp, ok := live.ProfileByEnum(tp.Enum)
 		if !ok {
-			d = append(d, Difference{Field: fmt.Sprintf("profiles[%s]", tp.Name), Table: fmt.Sprintf("enum %d", tp.Enum), Live: absent})
+			c.out = append(c.out, Difference{Field: fmt.Sprintf("profiles[%s]", tp.Name), Model: table.Name, Profile: tp.Name,
+				Table: fmt.Sprintf("enum %d", tp.Enum), Live: absent})
 			continue
 		}
-		f := func(name string) string { return fmt.Sprintf("profiles[%s].%s", tp.Name, name) }
-		add(f("name"), tp.Name, lp.Name)
-		add(f("id"), tp.ID, lp.ID)
-		add(f("computeSlices"), tp.ComputeSlices, lp.ComputeSlices)
-		add(f("memoryMiB"), tp.MemoryMiB, lp.MemoryMiB)
-		add(f("multiprocessors"), tp.Multiprocessors, lp.Multiprocessors)
-		add(f("copyEngines"), tp.CopyEngines, lp.CopyEngines)
-		add(f("decoders"), tp.Decoders, lp.Decoders)
-		add(f("encoders"), tp.Encoders, lp.Encoders)
-		add(f("jpegEngines"), tp.JpegEngines, lp.JpegEngines)
-		add(f("ofaEngines"), tp.OfaEngines, lp.OfaEngines)
-		add(f("instanceCount"), tp.InstanceCount, lp.InstanceCount)
-		add(f("placements"), formatPlacements(tp.Placements), formatPlacements(lp.Placements))
-		if len(lp.ComputeProfiles) == 0 {
-			continue
-		}
-		for _, tc := range tp.ComputeProfiles {
-			var lc *ComputeProfile
-			for i := range lp.ComputeProfiles {
-				if lp.ComputeProfiles[i].Slices == tc.Slices {
-					lc = &lp.ComputeProfiles[i]
-					break
-				}
-			}
-			cf := func(name string) string {
-				return fmt.Sprintf("profiles[%s].computeProfiles[%dc].%s", tp.Name, tc.Slices, name)
-			}
-			if lc == nil {
-				d = append(d, Difference{Field: fmt.Sprintf("profiles[%s].computeProfiles[%dc]", tp.Name, tc.Slices), Table: "present", Live: absent})
-				continue
-			}
-			add(cf("id"), tc.ID, lc.ID)
-			add(cf("instanceCount"), tc.InstanceCount, lc.InstanceCount)
-			add(cf("multiprocessors"), tc.Multiprocessors, lc.Multiprocessors)
-			if len(lc.Placements) > 0 {
-				add(cf("placements"), tc.Placements, lc.Placements)
-			}
-		}
+		c.profiles(tp, lp)
 	}
 	for _, lp := range live.Profiles {
 		if _, ok := table.ProfileByEnum(lp.Enum); !ok {
-			d = append(d, Difference{Field: fmt.Sprintf("profiles[%s]", lp.Name), Table: absent, Live: fmt.Sprintf("enum %d id %d", lp.Enum, lp.ID)})
+			c.out = append(c.out, Difference{Field: fmt.Sprintf("profiles[%s]", lp.Name), Model: table.Name, Profile: lp.Name,
+				Table: absent, Live: fmt.Sprintf("enum %d id %d", lp.Enum, lp.ID)})
 		}
 	}
-	return d
+	return c.out
+}
+
+// comparer collects the differences Compare finds.
+type comparer struct {
+	model string
+	out   []Difference
+}
+
+// add records a difference when t and l print differently.
+func (c *comparer) add(profile, property string, t, l any) {
+	ts, ls := fmt.Sprint(t), fmt.Sprint(l)
+	if ts == ls {
+		return
+	}
+	field := property
+	if profile != "" {
+		field = fmt.Sprintf("profiles[%s].%s", profile, property)
+	}
+	c.out = append(c.out, Difference{Field: field, Model: c.model, Profile: profile, Property: property, Table: ts, Live: ls})
+}
+
+func (c *comparer) models(table, live *Model) {
+	c.add("", "memorySlices", table.MemorySlices, live.MemorySlices)
+	c.add("", "computeSlices", table.ComputeSlices, live.ComputeSlices)
+	if live.MemoryMiB != 0 {
+		c.add("", "memoryMiB", table.MemoryMiB, live.MemoryMiB)
+	}
+	if live.Multiprocessors != 0 {
+		c.add("", "multiprocessors", table.Multiprocessors, live.Multiprocessors)
+	}
+	if live.Architecture != "" {
+		c.add("", "architecture", table.Architecture, live.Architecture)
+	}
+	if live.CudaComputeCapability != "" {
+		c.add("", "cudaComputeCapability", table.CudaComputeCapability, live.CudaComputeCapability)
+	}
+}
+
+func (c *comparer) profiles(tp, lp *GIProfile) {
+	n := tp.Name
+	c.add(n, "name", tp.Name, lp.Name)
+	c.add(n, "id", tp.ID, lp.ID)
+	c.add(n, "computeSlices", tp.ComputeSlices, lp.ComputeSlices)
+	c.add(n, "memoryMiB", tp.MemoryMiB, lp.MemoryMiB)
+	c.add(n, "multiprocessors", tp.Multiprocessors, lp.Multiprocessors)
+	c.add(n, "copyEngines", tp.CopyEngines, lp.CopyEngines)
+	c.add(n, "decoders", tp.Decoders, lp.Decoders)
+	c.add(n, "encoders", tp.Encoders, lp.Encoders)
+	c.add(n, "jpegEngines", tp.JpegEngines, lp.JpegEngines)
+	c.add(n, "ofaEngines", tp.OfaEngines, lp.OfaEngines)
+	c.add(n, "instanceCount", tp.InstanceCount, lp.InstanceCount)
+	c.add(n, "placements", formatPlacements(tp.Placements), formatPlacements(lp.Placements))
+	if len(lp.ComputeProfiles) == 0 {
+		return
+	}
+	for _, tc := range tp.ComputeProfiles {
+		var lc *ComputeProfile
+		for i := range lp.ComputeProfiles {
+			if lp.ComputeProfiles[i].Slices == tc.Slices {
+				lc = &lp.ComputeProfiles[i]
+				break
+			}
+		}
+		cp := fmt.Sprintf("computeProfiles[%dc]", tc.Slices)
+		if lc == nil {
+			c.out = append(c.out, Difference{Field: fmt.Sprintf("profiles[%s].%s", n, cp), Model: c.model, Profile: n, Property: cp,
+				Table: "present", Live: absent})
+			continue
+		}
+		c.add(n, cp+".id", tc.ID, lc.ID)
+		c.add(n, cp+".instanceCount", tc.InstanceCount, lc.InstanceCount)
+		c.add(n, cp+".multiprocessors", tc.Multiprocessors, lc.Multiprocessors)
+		if len(lc.Placements) > 0 {
+			c.add(n, cp+".placements", tc.Placements, lc.Placements)
+		}
+	}
 }
 
 // formatPlacements writes placements as "0:4,4:4" (start:size, as nvidia-smi does).

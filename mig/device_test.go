@@ -48,7 +48,8 @@ func TestModelFromDeviceMock(t *testing.T) {
 	var want []Difference
 	for _, p := range table.Profiles {
 		if p.ID != p.Enum {
-			want = append(want, Difference{Field: "profiles[" + p.Name + "].id", Table: itoa(p.ID), Live: itoa(p.Enum)})
+			want = append(want, Difference{Field: "profiles[" + p.Name + "].id", Model: table.Name, Profile: p.Name, Property: "id",
+				Table: itoa(p.ID), Live: itoa(p.Enum)})
 		}
 	}
 	if diff := cmp.Diff(want, Compare(table, live)); diff != "" {

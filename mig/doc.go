@@ -9,8 +9,14 @@
 //     give a *ProfileSyntaxError with the byte position.
 //   - Catalog: Models and Lookup return per-model geometry (GIProfile: NVML enum and profile Id,
 //     memory, SMs, engines, instance count, placements in memory slices, compute-instance
-//     profiles). Values not confirmed on hardware are marked UNVERIFIED in catalog_data.go;
-//     ModelFromDevice reads the same data from a live GPU and Compare lists the differences.
+//     profiles). GIProfile.Sources says per field whether a value was printed by nvidia-smi on
+//     that model (SourceRecorded; the recordings are gputest's fixtures), stated by NVIDIA
+//     (SourceDocumented) or inferred (SourceInferred).
+//   - Hardware: DeviceModel reads the model a driver should use from a live GPU through NVML
+//     (ModelFromDevice: every profile and its placements) and reports, as data, where the
+//     catalog differs (Compare), for a log line and a metric. ParseSMIProfiles,
+//     ParseSMIPlacements, ParseSMIInstances and ModelFromSMI read nvidia-smi mig -lgip, -lgipp
+//     and -lgi printouts.
 //   - Layouts: Validate checks a layout (placement allowed, no memory-slice overlap, instance
 //     counts, media-engine exclusivity, compute slices) and assigns placements to unplaced
 //     instances; errors are *ValidationError values naming the instances and slices in conflict.

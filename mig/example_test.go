@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/mig"
 )
 
@@ -52,4 +53,47 @@ func ExampleParseProfile() {
 	// Output:
 	// 1 3 20 3g.20gb <nil>
 	// invalid MIG profile "1g.5GB" at byte 4: expected "gb" after the memory size, found 'G'
+}
+
+// Read the MIG model a GPU reports through NVML and log where the built-in catalog differs: here
+// a fake A100 whose driver shrank 1g.5gb to 4.50 GiB.
+func ExampleDeviceModel() {
+	machine, err := gputest.New("dgx-a100-40gb", gputest.WithMIGProfileEdit("1g.5gb", func(p *mig.GIProfile) { p.MemoryMiB = 4608 }))
+	if err != nil {
+		panic(err)
+	}
+	live, diffs, err := mig.DeviceModel(machine.Device(0))
+	if err != nil {
+		panic(err)
+	}
+	p, _ := live.Profile("1g.5gb")
+	fmt.Println(live.Name, p.Name, p.MemoryMiB, p.Sources.Memory)
+	for _, d := range diffs {
+		fmt.Println(d)
+	}
+	// Output:
+	// A100-SXM4-40GB 1g.5gb 4608 device
+	// profiles[1g.5gb].memoryMiB: table 4864, live 4608
+}
+
+// Turn recorded nvidia-smi output into a model and compare it with the catalog.
+func ExampleModelFromSMI() {
+	rows, err := mig.ParseSMIProfiles(`
+|   0  MIG 1g.24gb         14     4/4        23.62      No     46     1     1   |
+|                                                               1     1     0   |`)
+	if err != nil {
+		panic(err)
+	}
+	placements, err := mig.ParseSMIPlacements("GPU  0 Profile ID 14 Placements: {0,3,6,9}:3")
+	if err != nil {
+		panic(err)
+	}
+	m, err := mig.ModelFromSMI("RTX PRO 6000 Blackwell", 97887, 0, rows, placements)
+	if err != nil {
+		panic(err)
+	}
+	p := m.Profiles[0]
+	fmt.Println(p.Name, p.ID, p.MemoryMiB, p.Multiprocessors, p.Placements, p.Sources.Placements)
+	// Output:
+	// 1g.24gb 14 24192 46 [{0 3} {3 3} {6 3} {9 3}] recorded
 }

@@ -133,3 +133,86 @@ func TestPlanAgainstBruteForce(t *testing.T) {
 		}
 	}
 }
+
+// TestPlacementOrder checks the first-fit order against hand-computed A100-40GB and RTX PRO 6000
+// geometry: on an empty A100 a 1g goes where it costs no 3g/4g room (slice 6), then 4 and 5
+// (each costs the upper 3g and a 2g; ties go to the lower start, as Plan breaks them), then
+// 0..3; a 2g prefers 4; beside a 1g at 6 the next 1g goes to 4. On an RTX PRO 6000 all four 1g
+// placements cost the same (one 2g placement each), so the lowest start comes first.
+func TestPlacementOrder(t *testing.T) {
+	a100 := mustLookup(t, "A100-SXM4-40GB")
+	rtx := mustLookup(t, "RTX PRO 6000 Blackwell")
+	starts := func(ps []Placement) []int {
+		var out []int
+		for _, p := range ps {
+			out = append(out, p.Start)
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		m       *Model
+		current []Instance
+		profile string
+		want    []int
+	}{
+		{a100, nil, "1g.5gb", []int{6, 4, 5, 0, 1, 2, 3}},
+		{a100, nil, "2g.10gb", []int{4, 0, 2}},
+		{a100, nil, "3g.20gb", []int{4, 0}},
+		{a100, []Instance{At("1g.5gb", 6)}, "1g.5gb", []int{4, 5, 0, 1, 2, 3, 6}},
+		{a100, []Instance{At("1g.5gb+me", 6)}, "1g.5gb+me", []int{6, 4, 5, 0, 1, 2, 3}}, // none fits: the empty-GPU order
+		{a100, []Instance{At("3g.20gb", 4)}, "4g.20gb", []int{0}},
+		{rtx, nil, "1g.24gb", []int{0, 3, 6, 9}},
+		{rtx, []Instance{At("2g.48gb", 0)}, "1g.24gb-me", []int{6, 9, 0, 3}},
+	} {
+		for i := range tt.current {
+			p, _ := tt.m.Profile(tt.current[i].Profile)
+			tt.current[i].Placement.Size = p.MemorySlices()
+		}
+		got, err := PlacementOrder(tt.m, tt.current, tt.profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tt.want, starts(got)); diff != "" {
+			t.Errorf("%s beside %s: %s order (-want +got):\n%s", tt.m.Name, FormatLayout(tt.current), tt.profile, diff)
+		}
+	}
+}
+
+// TestPlacementCost: on an empty A100-40GB the capacity per size (8, 4, 2, 1 slices) is 1 (7g),
+// 3 (3g at 0 and 4, 4g at 0), 7 (1g.10gb at 0,2,4,6 and 2g at 0,2,4) and 14 (1g and 1g+me at
+// 0..6); a 1g.5gb at 6 leaves 0, 2, 6 and 12, so it costs 1, 1, 1, 2.
+func TestPlacementCost(t *testing.T) {
+	a100 := mustLookup(t, "A100-SXM4-40GB")
+	cost, fits, err := PlacementCost(a100, nil, "1g.5gb", Placement{Start: 6, Size: 1})
+	if err != nil || !fits || !slices.Equal(cost, []int{1, 1, 1, 2}) {
+		t.Errorf("PlacementCost(1g.5gb@6) = %v, %v, %v; want [1 1 1 2], true", cost, fits, err)
+	}
+	full := []Instance{{Profile: "7g.40gb", Placement: &Placement{Start: 0, Size: 8}}}
+	if _, fits, err := PlacementCost(a100, full, "1g.5gb", Placement{Start: 6, Size: 1}); err != nil || fits {
+		t.Errorf("1g.5gb beside a 7g.40gb fits: %v, %v", fits, err)
+	}
+	cands, err := Candidates(a100, full, "2g.10gb", "3g.20gb")
+	if err != nil || len(cands) != 5 {
+		t.Fatalf("Candidates(2g, 3g) = %d, %v; want 5", len(cands), err)
+	}
+	for _, c := range cands {
+		if c.Fits {
+			t.Errorf("candidate %s@%d fits beside a 7g.40gb", c.Profile, c.Placement.Start)
+		}
+	}
+	for _, bad := range []func() error{
+		func() error { _, _, err := PlacementCost(nil, nil, "1g.5gb", Placement{}); return err },
+		func() error { _, _, err := PlacementCost(a100, nil, "9g.1gb", Placement{}); return err },
+		func() error {
+			_, _, err := PlacementCost(a100, nil, "1g.5gb", Placement{Start: 7, Size: 1})
+			return err
+		},
+		func() error { _, err := PlacementOrder(a100, []Instance{{Profile: "1g.5gb"}}, "1g.5gb"); return err },
+		func() error { _, err := Candidates(a100, append(slices.Clone(full), full...)); return err },
+		func() error { _, err := PlacementOrder(nil, nil, "1g.5gb"); return err },
+	} {
+		if bad() == nil {
+			t.Error("an invalid argument was accepted")
+		}
+	}
+}

@@ -134,6 +134,8 @@ type geometry struct {
 	parsed   []Profile
 	masks    [][]uint64 // per profile, per placement
 	full     uint64
+	sizes    []int // placement sizes, largest first (capacity's classes), computed on first use
+	sizeOf   []int // per profile, its index in sizes
 }
 
 func newGeometry(m *Model) *geometry {

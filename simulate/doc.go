@@ -16,6 +16,8 @@
 // ResourceClaimTemplates, DeviceClasses, and the Pods, Deployments and Jobs that use them) and
 // expands them into the ResourceClaims the API server would hold: one claim per pod (and
 // replica) for every template reference, as the resourceclaim controller creates them.
+// Workload.Pods says which claims each pod uses; SkipOtherKinds skips Namespaces, ConfigMaps
+// and other kinds instead of failing on them.
 //
 // The common path:
 //

@@ -72,6 +72,14 @@ func New(nodeName string, classes []*resourceapi.DeviceClass, slices []*resource
 	return s
 }
 
+// Publish replaces the node's ResourceSlices, as a driver republishing them does; what was
+// allocated stays allocated.
+func (s *Simulator) Publish(slices []*resourceapi.ResourceSlice) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slices = slices
+}
+
 // List implements structured.DeviceClassLister.
 func (s *Simulator) List() ([]*resourceapi.DeviceClass, error) {
 	out := make([]*resourceapi.DeviceClass, 0, len(s.classes))

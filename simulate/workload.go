@@ -23,24 +23,68 @@ type Workload struct {
 	Claims []*resourceapi.ResourceClaim
 	// Classes are DeviceClasses the manifest ships.
 	Classes []*resourceapi.DeviceClass
+	// Pods are the pods the workload runs: one per Pod, one per replica of a Deployment and per
+	// parallel pod of a Job, in manifest order.
+	Pods []Pod
+	// Skipped lists the documents of other kinds ("document 0: Namespace gpu-test1") when
+	// LoadWorkload runs with SkipOtherKinds.
+	Skipped []string
+}
+
+// Pod is one pod of a workload and the claims it uses.
+type Pod struct {
+	// Owner is the object that makes the pod: "Pod trainer", "Deployment web".
+	Owner string
+	// Name is the pod's name: the Pod's name, or the owner's name and the replica number
+	// ("web-0").
+	Name string
+	// Claims are indices into Workload.Claims of the claims the pod uses, in the order of its
+	// resourceClaims: the claim generated for each template reference, and the ResourceClaims
+	// it names that the manifest defines.
+	Claims []int
+	// MissingClaims are the ResourceClaims the pod names that the manifest does not define.
+	MissingClaims []string
+}
+
+// LoadOption configures LoadWorkload.
+type LoadOption func(*loadOptions)
+
+type loadOptions struct {
+	skipOther bool
+	namespace string
+}
+
+// SkipOtherKinds makes LoadWorkload skip documents of kinds other than ResourceClaim,
+// ResourceClaimTemplate, DeviceClass, Pod, Deployment and Job (a Namespace, a ConfigMap)
+// instead of failing; Workload.Skipped lists them.
+func SkipOtherKinds() LoadOption { return func(o *loadOptions) { o.skipOther = true } }
+
+// InNamespace puts objects that do not name a namespace into ns (default "default"), as
+// kubectl apply -n does.
+func InNamespace(ns string) LoadOption { return func(o *loadOptions) { o.namespace = ns } }
+
+// podSource is a Pod, Deployment or Job of the manifest.
+type podSource struct {
+	kind, name, namespace string
+	spec                  corev1.PodSpec
+	replicas              int
 }
 
 // LoadWorkload decodes a multi-document manifest strictly (unknown fields are errors).
-// Generated claims are named <template>-<n> in namespace "default" (unless the template has
-// one); every claim without a UID gets one from uid, which is called with 1, 2, ... A nil uid
-// gives deterministic UIDs (SequentialUID).
-func LoadWorkload(data []byte, uid func(n int) types.UID) (*Workload, error) {
+// Generated claims are named <template>-<n> in the template's namespace ("default" unless the
+// template names one or InNamespace says otherwise); every claim without a UID gets one from
+// uid, which is called with 1, 2, ... A nil uid gives deterministic UIDs (SequentialUID).
+func LoadWorkload(data []byte, uid func(n int) types.UID, opts ...LoadOption) (*Workload, error) {
+	o := loadOptions{namespace: "default"}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if uid == nil {
 		uid = SequentialUID
 	}
 	w := &Workload{}
 	templates := map[string]*resourceapi.ResourceClaimTemplate{}
-	type pods struct {
-		name     string
-		spec     corev1.PodSpec
-		replicas int
-	}
-	var users []pods
+	var users []podSource
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for i := 0; ; i++ {
 		doc, err := r.Read()
@@ -50,91 +94,135 @@ func LoadWorkload(data []byte, uid func(n int) types.UID) (*Workload, error) {
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
+		user, err := w.decode(i, doc, templates, o.skipOther)
+		if err != nil {
+			return nil, err
 		}
-		strict := func(into any) error {
-			if err := yaml.UnmarshalStrict(doc, into); err != nil {
-				return fmt.Errorf("document %d (%s): %w", i, meta.Kind, err)
-			}
-			return nil
-		}
-		var derr error
-		switch meta.Kind {
-		case "":
-			continue // comments only
-		case "ResourceClaim":
-			c := &resourceapi.ResourceClaim{}
-			if derr = strict(c); derr == nil {
-				w.Claims = append(w.Claims, c)
-			}
-		case "ResourceClaimTemplate":
-			t := &resourceapi.ResourceClaimTemplate{}
-			if derr = strict(t); derr == nil {
-				templates[t.Name] = t
-			}
-		case "DeviceClass":
-			c := &resourceapi.DeviceClass{}
-			if derr = strict(c); derr == nil {
-				w.Classes = append(w.Classes, c)
-			}
-		case "Pod":
-			p := &corev1.Pod{}
-			if derr = strict(p); derr == nil {
-				users = append(users, pods{p.Name, p.Spec, 1})
-			}
-		case "Deployment":
-			d := &appsv1.Deployment{}
-			if derr = strict(d); derr == nil {
-				users = append(users, pods{d.Name, d.Spec.Template.Spec, int(ptrOr(d.Spec.Replicas, 1))})
-			}
-		case "Job":
-			j := &batchv1.Job{}
-			if derr = strict(j); derr == nil {
-				users = append(users, pods{j.Name, j.Spec.Template.Spec, int(ptrOr(j.Spec.Parallelism, 1))})
-			}
-		default:
-			return nil, fmt.Errorf("document %d: unsupported kind %q (allowed: ResourceClaim, ResourceClaimTemplate, DeviceClass, Pod, Deployment, Job)", i, meta.Kind)
-		}
-		if derr != nil {
-			return nil, derr
-		}
-	}
-	n := 0
-	for _, p := range users {
-		for r := 0; r < p.replicas; r++ {
-			for _, rc := range p.spec.ResourceClaims {
-				if rc.ResourceClaimTemplateName == nil {
-					continue
-				}
-				t, ok := templates[*rc.ResourceClaimTemplateName]
-				if !ok {
-					return nil, fmt.Errorf("%s: resourceClaims[%s] references template %q, which the manifest does not define", p.name, rc.Name, *rc.ResourceClaimTemplateName)
-				}
-				n++
-				ns := t.Namespace
-				if ns == "" {
-					ns = "default"
-				}
-				w.Claims = append(w.Claims, &resourceapi.ResourceClaim{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", t.Name, n), Namespace: ns, UID: uid(n),
-						Annotations: map[string]string{resourceapi.PodResourceClaimAnnotation: rc.Name}},
-					Spec: *t.Spec.Spec.DeepCopy(),
-				})
-			}
+		if user != nil {
+			users = append(users, *user)
 		}
 	}
 	for _, c := range w.Claims {
 		if c.Namespace == "" {
-			c.Namespace = "default"
+			c.Namespace = o.namespace
 		}
+	}
+	n, err := w.expand(users, templates, uid, o.namespace)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range w.Claims {
 		if c.UID == "" {
 			n++
 			c.UID = uid(n)
 		}
 	}
 	return w, nil
+}
+
+// decode adds one document to the workload; Pods, Deployments and Jobs are returned for
+// expansion.
+func (w *Workload) decode(i int, doc []byte, templates map[string]*resourceapi.ResourceClaimTemplate, skipOther bool) (*podSource, error) {
+	var meta struct {
+		metav1.TypeMeta `json:",inline"`
+		Metadata        metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := yaml.Unmarshal(doc, &meta); err != nil {
+		return nil, fmt.Errorf("document %d: %w", i, err)
+	}
+	strict := func(into any) error {
+		if err := yaml.UnmarshalStrict(doc, into); err != nil {
+			return fmt.Errorf("document %d (%s): %w", i, meta.Kind, err)
+		}
+		return nil
+	}
+	switch meta.Kind {
+	case "":
+		return nil, nil // comments only
+	case "ResourceClaim":
+		c := &resourceapi.ResourceClaim{}
+		err := strict(c)
+		w.Claims = append(w.Claims, c)
+		return nil, err
+	case "ResourceClaimTemplate":
+		t := &resourceapi.ResourceClaimTemplate{}
+		err := strict(t)
+		templates[t.Name] = t
+		return nil, err
+	case "DeviceClass":
+		c := &resourceapi.DeviceClass{}
+		err := strict(c)
+		w.Classes = append(w.Classes, c)
+		return nil, err
+	case "Pod":
+		p := &corev1.Pod{}
+		err := strict(p)
+		return &podSource{kind: "Pod", name: p.Name, namespace: p.Namespace, spec: p.Spec, replicas: 1}, err
+	case "Deployment":
+		d := &appsv1.Deployment{}
+		err := strict(d)
+		return &podSource{kind: "Deployment", name: d.Name, namespace: d.Namespace, spec: d.Spec.Template.Spec, replicas: int(ptrOr(d.Spec.Replicas, 1))}, err
+	case "Job":
+		j := &batchv1.Job{}
+		err := strict(j)
+		return &podSource{kind: "Job", name: j.Name, namespace: j.Namespace, spec: j.Spec.Template.Spec, replicas: int(ptrOr(j.Spec.Parallelism, 1))}, err
+	}
+	if skipOther {
+		w.Skipped = append(w.Skipped, fmt.Sprintf("document %d: %s %s", i, meta.Kind, meta.Metadata.Name))
+		return nil, nil
+	}
+	return nil, fmt.Errorf("document %d: unsupported kind %q (allowed: ResourceClaim, ResourceClaimTemplate, DeviceClass, Pod, Deployment, Job)", i, meta.Kind)
+}
+
+// expand generates the claims of template references, one per pod, and records which claims
+// each pod uses. It returns the number of UIDs handed out.
+func (w *Workload) expand(users []podSource, templates map[string]*resourceapi.ResourceClaimTemplate, uid func(int) types.UID, defaultNS string) (int, error) {
+	named := map[string]int{}
+	for i, c := range w.Claims {
+		named[c.Namespace+"/"+c.Name] = i
+	}
+	n := 0
+	for _, p := range users {
+		ns := p.namespace
+		if ns == "" {
+			ns = defaultNS
+		}
+		for r := 0; r < p.replicas; r++ {
+			pod := Pod{Owner: p.kind + " " + p.name, Name: p.name}
+			if p.kind != "Pod" {
+				pod.Name = fmt.Sprintf("%s-%d", p.name, r)
+			}
+			for _, rc := range p.spec.ResourceClaims {
+				if rc.ResourceClaimName != nil {
+					if i, ok := named[ns+"/"+*rc.ResourceClaimName]; ok {
+						pod.Claims = append(pod.Claims, i)
+					} else {
+						pod.MissingClaims = append(pod.MissingClaims, *rc.ResourceClaimName)
+					}
+				}
+				if rc.ResourceClaimTemplateName == nil {
+					continue
+				}
+				t, ok := templates[*rc.ResourceClaimTemplateName]
+				if !ok {
+					return 0, fmt.Errorf("%s: resourceClaims[%s] references template %q, which the manifest does not define", p.name, rc.Name, *rc.ResourceClaimTemplateName)
+				}
+				n++
+				tns := t.Namespace
+				if tns == "" {
+					tns = defaultNS
+				}
+				pod.Claims = append(pod.Claims, len(w.Claims))
+				w.Claims = append(w.Claims, &resourceapi.ResourceClaim{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", t.Name, n), Namespace: tns, UID: uid(n),
+						Annotations: map[string]string{resourceapi.PodResourceClaimAnnotation: rc.Name}},
+					Spec: *t.Spec.Spec.DeepCopy(),
+				})
+			}
+			w.Pods = append(w.Pods, pod)
+		}
+	}
+	return n, nil
 }
 
 // SequentialUID returns a valid, deterministic claim UID for n

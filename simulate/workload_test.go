@@ -87,3 +87,59 @@ func TestLoadErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadRecordsPodsAndSkipsOtherKinds(t *testing.T) {
+	manifest := `apiVersion: v1
+kind: Namespace
+metadata: {name: team}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: shared}
+spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one}
+spec: {spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]}}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train}
+spec:
+  parallelism: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: x}]
+      resourceClaims:
+      - {name: mine, resourceClaimTemplateName: one}
+      - {name: ours, resourceClaimName: shared}
+      - {name: theirs, resourceClaimName: elsewhere}
+`
+	if _, err := simulate.LoadWorkload([]byte(manifest), uid); err == nil || !strings.Contains(err.Error(), `unsupported kind "Namespace"`) {
+		t.Fatalf("without SkipOtherKinds: err = %v, want unsupported kind", err)
+	}
+	w, err := simulate.LoadWorkload([]byte(manifest), uid, simulate.SkipOtherKinds(), simulate.InNamespace("team"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims []string
+	for _, c := range w.Claims {
+		claims = append(claims, c.Namespace+"/"+c.Name)
+	}
+	// Claims: shared (0), then one per Job pod (1, 2).
+	if diff := cmp.Diff([]string{"team/shared", "team/one-1", "team/one-2"}, claims); diff != "" {
+		t.Errorf("claims (-want +got):\n%s", diff)
+	}
+	wantPods := []simulate.Pod{
+		{Owner: "Job train", Name: "train-0", Claims: []int{1, 0}, MissingClaims: []string{"elsewhere"}},
+		{Owner: "Job train", Name: "train-1", Claims: []int{2, 0}, MissingClaims: []string{"elsewhere"}},
+	}
+	if diff := cmp.Diff(wantPods, w.Pods); diff != "" {
+		t.Errorf("pods (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"document 0: Namespace team"}, w.Skipped); diff != "" {
+		t.Errorf("skipped (-want +got):\n%s", diff)
+	}
+}

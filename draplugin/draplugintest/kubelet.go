@@ -1,6 +1,7 @@
 package draplugintest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,8 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -66,7 +69,11 @@ func ConnectKubelet(ctx context.Context, registrationSocket, driverName string) 
 }
 
 func (k *Kubelet) dial(socket string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// A socket the plugin has just announced may not accept connections yet: retry quickly
+	// rather than after gRPC's default first back-off of a second.
+	fast := grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: 5 * time.Second}
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(fast))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", socket, err)
 	}
@@ -120,11 +127,11 @@ func (s *Server) Stop() {
 }
 
 // Serve starts the plugin's gRPC servers (draplugin.Plugin.Start, which reconciles first) on
-// sockets under the node's directory with a fake API client holding the node and claims, and
-// connects a Kubelet to them. Extra kubeletplugin options (GRPCVerbosity(-1) is the default)
-// can be given in sc.Options.
+// sockets under the node's directory (unless sc names RegistrarDir and PluginDir) with a fake
+// API client holding the node and claims, and connects a Kubelet to them. Extra kubeletplugin
+// options (GRPCVerbosity(-1) is the default) can be given in sc.Options.
 func (n *Node) Serve(ctx context.Context, p *draplugin.Plugin, sc draplugin.StartConfig, claims ...*resourceapi.ResourceClaim) (*Server, error) {
-	reg, data := filepath.Join(n.Dir, "r"), filepath.Join(n.Dir, "d")
+	reg, data := cmp.Or(sc.RegistrarDir, filepath.Join(n.Dir, "r")), cmp.Or(sc.PluginDir, filepath.Join(n.Dir, "d"))
 	for _, d := range []string{reg, data} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return nil, err
@@ -134,7 +141,10 @@ func (n *Node) Serve(ctx context.Context, p *draplugin.Plugin, sc draplugin.Star
 	for _, c := range claims {
 		objs = append(objs, c)
 	}
-	client := fake.NewClientset(objs...)
+	// The simple clientset, not NewClientset: nothing here uses server-side apply, and
+	// NewClientset's field manager parses the API schema on first use — most of a second
+	// under the race detector, which the crash tests would pay in every plugin process.
+	client := fake.NewSimpleClientset(objs...)
 	client.PrependReactor("create", "resourceslices", generateName())
 	sc.KubeClient, sc.RegistrarDir, sc.PluginDir = client, reg, data
 	sc.Options = append([]kubeletplugin.Option{kubeletplugin.GRPCVerbosity(-1)}, sc.Options...)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/sharing"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
 	"github.com/gpudra/gpudra/simulate"
@@ -52,6 +54,9 @@ type Node struct {
 	ownDir      bool
 	sim         *simulate.Simulator
 	boot        int
+	// persist keeps the machine's and the host's state in files under Dir (WithPersistence).
+	persist  bool
+	hostHook func(call string) error
 }
 
 // NodeOption configures NewNode.
@@ -78,6 +83,18 @@ func WithNodeName(name string) NodeOption { return func(n *Node) { n.Name = name
 // WithDir puts the node's files under dir, which the caller owns (Close leaves it). The
 // default is a new temporary directory with a short path, as the plugin's sockets need.
 func WithDir(dir string) NodeOption { return func(n *Node) { n.Dir = dir } }
+
+// WithPersistence keeps the fake machine's state (MIG mode and instances, compute modes) and the
+// fake host's (time slices, compute modes, MPS daemons, mounts) in files under the node's
+// directory, and keeps its boot ID, so that a Node built again on the same directory — in
+// another process, after the first was killed — sees the node as it was: a crash test's restart.
+// Reboot then removes those files.
+func WithPersistence() NodeOption { return func(n *Node) { n.persist = true } }
+
+// WithHostHook runs hook before every change the fake host makes (sharingtest.FakeHost.SetHook).
+func WithHostHook(hook func(call string) error) NodeOption {
+	return func(n *Node) { n.hostHook = hook }
+}
 
 // NewNode builds a node on the gputest machine of that name. Close removes its files.
 func NewNode(machine string, opts ...NodeOption) (*Node, error) {
@@ -125,13 +142,24 @@ func (n *Node) build() error {
 	if err != nil {
 		return err
 	}
-	n.sim = simulate.New(n.Name, gpudra.DeviceClasses(gpudra.NewBuilder(n.Slices...).DriverName()), slices)
+	n.sim = simulate.New(n.Name, selectors.DeviceClasses(gpudra.NewBuilder(n.Slices...).DriverName()), slices)
 	return nil
 }
 
-// newBoot starts a boot: a fresh machine and host, and a new boot ID.
+// State files of a node built WithPersistence.
+const (
+	machineStateDir = "machine"
+	hostStateFile   = "host.json"
+)
+
+// newBoot starts a boot: a fresh machine and host, and a new boot ID. A persistent node whose
+// files exist continues the boot they record.
 func (n *Node) newBoot() error {
-	m, err := gputest.New(n.machineName, n.machineOpts...)
+	opts := n.machineOpts
+	if n.persist {
+		opts = append(slices.Clone(opts), gputest.WithStateDir(filepath.Join(n.Dir, machineStateDir)))
+	}
+	m, err := gputest.New(n.machineName, opts...)
 	if err != nil {
 		return err
 	}
@@ -140,9 +168,22 @@ func (n *Node) newBoot() error {
 		u, _ := m.Device(i).GetUUID()
 		uuids = append(uuids, u)
 	}
-	n.Machine, n.Host = m, sharingtest.NewFakeHost(uuids...)
+	n.Machine = m
+	if n.persist {
+		if n.Host, err = sharingtest.OpenFakeHost(filepath.Join(n.Dir, hostStateFile), uuids...); err != nil {
+			return err
+		}
+	} else {
+		n.Host = sharingtest.NewFakeHost(uuids...)
+	}
+	if n.hostHook != nil {
+		n.Host.SetHook(n.hostHook)
+	}
 	n.boot++
-	return os.WriteFile(n.BootIDPath, fmt.Appendf(nil, "boot-%d\n", n.boot), 0o600)
+	if _, err := os.Stat(n.BootIDPath); err == nil && n.persist && n.boot == 1 {
+		return nil // the boot goes on
+	}
+	return os.WriteFile(n.BootIDPath, fmt.Appendf(nil, "boot-%d-%d\n", n.boot, time.Now().UnixNano()), 0o600)
 }
 
 // Close removes the node's files (unless WithDir gave the directory).
@@ -163,6 +204,13 @@ func (n *Node) Reboot(opts ...gputest.Option) error {
 	}
 	if err := os.RemoveAll(n.CDIDir); err != nil {
 		return err
+	}
+	if n.persist {
+		for _, f := range []string{machineStateDir, hostStateFile} {
+			if err := os.RemoveAll(filepath.Join(n.Dir, f)); err != nil {
+				return err
+			}
+		}
 	}
 	return n.newBoot()
 }
@@ -205,6 +253,21 @@ func (n *Node) ResourceSlices() ([]*resourceapi.ResourceSlice, error) {
 		return nil, err
 	}
 	return gpudra.ResourceSlices(b.DriverName(), n.Name, res)
+}
+
+// Republish makes the node's allocator (Allocate) see the slices p publishes now, with its
+// health taints and, with dynamic MIG, the partitions as the GPUs are partitioned now.
+func (n *Node) Republish(ctx context.Context, p *draplugin.Plugin) error {
+	res, err := p.Resources(ctx)
+	if err != nil {
+		return err
+	}
+	slices, err := gpudra.ResourceSlices(p.DriverName(), n.Name, res)
+	if err != nil {
+		return err
+	}
+	n.sim.Publish(slices)
+	return nil
 }
 
 // Specs lists the claim UIDs that have a CDI spec on the node.

@@ -27,6 +27,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/examples/deploy"
+	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/sharing"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
 	"github.com/gpudra/gpudra/simulate"
@@ -132,7 +133,7 @@ func newDemo(ctx context.Context, nf *nodeFlags, dir string) (*demo, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := d.plugin.Resources()
+	res, err := d.plugin.Resources(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +141,7 @@ func newDemo(ctx context.Context, nf *nodeFlags, dir string) (*demo, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.sim = simulate.New(nf.nodeName, gpudra.DeviceClasses(d.plugin.DriverName()), slices)
+	d.sim = simulate.New(nf.nodeName, selectors.DeviceClasses(d.plugin.DriverName()), slices)
 	d.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nf.nodeName, UID: "demo-node"}})
 	regDir, pluginDir := filepath.Join(dir, "reg"), filepath.Join(dir, "plugin")
 	for _, p := range []string{regDir, pluginDir} {
@@ -174,7 +175,7 @@ func (d *demo) run(ctx context.Context, files []string, w io.Writer) error {
 	inv := d.node.inv
 	fmt.Fprintf(w, "gpudra demo on fake machine %s (%d GPUs, driver %s), node %s, dynamic MIG %v\n",
 		d.nf.machine, len(inv.GPUs), inv.DriverVersion, d.nf.nodeName, d.nf.dynamicMIG)
-	res, err := d.plugin.Resources()
+	res, err := d.plugin.Resources(ctx)
 	if err != nil {
 		return err
 	}

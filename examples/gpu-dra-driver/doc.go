@@ -8,6 +8,7 @@
 //	gpu-dra-driver render     DeviceClasses and ResourceSlices as multi-document YAML
 //	gpu-dra-driver inventory  GPUs, MIG devices and capacity as a table (or -o yaml|json)
 //	gpu-dra-driver mig ...    MIG profiles, layout validation, layouts, mig-parted config checks
+//	gpu-dra-driver check ...  lint, policy, upgrade hints and simulated allocation of manifests
 //
 // The command is a thin assembly of the gpudra packages; see the repository README.
 package main

@@ -35,6 +35,7 @@ func commands() map[string]command {
 		"inventory": {"print GPUs, MIG devices and capacity used/free", runInventory},
 		"mig":       {"MIG profiles, layout validation, layouts and mig-parted config checks", runMIG},
 		"topo":      {"the GPU topology matrix (NVLink, PCIe, NUMA) of the machine", runTopo},
+		"check":     {"lint, policy and upgrade hints for manifests, then simulated allocation on a machine", runCheck},
 	}
 }
 

@@ -197,3 +197,32 @@ func TestServeDefaultsToRealNVML(t *testing.T) {
 		t.Errorf("serve defaults: nvml=%q node=%q; want real and $NODE_NAME", s.node.nvmlMode, s.node.nodeName)
 	}
 }
+
+// TestMIGProfilesAliases: products that NVIDIA sells under another name resolve to the model
+// mig-parted groups them with (its config-default.yaml device filters), and the RTX PRO 6000
+// lists the 12-unit placements and the 1g.24gb+me profile nvidia-smi prints.
+func TestMIGProfilesAliases(t *testing.T) {
+	cases := []struct {
+		gpu  string
+		want []string
+	}{
+		{"H800", []string{"H100 80GB HBM3 (Hopper", "1g.10gb ", "7g.80gb "}},
+		{"NVIDIA H800 PCIe", []string{"H100 PCIe (Hopper", "3g.40gb "}},
+		{"h800 nvl", []string{"H100 NVL (Hopper", "1g.12gb+me "}},
+		{"A800-SXM4-80GB", []string{"A100-SXM4-80GB (Ampere", "1g.20gb "}},
+		{"NVIDIA A800 40GB Active", []string{"A100-SXM4-40GB (Ampere", "1g.5gb "}},
+		{"RTX PRO 6000 Blackwell Server Edition", []string{"12 memory slices", "1g.24gb+me ", "0:3 3:3 6:3 9:3", "0:6 6:6", "0:12"}},
+	}
+	for _, c := range cases {
+		code, out, errOut := runCLI(t, "mig", "profiles", "--gpu", c.gpu)
+		if code != 0 {
+			t.Errorf("mig profiles --gpu %q: exit %d, stderr %q", c.gpu, code, errOut)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("mig profiles --gpu %q: output lacks %q:\n%s", c.gpu, w, out)
+			}
+		}
+	}
+}

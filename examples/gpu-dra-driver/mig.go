@@ -87,16 +87,21 @@ func migProfiles(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "%s (%s, CC %s): %d memory slices, %d compute slices, %d MiB\n\n", m.Name, m.Architecture,
 		m.CudaComputeCapability, m.MemorySlices, m.ComputeSlices, m.MemoryMiB)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROFILE\tID\tMEMORY\tSMS\tCE\tDEC\tENC\tJPEG\tOFA\tMAX\tPLACEMENTS (start:size)")
+	fmt.Fprintln(tw, "PROFILE\tID\tMEMORY\tSMS\tCE\tDEC\tENC\tJPEG\tOFA\tMAX\tSOURCE\tPLACEMENTS (start:size)")
 	for _, p := range m.Profiles {
 		var pl []string
 		for _, x := range p.Placements {
 			pl = append(pl, fmt.Sprintf("%d:%d", x.Start, x.Size))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%dMiB\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Name, p.ID, p.MemoryMiB, p.Multiprocessors,
-			p.CopyEngines, p.Decoders, p.Encoders, p.JpegEngines, p.OfaEngines, p.InstanceCount, strings.Join(pl, " "))
+		fmt.Fprintf(tw, "%s\t%d\t%dMiB\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", p.Name, p.ID, p.MemoryMiB, p.Multiprocessors,
+			p.CopyEngines, p.Decoders, p.Encoders, p.JpegEngines, p.OfaEngines, p.InstanceCount, p.Sources.Lowest(), strings.Join(pl, " "))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, "\nSOURCE is the least certain origin of a row's values: recorded (printed by nvidia-smi on this model),\n"+
+		"documented (NVIDIA's tables), inferred (carried over from a sibling model or computed, not confirmed on this model).")
+	return err
 }
 
 func migValidate(args []string, stdout, stderr io.Writer) error {

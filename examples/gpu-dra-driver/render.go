@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/selectors"
 )
 
 func runRender(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -38,7 +39,7 @@ func runRender(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	var objs []runtime.Object
-	for _, c := range gpudra.DeviceClasses(b.DriverName()) {
+	for _, c := range selectors.DeviceClasses(b.DriverName()) {
 		objs = append(objs, c)
 	}
 	for _, s := range slices {

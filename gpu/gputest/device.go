@@ -21,18 +21,23 @@ type Device struct {
 	slot  slot
 	model gpuModel
 	uuid  string
-	// geometry is the MIG geometry of the product from the mig catalog; nil when the product
-	// has no MIG or the catalog does not know it.
+	// geometry is the MIG geometry of the product (machineGeometry); nil when the product has no
+	// MIG or the catalog does not know it. Each device has its own copy.
 	geometry    *mig.Model
 	migMode     int
 	computeMode nvml.ComputeMode
 	lost        bool
 	gis         map[uint32]*GpuInstance
+	// generation is bumped on every MIG device creation and feeds MIG UUIDs.
+	generation uint64
+	// loaded identifies the state file (WithStateDir) the state was last read from or written
+	// to; another process's change shows as a different file.
+	loaded fileID
 }
 
 var _ nvml.Device = (*Device)(nil)
 
-func newDevice(m *Machine, i int) (*Device, error) {
+func newDevice(m *Machine, i int, geometry *mig.Model) (*Device, error) {
 	d := &Device{
 		m:     m,
 		index: i,
@@ -41,13 +46,8 @@ func newDevice(m *Machine, i int) (*Device, error) {
 		uuid:  gpuUUID(m.spec.name, i),
 		gis:   map[uint32]*GpuInstance{},
 	}
-	if d.model.migCapable {
-		g, err := lookupModel(d.model.productName)
-		if err == nil {
-			d.geometry = g
-		}
-		// A MIG-capable product the catalog does not know still answers GetMigMode; it just
-		// has no GPU-instance profiles. TestCatalogCoversMachines catches that case.
+	if geometry != nil {
+		d.geometry = geometry.Clone()
 	}
 	d.setFuncs()
 	fillDefaults(m, &d.Device, "Device", func() bool { return d.lost })
@@ -80,6 +80,7 @@ func (d *Device) enter(method string) nvml.Return {
 	if ret := d.m.enter("Device", method); ret != nvml.SUCCESS {
 		return ret
 	}
+	d.sync()
 	if d.lost {
 		return nvml.ERROR_GPU_IS_LOST
 	}
@@ -290,6 +291,7 @@ func (d *Device) setFuncs() {
 		switch mode {
 		case nvml.COMPUTEMODE_DEFAULT, nvml.COMPUTEMODE_PROHIBITED, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS:
 			d.computeMode = mode
+			d.changed()
 			return nvml.SUCCESS
 		case nvml.COMPUTEMODE_EXCLUSIVE_THREAD:
 			return nvml.ERROR_NOT_SUPPORTED // removed from NVML

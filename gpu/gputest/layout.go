@@ -330,6 +330,7 @@ func (m *Machine) GPUInstances(gpuIndex int) []GPUInstanceState {
 	if err != nil {
 		return nil
 	}
+	d.sync()
 	var out []GPUInstanceState
 	for _, gi := range d.sortedGIs() {
 		s := GPUInstanceState{ID: int(gi.id), Profile: gi.profile.Name, ProfileID: gi.profile.ID, Placement: gi.placement}
@@ -350,5 +351,9 @@ func (m *Machine) MIGEnabled(gpuIndex int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d, err := m.deviceLocked(gpuIndex)
-	return err == nil && d.migMode == nvml.DEVICE_MIG_ENABLE
+	if err != nil {
+		return false
+	}
+	d.sync()
+	return d.migMode == nvml.DEVICE_MIG_ENABLE
 }

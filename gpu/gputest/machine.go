@@ -33,7 +33,8 @@ type Machine struct {
 	faults        []*fault
 	eventSets     []*EventSet
 	initCount     int
-	generation    uint64 // bumped on every MIG device creation, feeds MIG UUIDs
+	stateDir      string // WithStateDir, "" when none
+	callHook      func(call string)
 }
 
 var _ nvml.Interface = (*Machine)(nil)
@@ -50,6 +51,9 @@ type config struct {
 	migSpec       *mig.ConfigSpec  // mig-parted configuration, nil if none
 	migSpecName   string           // the configuration's name in migSpec
 	migSpecSource string           // where migSpec came from, for errors
+	stateDir      string
+	callHook      func(call string)
+	profileEdits  []profileEdit // WithMIGProfileEdit, in order
 }
 
 // WithDriverVersion sets the driver version SystemGetDriverVersion reports (default
@@ -126,19 +130,32 @@ func New(name string, opts ...Option) (*Machine, error) {
 		cudaVersion:   c.cudaVersion,
 		calls:         map[string]int{},
 	}
+	geometry, err := machineGeometry(spec.model)
+	if err != nil {
+		return nil, err
+	}
 	for i := range spec.slots {
-		d, err := newDevice(m, i)
+		d, err := newDevice(m, i, geometry)
 		if err != nil {
 			return nil, err
 		}
 		m.devices = append(m.devices, d)
 	}
 	m.setInterfaceFuncs()
+	if err := m.applyProfileEdits(c.profileEdits); err != nil {
+		return nil, err
+	}
 	if err := m.applyMIG(c); err != nil {
 		return nil, err
 	}
-	// Faults are installed last so that building the initial layout does not consume them.
-	m.faults = c.faults
+	if c.stateDir != "" {
+		if err := m.loadOrSaveState(c.stateDir); err != nil {
+			return nil, err
+		}
+	}
+	// Faults and the hook are installed last so that building the initial layout does not
+	// consume or report them.
+	m.faults, m.callHook = c.faults, c.callHook
 	return m, nil
 }
 
@@ -221,6 +238,9 @@ func newFault(method string, n int, ret nvml.Return, after bool) (*fault, error)
 // The caller holds m.mu.
 func (m *Machine) enter(kind, method string) nvml.Return {
 	q := kind + "." + method
+	if m.callHook != nil {
+		m.callHook(q)
+	}
 	m.calls[method]++
 	m.calls[q]++
 	for _, f := range m.faults {

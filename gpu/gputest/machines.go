@@ -73,6 +73,14 @@ var (
 		ccMajor: 8, ccMinor: 0, memoryMiB: 24576, multiprocessor: 56,
 		pciDeviceID: 0x20B710DE, pciSubsystemID: 0x153210DE, migCapable: true,
 	}
+	// RTX PRO 6000 Blackwell Server Edition: name, 97887 MiB and 188 SMs as nvidia-smi prints
+	// them in the recordings (printouts/rtx-pro-6000*.txt). The brand and the PCI subsystem id
+	// are not in a public source we have: NVIDIA RTX and 0 (unknown).
+	modelRTXPro6000 = gpuModel{
+		productName: "NVIDIA RTX PRO 6000 Blackwell Server Edition", arch: nvml.DEVICE_ARCH_BLACKWELL, brand: nvml.BRAND_NVIDIA_RTX,
+		ccMajor: 12, ccMinor: 0, memoryMiB: 97887, multiprocessor: 188,
+		pciDeviceID: 0x2BB510DE, migCapable: true,
+	}
 	modelL4 = gpuModel{
 		productName: "NVIDIA L4", arch: nvml.DEVICE_ARCH_ADA, brand: nvml.BRAND_NVIDIA,
 		ccMajor: 8, ccMinor: 9, memoryMiB: 23034, multiprocessor: 58,
@@ -114,6 +122,9 @@ type machineSpec struct {
 	// fabric is true on machines whose GPUs report an NVLink fabric (clique) through
 	// GetGpuFabricInfo.
 	fabric bool
+	// giIDAscending numbers GPU instances from the lowest placement up (see Device.giID), as
+	// the product's recorded nvidia-smi -lgi output shows.
+	giIDAscending bool
 }
 
 func dgxSlots(busIDs []string, numa []int, pairSwitch bool) []slot {
@@ -187,6 +198,14 @@ func machineSpecs() []machineSpec {
 				{busID: "0000:00:1d.0", numa: 0, pcieSwitch: -1},
 				{busID: "0000:00:1e.0", numa: 0, pcieSwitch: -1},
 			},
+		},
+		{
+			// Placements, profiles and GPU instance ids as recorded on an RTX PRO 6000 Blackwell
+			// Server Edition node (printouts/rtx-pro-6000.txt); the PCIe layout is invented.
+			name: "rtx-pro-6000x4", description: "PCIe server with 4x RTX PRO 6000 Blackwell Server Edition, two per CPU socket, no NVLink",
+			model:         modelRTXPro6000,
+			slots:         dgxSlots([]string{"0000:01:00.0", "0000:21:00.0", "0000:81:00.0", "0000:a1:00.0"}, []int{0, 0, 1, 1}, false),
+			giIDAscending: true,
 		},
 		{
 			name: "gb200-nvl4", description: "GB200 NVL4 board: 2 Grace CPUs, 4 GB200 GPUs in one NVLink domain (clique)",

@@ -147,13 +147,19 @@ func (d *Device) migDevicesLocked() []*MigDevice {
 // halves at 4 and 0 are 1 and 2, quarters at 6, 4, 2, 0 are 3–6, eighths 7–14). This matches
 // the 15 GPU instances per GPU that the nvidia-caps minors allow and NVIDIA's published
 // examples (a 3g.20gb at 4:4 is GPU instance 1, at 0:4 instance 2); it is inferred, not
-// documented. Geometries that do not fit the tree get the lowest free id above it.
+// documented. Machines whose recordings show the other order (giIDAscending: on an RTX PRO
+// 6000 a 2g.48gb at 0:6 is instance 1 and 1g.24gb at 0, 3, 6, 9 are 3–6) number from the
+// bottom slice up. Geometries that do not fit the tree get the lowest free id above it.
 func (d *Device) giID(pl mig.Placement) uint32 {
 	total := d.geometry.MemorySlices
 	if total > 0 && pl.Size > 0 && total%pl.Size == 0 && pl.Start%pl.Size == 0 {
 		nodes := total / pl.Size // nodes at this level of the tree
 		if nodes&(nodes-1) == 0 {
-			id := uint32(nodes - 1 + (nodes - 1 - pl.Start/pl.Size))
+			pos := nodes - 1 - pl.Start/pl.Size
+			if d.m.spec.giIDAscending {
+				pos = pl.Start / pl.Size
+			}
+			id := uint32(nodes - 1 + pos)
 			if _, used := d.gis[id]; !used {
 				return id
 			}
@@ -232,6 +238,7 @@ func (d *Device) createGI(p *mig.GIProfile, pl *mig.Placement) (*GpuInstance, nv
 	gi := &GpuInstance{d: d, id: d.giID(*at), profile: p, placement: *at, cis: map[uint32]*ComputeInstance{}}
 	gi.setFuncs()
 	d.gis[gi.id] = gi
+	d.changed()
 	return gi, nvml.SUCCESS
 }
 
@@ -317,12 +324,13 @@ func (gi *GpuInstance) createCI(c *mig.ComputeProfile, start *int) (*ComputeInst
 		}
 	}
 	d := gi.d
-	d.m.generation++
+	d.generation++
 	ci := &ComputeInstance{gi: gi, id: id, profile: c, start: at}
-	ci.dev = &MigDevice{ci: ci, uuid: migUUID(d.uuid, gi.id, id, d.m.generation)}
+	ci.dev = &MigDevice{ci: ci, uuid: migUUID(d.uuid, gi.id, id, d.generation)}
 	ci.setFuncs()
 	ci.dev.setFuncs()
 	gi.cis[id] = ci
+	d.changed()
 	return ci, nvml.SUCCESS
 }
 
@@ -367,6 +375,7 @@ func (d *Device) setMIGFuncs() {
 			return nvml.ERROR_IN_USE, nvml.ERROR_IN_USE
 		}
 		d.migMode = mode
+		d.changed()
 		return nvml.SUCCESS, nvml.SUCCESS
 	}
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {
@@ -583,6 +592,7 @@ func (gi *GpuInstance) enter(method string) nvml.Return {
 	if ret := d.m.enter("GpuInstance", method); ret != nvml.SUCCESS {
 		return ret
 	}
+	d.sync()
 	switch {
 	case d.lost:
 		return nvml.ERROR_GPU_IS_LOST
@@ -736,6 +746,7 @@ func (gi *GpuInstance) setFuncs() {
 		}
 		gi.destroyed = true
 		delete(gi.d.gis, gi.id)
+		gi.d.changed()
 		return nvml.SUCCESS
 	}
 	fillDefaults(m, &gi.GpuInstance, "GpuInstance", func() bool { return gi.d.lost })
@@ -747,6 +758,7 @@ func (ci *ComputeInstance) enter(method string) nvml.Return {
 	if ret := d.m.enter("ComputeInstance", method); ret != nvml.SUCCESS {
 		return ret
 	}
+	d.sync()
 	switch {
 	case d.lost:
 		return nvml.ERROR_GPU_IS_LOST
@@ -780,6 +792,7 @@ func (ci *ComputeInstance) setFuncs() {
 		}
 		ci.destroyed = true
 		delete(ci.gi.cis, ci.id)
+		ci.gi.d.changed()
 		return nvml.SUCCESS
 	}
 	fillDefaults(m, &ci.ComputeInstance, "ComputeInstance", func() bool { return ci.gi.d.lost })
@@ -791,6 +804,7 @@ func (md *MigDevice) enter(method string) nvml.Return {
 	if ret := d.m.enter("MigDevice", method); ret != nvml.SUCCESS {
 		return ret
 	}
+	d.sync()
 	switch {
 	case d.lost:
 		return nvml.ERROR_GPU_IS_LOST

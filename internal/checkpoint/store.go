@@ -494,22 +494,22 @@ func (s *Store) commit(batch []*request) {
 			results[i] = err
 			continue
 		}
-		if err := next.Validate(); err != nil {
-			results[i] = fmt.Errorf("update checkpoint %s: %w", s.path, err)
+		if next.Claims == nil {
+			next.Claims = map[string]ClaimState{}
+		}
+		touched, err := s.settle(work, next)
+		if err != nil {
+			results[i] = err
 			continue
 		}
-		next.normalize()
-		if len(next.Claims) != len(work.Claims) {
+		if len(touched) > 0 || len(next.Claims) != len(work.Claims) {
 			changed = true
 		}
-		for uid, c := range next.Claims {
-			if old, ok := work.Claims[uid]; ok && reflect.DeepEqual(old, c) {
-				continue
-			}
-			changed = true
+		for _, uid := range touched {
 			if now.IsZero() {
 				now = s.now().UTC().Round(0)
 			}
+			c := next.Claims[uid]
 			c.BootID, c.UpdatedAt = s.bootID, now
 			next.Claims[uid] = c
 			dirty[uid] = true
@@ -540,6 +540,31 @@ func (s *Store) commit(batch []*request) {
 	for i, r := range batch {
 		r.done <- results[i]
 	}
+}
+
+// settle validates and normalizes the claims an update changed, in place in next, and returns
+// their UIDs. Claims it left alone are copies of work's, which were settled when they were
+// written: checking only the changed ones keeps a commit's cost from growing with every claim the
+// node holds.
+func (s *Store) settle(work, next State) ([]string, error) {
+	var touched []string
+	for _, uid := range slices.Sorted(maps.Keys(next.Claims)) {
+		c := next.Claims[uid]
+		old, had := work.Claims[uid]
+		if had && reflect.DeepEqual(old, c) {
+			continue
+		}
+		if err := validateClaim(uid, c); err != nil {
+			return nil, fmt.Errorf("update checkpoint %s: %w", s.path, err)
+		}
+		c = normalizeClaim(c)
+		if had && reflect.DeepEqual(old, c) {
+			continue
+		}
+		next.Claims[uid] = c
+		touched = append(touched, uid)
+	}
+	return touched, nil
 }
 
 func (s *Store) fail(batch []*request, err error) {

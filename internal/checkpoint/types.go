@@ -163,29 +163,36 @@ func (d PreparedDevice) Clone() PreparedDevice {
 // Validate checks the invariants every stored state satisfies and names the offending field.
 func (s State) Validate() error {
 	for _, uid := range slices.Sorted(maps.Keys(s.Claims)) {
-		c := s.Claims[uid]
-		path := "claims[" + strconv.Quote(uid) + "]"
-		if uid == "" {
-			return fmt.Errorf("%s: empty claim UID", path)
+		if err := validateClaim(uid, s.Claims[uid]); err != nil {
+			return err
 		}
-		if c.UID != uid {
-			return fmt.Errorf("%s.uid: %q does not match its key", path, c.UID)
+	}
+	return nil
+}
+
+// validateClaim checks the claim stored under uid.
+func validateClaim(uid string, c ClaimState) error {
+	path := "claims[" + strconv.Quote(uid) + "]"
+	if uid == "" {
+		return fmt.Errorf("%s: empty claim UID", path)
+	}
+	if c.UID != uid {
+		return fmt.Errorf("%s.uid: %q does not match its key", path, c.UID)
+	}
+	if !c.Phase.Valid() {
+		return fmt.Errorf("%s.phase: %q is not one of %s, %s, %s", path, c.Phase,
+			PrepareStarted, PrepareCompleted, UnprepareStarted)
+	}
+	for i, d := range c.Devices {
+		dpath := path + ".devices[" + strconv.Itoa(i) + "]"
+		if d.Device == "" {
+			return fmt.Errorf("%s.device: empty device name", dpath)
 		}
-		if !c.Phase.Valid() {
-			return fmt.Errorf("%s.phase: %q is not one of %s, %s, %s", path, c.Phase,
-				PrepareStarted, PrepareCompleted, UnprepareStarted)
+		if d.MIG != nil && d.MIG.ParentUUID == "" {
+			return fmt.Errorf("%s.mig.parentUUID: empty", dpath)
 		}
-		for i, d := range c.Devices {
-			dpath := path + ".devices[" + strconv.Itoa(i) + "]"
-			if d.Device == "" {
-				return fmt.Errorf("%s.device: empty device name", dpath)
-			}
-			if d.MIG != nil && d.MIG.ParentUUID == "" {
-				return fmt.Errorf("%s.mig.parentUUID: empty", dpath)
-			}
-			if d.Sharing != nil && !json.Valid(d.Sharing) {
-				return fmt.Errorf("%s.sharing: not valid JSON", dpath)
-			}
+		if d.Sharing != nil && !json.Valid(d.Sharing) {
+			return fmt.Errorf("%s.sharing: not valid JSON", dpath)
 		}
 	}
 	return nil
@@ -199,24 +206,29 @@ func (s *State) normalize() {
 		s.Claims = map[string]ClaimState{}
 	}
 	for uid, c := range s.Claims {
-		if len(c.Devices) == 0 {
-			c.Devices = nil
-		}
-		for i := range c.Devices {
-			d := &c.Devices[i]
-			if len(d.CDIDeviceIDs) == 0 {
-				d.CDIDeviceIDs = nil
-			}
-			if d.Sharing != nil {
-				var buf bytes.Buffer
-				if err := json.Compact(&buf, d.Sharing); err == nil {
-					d.Sharing = buf.Bytes()
-				}
-				if len(d.Sharing) == 0 || string(d.Sharing) == "null" {
-					d.Sharing = nil
-				}
-			}
-		}
-		s.Claims[uid] = c
+		s.Claims[uid] = normalizeClaim(c)
 	}
+}
+
+// normalizeClaim is normalize for one claim that validateClaim accepted.
+func normalizeClaim(c ClaimState) ClaimState {
+	if len(c.Devices) == 0 {
+		c.Devices = nil
+	}
+	for i := range c.Devices {
+		d := &c.Devices[i]
+		if len(d.CDIDeviceIDs) == 0 {
+			d.CDIDeviceIDs = nil
+		}
+		if d.Sharing != nil {
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, d.Sharing); err == nil {
+				d.Sharing = buf.Bytes()
+			}
+			if len(d.Sharing) == 0 || string(d.Sharing) == "null" {
+				d.Sharing = nil
+			}
+		}
+	}
+	return c
 }

@@ -1,0 +1,522 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/selectors"
+)
+
+// checkOptions are the inputs of the check command, parsed from flags (or built by a caller).
+type checkOptions struct {
+	// paths are files, directories (their *.yaml and *.yml files) or "-" for stdin.
+	paths  []string
+	output string
+	// node is the fake machine; explicitMachine says whether a flag chose it. Otherwise each
+	// file's "# Target machine:" comment does, and the default machine where there is none.
+	node            nodeFlags
+	explicitMachine bool
+	slicesFile      string
+	kubeconfig      string
+	policyFile      string
+	namespace       string
+	printUpgraded   bool
+	// cluster, when set, replaces the API client --kubeconfig builds (tests use a fake).
+	cluster kubernetes.Interface
+}
+
+// machineFlags are the flags that choose the fake machine.
+var machineFlags = map[string]bool{"machine": true, "mig-config": true, "dynamic-mig": true, "consumable-memory": true, "nvml": true}
+
+func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("check", stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gpu-dra-driver check [flags] FILE|DIR|- ...\n\nLint, policy and upgrade hints for manifests, then simulated allocation of every claim on a machine.\nExit status: 0 everything passes, 1 findings, violations or unschedulable claims, 2 usage error.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	o := checkOptions{}
+	o.node.register(fs)
+	fs.StringVar(&o.output, "o", "table", "output format: table or json")
+	fs.StringVar(&o.slicesFile, "slices", "", "check against the ResourceSlices (and DeviceClasses) in this file, e.g. a real node's `render` output")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "check against every ResourceSlice and DeviceClass of the cluster this kubeconfig points at")
+	fs.StringVar(&o.policyFile, "policy", "", "policy file (YAML): blockedMIGProfiles, allowedMIGProfiles, maxGPUsPerClaim, requiredSharing")
+	fs.StringVar(&o.namespace, "namespace", "default", "namespace of objects that name none (as kubectl apply -n)")
+	fs.BoolVar(&o.printUpgraded, "print-upgraded", false, "print the inputs upgraded to resource.k8s.io/v1 instead of checking them")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &exitError{code: 2, err: err}
+	}
+	fs.Visit(func(f *flag.Flag) { o.explicitMachine = o.explicitMachine || machineFlags[f.Name] })
+	o.paths = fs.Args()
+	if err := o.validate(); err != nil {
+		fs.Usage()
+		return &exitError{code: 2, err: fmt.Errorf("gpu-dra-driver check: %w", err)}
+	}
+	ok, err := check(ctx, o, os.Stdin, stdout)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &exitError{code: 1, err: errors.New("check: the answer is no (see the report)")}
+	}
+	return nil
+}
+
+func (o checkOptions) validate() error {
+	if len(o.paths) == 0 {
+		return errors.New("a FILE, DIR or - is required")
+	}
+	if err := oneOf("o", o.output, "table", "json"); err != nil {
+		return err
+	}
+	sources := 0
+	for _, set := range []bool{o.explicitMachine, o.slicesFile != "", o.kubeconfig != "" || o.cluster != nil} {
+		if set {
+			sources++
+		}
+	}
+	if sources > 1 {
+		return errors.New("choose one machine: --machine (and its flags), --slices or --kubeconfig")
+	}
+	return nil
+}
+
+// input is one manifest to check.
+type input struct {
+	name string
+	data []byte
+}
+
+// check checks every input and writes the report; ok is false when any input does not pass.
+func check(ctx context.Context, o checkOptions, stdin io.Reader, stdout io.Writer) (bool, error) {
+	inputs, err := readInputs(o.paths, stdin)
+	if err != nil {
+		return false, &exitError{code: 2, err: err}
+	}
+	if o.printUpgraded {
+		return printUpgraded(inputs, stdout)
+	}
+	var policy *selectors.Policy
+	if o.policyFile != "" {
+		data, err := os.ReadFile(o.policyFile)
+		if err != nil {
+			return false, &exitError{code: 2, err: err}
+		}
+		if policy, err = selectors.ParsePolicy(data); err != nil {
+			return false, &exitError{code: 2, err: fmt.Errorf("%s: %w", o.policyFile, err)}
+		}
+	}
+	targets := newTargets(o)
+	compiler := selectors.NewCompiler()
+	var reports []*selectors.Report
+	for _, in := range inputs {
+		t, err := targets.forInput(ctx, in)
+		if err != nil {
+			return false, err
+		}
+		opts := []selectors.CheckerOption{selectors.WithCompiler(compiler), selectors.WithMachine(t.name, t.slices),
+			selectors.WithDeviceClasses(t.classes...), selectors.WithNamespace(o.namespace)}
+		if policy != nil {
+			opts = append(opts, selectors.WithPolicy(policy))
+		}
+		rep, err := selectors.NewChecker(opts...).Check(ctx, in.name, in.data)
+		if err != nil {
+			return false, err
+		}
+		reports = append(reports, rep)
+	}
+	ok := true
+	for _, r := range reports {
+		ok = ok && r.OK()
+	}
+	if o.output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return ok, enc.Encode(map[string]any{"ok": ok, "files": reports})
+	}
+	return ok, writeCheckTable(stdout, reports)
+}
+
+// readInputs reads files, the *.yaml and *.yml files of directories (sorted), and stdin.
+func readInputs(paths []string, stdin io.Reader) ([]input, error) {
+	var out []input
+	for _, p := range paths {
+		if p == "-" {
+			data, err := io.ReadAll(stdin)
+			if err != nil {
+				return nil, fmt.Errorf("read stdin: %w", err)
+			}
+			out = append(out, input{"-", data})
+			continue
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		files := []string{p}
+		if st.IsDir() {
+			files = nil
+			for _, pat := range []string{"*.yaml", "*.yml"} {
+				m, _ := filepath.Glob(filepath.Join(p, pat))
+				files = append(files, m...)
+			}
+			sort.Strings(files)
+			if len(files) == 0 {
+				return nil, fmt.Errorf("%s: no *.yaml or *.yml files", p)
+			}
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, input{f, data})
+		}
+	}
+	return out, nil
+}
+
+func printUpgraded(inputs []input, stdout io.Writer) (bool, error) {
+	u := selectors.NewUpgrader("")
+	ok := true
+	for i, in := range inputs {
+		up, err := u.Upgrade(in.data)
+		if up == nil {
+			return false, fmt.Errorf("%s: %w", in.name, err)
+		}
+		if err != nil {
+			ok = false
+			for _, e := range strings.Split(err.Error(), "\n") {
+				fmt.Fprintf(stdout, "# error: %s: %s\n", in.name, e)
+			}
+		}
+		if i > 0 {
+			fmt.Fprintln(stdout, "---")
+		}
+		fmt.Fprintf(stdout, "# upgraded from %s\n", in.name)
+		if _, err := stdout.Write(up.Manifest); err != nil {
+			return false, err
+		}
+	}
+	return ok, nil
+}
+
+// target is the machine a manifest is checked on.
+type target struct {
+	name    string
+	slices  []*resourceapi.ResourceSlice
+	classes []*resourceapi.DeviceClass
+}
+
+// targets finds and caches the target of each input.
+type targets struct {
+	o     checkOptions
+	cache map[string]*target
+}
+
+func newTargets(o checkOptions) *targets { return &targets{o: o, cache: map[string]*target{}} }
+
+func (ts *targets) forInput(ctx context.Context, in input) (*target, error) {
+	switch {
+	case ts.o.kubeconfig != "" || ts.o.cluster != nil:
+		return ts.cached("cluster", func() (*target, error) { return ts.cluster(ctx) })
+	case ts.o.slicesFile != "":
+		return ts.cached("slices", func() (*target, error) { return slicesTarget(ts.o.slicesFile) })
+	case ts.o.explicitMachine:
+		return ts.cached("flags", func() (*target, error) { return machineTarget(ctx, ts.o.node, describeNode(ts.o.node)) })
+	}
+	spec := targetMachine(in.data)
+	if spec == "" {
+		spec = defaultMachine
+	}
+	return ts.cached(spec, func() (*target, error) {
+		nf, err := parseTargetMachine(spec, ts.o.node.nodeName)
+		if err != nil {
+			return nil, &exitError{code: 2, err: fmt.Errorf("%s: # Target machine: %s: %w", in.name, spec, err)}
+		}
+		return machineTarget(ctx, nf, spec)
+	})
+}
+
+func (ts *targets) cached(key string, build func() (*target, error)) (*target, error) {
+	if t, ok := ts.cache[key]; ok {
+		return t, nil
+	}
+	t, err := build()
+	if err != nil {
+		return nil, err
+	}
+	ts.cache[key] = t
+	return t, nil
+}
+
+// targetMachine reads the "# Target machine: NAME [flags] (comment)" line of a manifest's
+// leading comments (the convention of examples/deploy/workloads).
+func targetMachine(data []byte) string {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "#") {
+			if line == "" || line == "---" {
+				continue
+			}
+			return ""
+		}
+		rest, ok := strings.CutPrefix(strings.TrimSpace(strings.TrimPrefix(line, "#")), "Target machine:")
+		if !ok {
+			continue
+		}
+		rest, _, _ = strings.Cut(rest, " (")
+		return strings.TrimSuffix(strings.TrimSpace(rest), ".")
+	}
+	return ""
+}
+
+// parseTargetMachine turns "dgx-a100-80gb --mig-config all-balanced" into node flags.
+func parseTargetMachine(spec, nodeName string) (nodeFlags, error) {
+	fields := strings.Fields(spec)
+	fs := flag.NewFlagSet("target", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var nf nodeFlags
+	nf.register(fs)
+	if err := fs.Parse(append(append([]string{"--node-name", nodeName, "--machine"}, fields[0]), fields[1:]...)); err != nil {
+		return nf, err
+	}
+	if fs.NArg() > 0 {
+		return nf, fmt.Errorf("unexpected %q", strings.Join(fs.Args(), " "))
+	}
+	return nf, nil
+}
+
+func describeNode(nf nodeFlags) string {
+	s := nf.machine
+	if nf.nvmlMode == "real" {
+		s = "this node (real NVML)"
+	}
+	if nf.migConfig != "" {
+		s += " --mig-config " + nf.migConfig
+	}
+	if nf.dynamicMIG {
+		s += " --dynamic-mig"
+	}
+	if nf.consumableMemory {
+		s += " --consumable-memory"
+	}
+	return s
+}
+
+// machineTarget renders the slices the driver publishes for a machine, as render does.
+func machineTarget(ctx context.Context, nf nodeFlags, name string) (*target, error) {
+	n, err := nf.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer n.close()
+	b := gpudra.NewBuilder(nf.builderOptions(n)...)
+	res, err := b.Build(nf.nodeName, n.inv)
+	if err != nil {
+		return nil, err
+	}
+	slices, err := gpudra.ResourceSlices(b.DriverName(), nf.nodeName, res)
+	if err != nil {
+		return nil, err
+	}
+	return &target{name: name, slices: slices}, nil
+}
+
+// slicesTarget reads ResourceSlices and DeviceClasses from a YAML stream or a JSON List.
+func slicesTarget(path string) (*target, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &exitError{code: 2, err: err}
+	}
+	t := &target{name: "slices " + path}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for i := 0; ; i++ {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", path, i, err)
+		}
+		if err := t.add(raw); err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", path, i, err)
+		}
+	}
+	if len(t.slices) == 0 {
+		return nil, &exitError{code: 2, err: fmt.Errorf("%s: no ResourceSlices", path)}
+	}
+	return t, nil
+}
+
+// add decodes one object (a List adds its items).
+func (t *target) add(raw json.RawMessage) error {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return nil
+	}
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(raw, &tm); err != nil {
+		return err
+	}
+	switch tm.Kind {
+	case "List":
+		var l struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(raw, &l); err != nil {
+			return err
+		}
+		for _, it := range l.Items {
+			if err := t.add(it); err != nil {
+				return err
+			}
+		}
+	case "ResourceSlice":
+		s := &resourceapi.ResourceSlice{}
+		if err := yaml.UnmarshalStrict(raw, s); err != nil {
+			return err
+		}
+		t.slices = append(t.slices, s)
+	case "DeviceClass":
+		c := &resourceapi.DeviceClass{}
+		if err := yaml.UnmarshalStrict(raw, c); err != nil {
+			return err
+		}
+		t.classes = append(t.classes, c)
+	default:
+		return fmt.Errorf("unexpected kind %q (want ResourceSlice, DeviceClass or List)", tm.Kind)
+	}
+	return nil
+}
+
+// cluster lists every ResourceSlice and DeviceClass of the cluster.
+func (ts *targets) cluster(ctx context.Context) (*target, error) {
+	client := ts.o.cluster
+	if client == nil {
+		c, err := kubeClient(ts.o.kubeconfig, 50, 100)
+		if err != nil {
+			return nil, err
+		}
+		client = c
+	}
+	return clusterTarget(ctx, client)
+}
+
+// clusterTarget reads a cluster's slices and classes through an API client.
+func clusterTarget(ctx context.Context, client kubernetes.Interface) (*target, error) {
+	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list ResourceSlices: %w", err)
+	}
+	classes, err := client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list DeviceClasses: %w", err)
+	}
+	t := &target{name: "cluster"}
+	for i := range slices.Items {
+		t.slices = append(t.slices, &slices.Items[i])
+	}
+	for i := range classes.Items {
+		t.classes = append(t.classes, &classes.Items[i])
+	}
+	if len(t.slices) == 0 {
+		return nil, errors.New("the cluster has no ResourceSlices: is a DRA driver running?")
+	}
+	return t, nil
+}
+
+// writeCheckTable writes the reports for people.
+func writeCheckTable(w io.Writer, reports []*selectors.Report) error {
+	upgraded, failed := 0, 0
+	for _, r := range reports {
+		fmt.Fprintf(w, "%s", r.Source)
+		if r.Machine != "" {
+			fmt.Fprintf(w, "  (machine: %s)", r.Machine)
+		}
+		verdict := "PASS"
+		if !r.OK() {
+			verdict, failed = "FAIL", failed+1
+		}
+		fmt.Fprintf(w, "  %s\n", verdict)
+		for _, f := range r.Findings {
+			writeFinding(w, f)
+		}
+		for _, v := range r.Violations {
+			fmt.Fprintf(w, "  %-7s %s\n", "POLICY", v)
+		}
+		if err := writeClaims(w, r.Claims); err != nil {
+			return err
+		}
+		if r.Upgraded != "" {
+			upgraded++
+		}
+	}
+	fmt.Fprintf(w, "\n%d files: %d pass, %d fail", len(reports), len(reports)-failed, failed)
+	if upgraded > 0 {
+		fmt.Fprintf(w, "; %d need an upgrade to resource.k8s.io/v1 (see --print-upgraded)", upgraded)
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
+func writeFinding(w io.Writer, f selectors.Finding) {
+	where := f.Object
+	if f.Field != "" {
+		where += " " + f.Field
+	}
+	if f.Line > 0 {
+		where += fmt.Sprintf(":%d:%d", f.Line, f.Column)
+	}
+	fmt.Fprintf(w, "  %-7s [%s] %s\n          %s\n", strings.ToUpper(string(f.Severity)), f.Rule, where, f.Message)
+	if f.Suggestion != "" {
+		fmt.Fprintf(w, "          fix: %s\n", f.Suggestion)
+	}
+}
+
+func writeClaims(w io.Writer, claims []selectors.ClaimResult) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CLAIM\tPODS\tRESULT")
+	for _, c := range claims {
+		result := "UNSCHEDULABLE"
+		if c.Allocated {
+			var ds []string
+			for _, d := range c.Devices {
+				ds = append(ds, d.Request+"="+d.Device)
+			}
+			result = c.Node + ": " + strings.Join(ds, ", ")
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.Claim, strings.Join(c.Pods, ","), result)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, c := range claims {
+		for _, r := range c.Reasons {
+			fmt.Fprintf(w, "    %s: %s\n", c.Claim, r)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,257 @@
+package mig_test
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/mig"
+)
+
+func recordings(t *testing.T) []gputest.Recording {
+	t.Helper()
+	recs, err := gputest.Recordings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// recordedRow is what an -lgip row says about a profile, in nvidia-smi's units.
+type recordedRow struct {
+	ID, Count, SM, DEC, ENC, CE, JPEG, OFA int
+	GiB                                    string
+}
+
+func rowOf(r mig.SMIProfile) recordedRow {
+	return recordedRow{r.ID, r.Total, r.Multiprocessors, r.Decoders, r.Encoders, r.CopyEngines, r.JpegEngines, r.OfaEngines, r.MemoryGiB}
+}
+
+func catalogRow(p *mig.GIProfile) recordedRow {
+	return recordedRow{p.ID, p.InstanceCount, p.Multiprocessors, p.Decoders, p.Encoders, p.CopyEngines, p.JpegEngines, p.OfaEngines,
+		mig.FormatGiB(p.MemoryMiB)}
+}
+
+// TestCatalogMatchesRecordings compares the catalog with every recorded nvidia-smi printout, one
+// subtest per model: the product name resolves to the model; every -lgip row's Id, instance
+// count, SMs, engines and memory (as nvidia-smi prints it; skipped for recordings whose memory a
+// newer driver superseded) equal the catalog's; every -lgipp line equals the catalog placements
+// of that profile Id; every -lgi layout is one the catalog validates, with the recorded profile
+// Ids and placements.
+func TestCatalogMatchesRecordings(t *testing.T) {
+	byModel := map[string][]gputest.Recording{}
+	for _, r := range recordings(t) {
+		byModel[r.Model] = append(byModel[r.Model], r)
+	}
+	if len(byModel) < 10 {
+		t.Fatalf("only %d models have recordings", len(byModel))
+	}
+	for model, recs := range byModel {
+		t.Run(model, func(t *testing.T) {
+			for _, r := range recs {
+				m, err := mig.Lookup(r.ProductName)
+				if err != nil || m.Name != model {
+					t.Fatalf("%s: product %q resolves to %v, %v; want %s", r.File, r.ProductName, m, err, model)
+				}
+				checkProfiles(t, m, r)
+				checkPlacements(t, m, r)
+				checkInstances(t, m, r)
+			}
+		})
+	}
+}
+
+func checkProfiles(t *testing.T, m *mig.Model, r gputest.Recording) {
+	t.Helper()
+	if r.Profiles == "" {
+		return
+	}
+	rows, err := mig.ParseSMIProfiles(r.Profiles)
+	if err != nil {
+		t.Fatalf("%s: %v", r.File, err)
+	}
+	for _, row := range rows {
+		p, ok := m.Profile(row.Name)
+		if !ok || p.Name != row.Name {
+			t.Errorf("%s: catalog lacks profile %s (Id %d)", r.File, row.Name, row.ID)
+			continue
+		}
+		want, got := rowOf(row), catalogRow(p)
+		if r.MemorySupersededBy != "" {
+			want.GiB, got.GiB = "", ""
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: profile %s (-recorded +catalog):\n%s", r.File, row.Name, diff)
+		}
+	}
+}
+
+func checkPlacements(t *testing.T, m *mig.Model, r gputest.Recording) {
+	t.Helper()
+	if r.Placements == "" {
+		return
+	}
+	lines, err := mig.ParseSMIPlacements(r.Placements)
+	if err != nil {
+		t.Fatalf("%s: %v", r.File, err)
+	}
+	for _, l := range lines {
+		p, ok := m.ProfileByID(l.ProfileID)
+		if !ok {
+			t.Errorf("%s: no catalog profile has Id %d", r.File, l.ProfileID)
+			continue
+		}
+		if diff := cmp.Diff(l.Placements, p.Placements); diff != "" {
+			t.Errorf("%s: placements of %s (Id %d) (-recorded +catalog):\n%s", r.File, p.Name, l.ProfileID, diff)
+		}
+	}
+}
+
+func checkInstances(t *testing.T, m *mig.Model, r gputest.Recording) {
+	t.Helper()
+	for i, text := range r.Instances {
+		insts, err := mig.ParseSMIInstances(text)
+		if err != nil {
+			t.Fatalf("%s -lgi #%d: %v", r.File, i, err)
+		}
+		var layout []mig.Instance
+		for _, in := range insts {
+			p, ok := m.ProfileByID(in.ProfileID)
+			if !ok || p.Name != in.Name {
+				t.Errorf("%s -lgi #%d: profile Id %d is %v in the catalog, recorded as %s", r.File, i, in.ProfileID, p, in.Name)
+				continue
+			}
+			pl := in.Placement
+			layout = append(layout, mig.Instance{Profile: in.Name, Placement: &pl})
+		}
+		if _, err := mig.Validate(m, layout); err != nil {
+			t.Errorf("%s -lgi #%d: the catalog rejects the recorded layout %s: %v", r.File, i, mig.FormatLayout(layout), err)
+		}
+	}
+}
+
+// TestRecordedMarkersAreHonest: a catalog field marked SourceRecorded is covered by a kept
+// recording of the model, and every field a current recording covers is marked SourceRecorded.
+func TestRecordedMarkersAreHonest(t *testing.T) {
+	covered := map[string]bool{} // "model/profile/field"
+	for _, r := range recordings(t) {
+		if r.Profiles != "" {
+			rows, err := mig.ParseSMIProfiles(r.Profiles)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, row := range rows {
+				fields := []string{"id", "multiprocessors", "copyEngines", "mediaEngines", "instanceCount"}
+				if r.MemorySupersededBy == "" {
+					fields = append(fields, "memory")
+				}
+				for _, f := range fields {
+					covered[r.Model+"/"+row.Name+"/"+f] = true
+				}
+			}
+		}
+		if r.Placements != "" {
+			lines, err := mig.ParseSMIPlacements(r.Placements)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, _ := mig.Lookup(r.ProductName)
+			for _, l := range lines {
+				if p, ok := m.ProfileByID(l.ProfileID); ok {
+					covered[r.Model+"/"+p.Name+"/placements"] = true
+				}
+			}
+		}
+	}
+	for _, m := range mig.Models() {
+		for _, p := range m.Profiles {
+			s := p.Sources
+			marks := map[string]mig.Source{"id": s.ID, "memory": s.Memory, "multiprocessors": s.Multiprocessors,
+				"copyEngines": s.CopyEngines, "mediaEngines": s.MediaEngines, "instanceCount": s.InstanceCount, "placements": s.Placements}
+			for _, f := range slices.Sorted(maps.Keys(marks)) {
+				key := fmt.Sprintf("%s/%s/%s", m.Name, p.Name, f)
+				switch {
+				case marks[f] == "":
+					t.Errorf("%s: no source marker", key)
+				case marks[f] == mig.SourceRecorded && !covered[key]:
+					t.Errorf("%s: marked recorded, but no kept recording covers it", key)
+				case marks[f] != mig.SourceRecorded && covered[key]:
+					t.Errorf("%s: a recording covers it, but it is marked %s", key, marks[f])
+				}
+			}
+		}
+	}
+}
+
+// recordedLayoutMachines maps models with recorded -lgi output to a fake machine of that model.
+// GPU instance Ids are compared on machines whose fake numbers them as the recordings show
+// (the RTX PRO 6000's); on the others the numbering is the fake's inference and only profiles,
+// profile Ids and placements are compared.
+var recordedLayoutMachines = map[string]struct {
+	machine string
+	ids     bool
+}{
+	"RTX PRO 6000 Blackwell": {"rtx-pro-6000x4", true},
+	"A100-SXM4-40GB":         {"dgx-a100-40gb", false},
+	"H100 80GB HBM3":         {"dgx-h100", false},
+	"A30":                    {"a30x4", false},
+}
+
+// TestManagerCreatesRecordedLayouts applies every recorded -lgi layout through the mig Manager on
+// a fake machine of the model and reads back, through the fake, exactly what nvidia-smi listed.
+func TestManagerCreatesRecordedLayouts(t *testing.T) {
+	applied := map[string]int{}
+	for _, r := range recordings(t) {
+		target, ok := recordedLayoutMachines[r.Model]
+		if !ok {
+			continue
+		}
+		for i, text := range r.Instances {
+			insts, err := mig.ParseSMIInstances(text)
+			if err != nil {
+				t.Fatal(err)
+			}
+			machine, err := gputest.New(target.machine)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mg, err := mig.NewManager(machine.Device(0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var layout []mig.Instance
+			var want []string
+			for _, in := range insts {
+				layout = append(layout, mig.At(in.Name, in.Placement.Start))
+				want = append(want, lgiRow(in.Name, in.ProfileID, in.InstanceID, in.Placement, target.ids))
+			}
+			if _, err := mg.Apply(layout); err != nil {
+				t.Fatalf("%s -lgi #%d: Apply(%s): %v", r.File, i, mig.FormatLayout(layout), err)
+			}
+			var got []string
+			for _, gi := range machine.GPUInstances(0) {
+				got = append(got, lgiRow(gi.Profile, gi.ProfileID, gi.ID, gi.Placement, target.ids))
+			}
+			slices.Sort(want)
+			slices.Sort(got)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s -lgi #%d on %s (-recorded +created):\n%s", r.File, i, target.machine, diff)
+			}
+			applied[r.Model]++
+		}
+	}
+	if applied["RTX PRO 6000 Blackwell"] != 2 {
+		t.Errorf("applied %d RTX PRO 6000 layouts, want the 2 recorded", applied["RTX PRO 6000 Blackwell"])
+	}
+}
+
+func lgiRow(profile string, profileID, instanceID int, pl mig.Placement, withID bool) string {
+	if !withID {
+		instanceID = -1
+	}
+	return fmt.Sprintf("%s profile=%d instance=%d at %d:%d", profile, profileID, instanceID, pl.Start, pl.Size)
+}

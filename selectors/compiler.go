@@ -1,0 +1,264 @@
+package selectors
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	celgo "github.com/google/cel-go/cel"
+	resourceapi "k8s.io/api/resource/v1"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/lru"
+)
+
+// DefaultFeatures are the allocator features of a Kubernetes 1.37 scheduler with its default
+// feature gates (GA and beta-on): admin access, prioritized lists, partitionable devices, device
+// taints, consumable capacity, binding conditions and device status. They match
+// simulate.DefaultFeatures.
+func DefaultFeatures() structured.Features {
+	return structured.Features{
+		AdminAccess:            true,
+		PrioritizedList:        true,
+		PartitionableDevices:   true,
+		DeviceTaints:           true,
+		ConsumableCapacity:     true,
+		DeviceBindingAndStatus: true,
+	}
+}
+
+// DefaultCacheSize is how many compiled selectors a Compiler keeps (least recently used first
+// out). The scheduler's own cache holds 10,000 expressions.
+const DefaultCacheSize = 1000
+
+// celCompiler is the part of k8s.io/dynamic-resource-allocation/cel's compiler that a Compiler
+// uses (its concrete type is unexported upstream).
+type celCompiler interface {
+	CompileCELExpression(expression string, options dracel.Options) dracel.CompilationResult
+}
+
+// Compiler compiles device selectors in the CEL environment of the Kubernetes DRA API and
+// evaluates them against devices the way kube-scheduler does. Compiled selectors are cached.
+// A Compiler is safe for concurrent use.
+type Compiler struct {
+	features  structured.Features
+	costLimit uint64
+	cacheSize int
+
+	celFeatures dracel.Features
+	compiler    celCompiler
+
+	mu    sync.Mutex
+	cache *lru.Cache
+
+	envOnce sync.Once
+	newEnv  *celgo.Env // the environment the API server validates new objects in
+}
+
+// CompilerOption configures a Compiler.
+type CompilerOption func(*Compiler)
+
+// WithFeatures replaces DefaultFeatures: the allocator features decide which CEL environment
+// selectors compile in (ConsumableCapacity adds device.allowMultipleAllocations,
+// ListTypeAttributes adds list-valued attributes and includes()).
+func WithFeatures(f structured.Features) CompilerOption {
+	return func(c *Compiler) { c.features = f }
+}
+
+// WithCostLimit replaces the API limit on the estimated cost of one selector
+// (resourceapi.CELSelectorExpressionMaxCost, 1,000,000) for validation and evaluation.
+func WithCostLimit(limit uint64) CompilerOption {
+	return func(c *Compiler) { c.costLimit = limit }
+}
+
+// WithCacheSize sets how many compiled selectors are kept (default DefaultCacheSize).
+func WithCacheSize(n int) CompilerOption {
+	return func(c *Compiler) { c.cacheSize = n }
+}
+
+// NewCompiler returns a Compiler for the CEL environment of a Kubernetes 1.37 API server and
+// scheduler.
+func NewCompiler(opts ...CompilerOption) *Compiler {
+	c := &Compiler{
+		features:  DefaultFeatures(),
+		costLimit: resourceapi.CELSelectorExpressionMaxCost,
+		cacheSize: DefaultCacheSize,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.cacheSize < 1 {
+		c.cacheSize = 1
+	}
+	c.celFeatures = dracel.Features{
+		EnableConsumableCapacity: c.features.ConsumableCapacity,
+		EnableListTypeAttributes: c.features.ListTypeAttributes,
+	}
+	c.compiler = dracel.GetCompiler(c.celFeatures)
+	c.cache = lru.New(c.cacheSize)
+	return c
+}
+
+// Features returns the allocator features the Compiler was built for.
+func (c *Compiler) Features() structured.Features { return c.features }
+
+// Selector is a compiled device selector.
+type Selector struct {
+	// Expression is the CEL source.
+	Expression string
+	// Cost is the estimated worst-case cost in CEL cost units, as the API server computes it
+	// when it validates a new object.
+	Cost uint64
+
+	// program is compiled as the scheduler's cel.Cache compiles it: stored-expression
+	// environment, runtime cost limit, interrupt checks.
+	program dracel.CompilationResult
+}
+
+// Compile compiles a device selector as the API server validates it in a new object (length,
+// syntax, types, result type, estimated cost against the limit) and prepares it for evaluation
+// the way the scheduler compiles it. Errors are *CompileError values. Results, including
+// errors, are cached by expression.
+func (c *Compiler) Compile(expression string) (*Selector, error) {
+	c.mu.Lock()
+	v, ok := c.cache.Get(expression)
+	c.mu.Unlock()
+	if ok {
+		r := v.(compiled)
+		return r.sel, r.err
+	}
+	sel, err := c.compile(expression)
+	c.mu.Lock()
+	c.cache.Add(expression, compiled{sel, err})
+	c.mu.Unlock()
+	return sel, err
+}
+
+type compiled struct {
+	sel *Selector
+	err error
+}
+
+func (c *Compiler) compile(expression string) (*Selector, error) {
+	if len(expression) > resourceapi.CELSelectorExpressionMaxLength {
+		return nil, &CompileError{Expression: expression, Kind: ErrorTooLong,
+			Issues: []Issue{{Message: fmt.Sprintf("expression is %d bytes long, the API allows at most %d", len(expression), resourceapi.CELSelectorExpressionMaxLength)}}}
+	}
+	newExprs := environment.NewExpressions
+	validated := c.compiler.CompileCELExpression(expression, dracel.Options{EnvType: &newExprs, CostLimit: &c.costLimit})
+	if validated.Error != nil {
+		return nil, c.compileError(expression, validated.Error)
+	}
+	if validated.MaxCost > c.costLimit {
+		return nil, &CompileError{Expression: expression, Kind: ErrorTooExpensive, Cost: validated.MaxCost, Limit: c.costLimit,
+			Issues: []Issue{{Message: fmt.Sprintf("estimated cost %d exceeds the limit %d (the API server rejects it as too complex)", validated.MaxCost, c.costLimit)}}}
+	}
+	// The scheduler compiles stored expressions without cost estimation (cel.Cache).
+	stored := environment.StoredExpressions
+	prog := c.compiler.CompileCELExpression(expression, dracel.Options{EnvType: &stored, CostLimit: &c.costLimit, DisableCostEstimation: true})
+	if prog.Error != nil {
+		return nil, c.compileError(expression, prog.Error)
+	}
+	return &Selector{Expression: expression, Cost: validated.MaxCost, program: prog}, nil
+}
+
+// compileError turns an upstream error into a CompileError with the positions cel-go reports.
+func (c *Compiler) compileError(expression string, e *apiservercel.Error) *CompileError {
+	ce := &CompileError{Expression: expression, Kind: ErrorInvalid}
+	if e.Type == apiservercel.ErrorTypeInternal {
+		ce.Kind = ErrorInternal
+	}
+	if env := c.validationEnv(); env != nil {
+		if _, iss := env.Compile(expression); iss != nil && iss.Err() != nil {
+			for _, ie := range iss.Errors() {
+				loc := ie.Location
+				ce.Issues = append(ce.Issues, Issue{Line: loc.Line(), Column: loc.Column() + 1, Message: ie.Message})
+			}
+		}
+	}
+	if len(ce.Issues) == 0 {
+		// Not a syntax or type error: the result type, or an internal problem.
+		ce.Issues = []Issue{{Message: strings.TrimPrefix(e.Detail, "compilation failed: ")}}
+	}
+	return ce
+}
+
+// validationEnv is the CEL environment the API server validates new selectors in, taken from a
+// successful compilation (the upstream compiler does not expose it otherwise).
+func (c *Compiler) validationEnv() *celgo.Env {
+	c.envOnce.Do(func() {
+		newExprs := environment.NewExpressions
+		r := c.compiler.CompileCELExpression("true", dracel.Options{EnvType: &newExprs, DisableCostEstimation: true})
+		c.newEnv = r.Environment
+	})
+	return c.newEnv
+}
+
+// ErrorKind classifies a CompileError.
+type ErrorKind string
+
+const (
+	// ErrorInvalid is a syntax or type error, or a result that is not a bool.
+	ErrorInvalid ErrorKind = "Invalid"
+	// ErrorTooLong is an expression longer than resourceapi.CELSelectorExpressionMaxLength.
+	ErrorTooLong ErrorKind = "TooLong"
+	// ErrorTooExpensive is an expression whose estimated cost exceeds the limit.
+	ErrorTooExpensive ErrorKind = "TooExpensive"
+	// ErrorInternal is a problem of the CEL environment, not of the expression.
+	ErrorInternal ErrorKind = "Internal"
+)
+
+// Issue is one problem in an expression. Line and Column are 1-based; both are 0 when the
+// problem has no position (for example a result of the wrong type).
+type Issue struct {
+	Line    int    `json:"line,omitempty"`
+	Column  int    `json:"column,omitempty"`
+	Message string `json:"message"`
+}
+
+// String formats the issue as "line:column: message".
+func (i Issue) String() string {
+	if i.Line == 0 {
+		return i.Message
+	}
+	return fmt.Sprintf("%d:%d: %s", i.Line, i.Column, i.Message)
+}
+
+// CompileError says why an expression is not a valid device selector.
+type CompileError struct {
+	Expression string
+	Kind       ErrorKind
+	Issues     []Issue
+	// Cost and Limit are set for ErrorTooExpensive.
+	Cost, Limit uint64
+}
+
+// Error implements error.
+func (e *CompileError) Error() string {
+	msgs := make([]string, len(e.Issues))
+	for i, iss := range e.Issues {
+		msgs[i] = iss.String()
+	}
+	return fmt.Sprintf("CEL selector %q: %s", abbreviate(e.Expression, 80), strings.Join(msgs, "; "))
+}
+
+// AsCompileError returns the *CompileError in err's chain, or nil.
+func AsCompileError(err error) *CompileError {
+	var ce *CompileError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return nil
+}
+
+// abbreviate shortens s to at most n bytes for messages, on one line.
+func abbreviate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}

@@ -1,0 +1,203 @@
+package selectors_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
+
+	"github.com/gpudra/gpudra/selectors"
+)
+
+// evalExpressions are selectors that exercise every value type of the device variable,
+// unknown domains and names, and runtime errors.
+var evalExpressions = []string{
+	`true`,
+	`device.driver == 'gpu.nvidia.com'`,
+	`device.attributes['gpu.nvidia.com'].type == 'gpu'`,
+	`device.attributes['gpu.nvidia.com'].type == 'mig' && device.attributes['gpu.nvidia.com'].profile == '1g.5gb'`,
+	`device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('a100')`,
+	`device.attributes['gpu.nvidia.com'].cudaComputeCapability.compareTo(semver('8.0.0')) >= 0`,
+	`device.attributes['gpu.nvidia.com'].driverVersion.isGreaterThan(semver('550.0.0'))`,
+	`device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0`,
+	`device.capacity['gpu.nvidia.com'].memory == quantity('40Gi')`,
+	`device.attributes['resource.kubernetes.io'].numaNode == 0`,
+	`has(device.attributes['gpu.nvidia.com'].profile)`,
+	`device.attributes['gpu.nvidia.com'].profile == '1g.5gb'`, // runtime error on full GPUs
+	`device.attributes['other.example.com'].x == 1`,           // unknown domain: no such key
+	`size(device.attributes['gpu.nvidia.com']) > 10`,
+	`device.allowMultipleAllocations`,
+	`device.attributes['gpu.nvidia.com'].index < 4 || device.attributes['gpu.nvidia.com'].type == 'mig'`,
+	`cel.bind(g, device.attributes['gpu.nvidia.com'], g.type == 'gpu' && g.minor % 2 == 0)`,
+}
+
+// TestMatchesLikeUpstream is a differential test: Selector.Matches must give the same result
+// and the same runtime errors as the upstream DeviceMatches the scheduler calls, for every
+// device of every test machine.
+func TestMatchesLikeUpstream(t *testing.T) {
+	c := selectors.NewCompiler()
+	features := selectors.DefaultFeatures()
+	up := dracel.NewCache(10, dracel.Features{EnableConsumableCapacity: features.ConsumableCapacity, EnableListTypeAttributes: features.ListTypeAttributes})
+	// A context that can be cancelled takes the scheduler's interruptible path.
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, m := range testMachines() {
+		slices := m.slices(t)
+		devices := selectors.DevicesFromSlices(slices)
+		for _, expr := range evalExpressions {
+			sel, err := c.Compile(expr)
+			if err != nil {
+				t.Fatalf("Compile(%q): %v", expr, err)
+			}
+			ref := up.GetOrCompile(expr)
+			if ref.Error != nil {
+				t.Fatalf("upstream compile %q: %v", expr, ref.Error)
+			}
+			for i, d := range devices {
+				ctx := context.Background()
+				if i%2 == 1 {
+					ctx = cancellable
+				}
+				want, _, wantErr := ref.DeviceMatches(ctx, dracel.Device{Driver: d.Driver, AllowMultipleAllocations: d.Device.AllowMultipleAllocations, Attributes: d.Device.Attributes, Capacity: d.Device.Capacity})
+				got, gotErr := sel.Matches(ctx, d)
+				if got != want || errString(gotErr) != errString(wantErr) {
+					t.Errorf("%s %s: %q: got (%v, %v), upstream (%v, %v)", m.name, d.Name(), expr, got, gotErr, want, wantErr)
+				}
+			}
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func TestCompileErrors(t *testing.T) {
+	c := selectors.NewCompiler()
+	cases := []struct {
+		expr string
+		kind selectors.ErrorKind
+		want []selectors.Issue
+		// line, column and prefix check a single issue when its full message is cel-go's business.
+		line, column int
+		prefix       string
+	}{
+		{
+			expr: `device.driver == 'gpu.nvidia.com' && device.attributes['memory'] >= 40000`,
+			kind: selectors.ErrorInvalid,
+			// The checker points at the operator.
+			want: []selectors.Issue{{Line: 1, Column: 1 + strings.Index(`device.driver == 'gpu.nvidia.com' && device.attributes['memory'] >= 40000`, ">="), Message: "found no matching overload for '_>=_' applied to '(map(string, any), int)'"}},
+		},
+		{
+			expr: "device.driver ==\n  'x' &&",
+			kind: selectors.ErrorInvalid,
+			// The parser points just past the end of line 2 ("  'x' &&" is 8 bytes).
+			line: 2, column: 9, prefix: "Syntax error: mismatched input '<EOF>'",
+		},
+		{
+			expr: `device.driver`,
+			kind: selectors.ErrorInvalid,
+			want: []selectors.Issue{{Message: "must evaluate to bool or the unknown type, not string"}},
+		},
+		{
+			expr: `device.attributes['gpu.nvidia.com'].type == 'gpu' && ` + strings.Repeat("x", resourceapi.CELSelectorExpressionMaxLength),
+			kind: selectors.ErrorTooLong,
+		},
+	}
+	for _, tc := range cases {
+		_, err := c.Compile(tc.expr)
+		ce := selectors.AsCompileError(err)
+		if ce == nil {
+			t.Errorf("Compile(%q) = %v, want a *CompileError", abbrev(tc.expr), err)
+			continue
+		}
+		if ce.Kind != tc.kind {
+			t.Errorf("Compile(%q) kind = %s, want %s", abbrev(tc.expr), ce.Kind, tc.kind)
+		}
+		if tc.prefix != "" {
+			if len(ce.Issues) != 1 || ce.Issues[0].Line != tc.line || ce.Issues[0].Column != tc.column || !strings.HasPrefix(ce.Issues[0].Message, tc.prefix) {
+				t.Errorf("Compile(%q) issues = %v, want one at %d:%d starting %q", abbrev(tc.expr), ce.Issues, tc.line, tc.column, tc.prefix)
+			}
+		}
+		if tc.want != nil {
+			if diff := cmp.Diff(tc.want, ce.Issues); diff != "" {
+				t.Errorf("Compile(%q) issues (-want +got):\n%s", abbrev(tc.expr), diff)
+			}
+		}
+	}
+}
+
+func abbrev(s string) string {
+	if len(s) > 60 {
+		return s[:57] + "..."
+	}
+	return s
+}
+
+// TestCostLimit: the API server's cost estimate decides; an expression over the limit fails to
+// compile with ErrorTooExpensive, and the same expression compiles under a higher limit.
+func TestCostLimit(t *testing.T) {
+	// Each all() over the attribute map multiplies the estimate.
+	expr := `device.attributes['gpu.nvidia.com'].all(a, device.attributes['gpu.nvidia.com'].all(b, device.attributes['gpu.nvidia.com'].all(c, device.attributes['gpu.nvidia.com'].all(d, a != b || c != d))))`
+	upstream := dracel.GetCompiler(dracel.Features{EnableConsumableCapacity: true}).CompileCELExpression(expr, dracel.Options{})
+	if upstream.Error != nil {
+		t.Fatalf("upstream: %v", upstream.Error)
+	}
+	if upstream.MaxCost <= resourceapi.CELSelectorExpressionMaxCost {
+		t.Fatalf("test expression costs %d, want it over the API limit", upstream.MaxCost)
+	}
+	_, err := selectors.NewCompiler().Compile(expr)
+	ce := selectors.AsCompileError(err)
+	if ce == nil || ce.Kind != selectors.ErrorTooExpensive || ce.Cost != upstream.MaxCost || ce.Limit != resourceapi.CELSelectorExpressionMaxCost {
+		t.Fatalf("Compile = %v, want ErrorTooExpensive with cost %d", err, upstream.MaxCost)
+	}
+	sel, err := selectors.NewCompiler(selectors.WithCostLimit(upstream.MaxCost)).Compile(expr)
+	if err != nil {
+		t.Fatalf("with a higher limit: %v", err)
+	}
+	if sel.Cost != upstream.MaxCost {
+		t.Errorf("Cost = %d, want %d", sel.Cost, upstream.MaxCost)
+	}
+}
+
+// TestFeaturesChooseTheEnvironment: device.allowMultipleAllocations exists only with
+// consumable capacity, as in the API server.
+func TestFeaturesChooseTheEnvironment(t *testing.T) {
+	f := selectors.DefaultFeatures()
+	f.ConsumableCapacity = false
+	_, err := selectors.NewCompiler(selectors.WithFeatures(f)).Compile(`device.allowMultipleAllocations`)
+	if selectors.AsCompileError(err) == nil {
+		t.Errorf("without consumable capacity: err = %v, want a compile error", err)
+	}
+	if _, err := selectors.NewCompiler().Compile(`device.allowMultipleAllocations`); err != nil {
+		t.Errorf("with default features: %v", err)
+	}
+}
+
+func TestCompileIsCached(t *testing.T) {
+	c := selectors.NewCompiler(selectors.WithCacheSize(2))
+	a, _ := c.Compile("true")
+	b, _ := c.Compile("true")
+	if a != b {
+		t.Errorf("second Compile returned a new selector")
+	}
+	_, err1 := c.Compile("nope(")
+	_, err2 := c.Compile("nope(")
+	if err1 == nil || !errors.Is(err2, err1) {
+		t.Errorf("errors are not cached: %v, %v", err1, err2)
+	}
+	c.Compile("false")
+	c.Compile("1 == 1")
+	if d, _ := c.Compile("true"); d == a {
+		t.Errorf("cache kept more than 2 entries")
+	}
+	_ = fmt.Sprint()
+}

@@ -1,0 +1,174 @@
+package selectors_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/gpudra/gpudra/selectors"
+)
+
+// where is the part of an object finding the table compares.
+type where struct {
+	Rule     string
+	Severity selectors.Severity
+	Object   string
+	Field    string
+}
+
+func located(fs []selectors.Finding) []where {
+	var out []where
+	for _, f := range fs {
+		out = append(out, where{f.Rule, f.Severity, f.Object, f.Field})
+	}
+	return out
+}
+
+func TestLintObjects(t *testing.T) {
+	const head = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: c}\n"
+	cases := []struct {
+		name     string
+		manifest string
+		want     []where
+	}{
+		{
+			name:     "request without exactly",
+			manifest: head + "spec: {devices: {requests: [{name: gpu}]}}\n",
+			want:     []where{{selectors.RuleMissingExactly, selectors.SeverityError, "ResourceClaim c", "spec.devices.requests[0]"}},
+		},
+		{
+			name:     "unknown class",
+			manifest: head + "spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu-large}}]}}\n",
+			want:     []where{{selectors.RuleUnknownClass, selectors.SeverityError, "ResourceClaim c", "spec.devices.requests[0].exactly.deviceClassName"}},
+		},
+		{
+			name: "unqualified topology attribute in a constraint",
+			manifest: head + `spec:
+  devices:
+    requests: [{name: gpus, exactly: {deviceClassName: gpu.nvidia.com, count: 2}}]
+    constraints: [{requests: [gpus], matchAttribute: pcieRoot}]
+`,
+			want: []where{{selectors.RuleUnqualifiedName, selectors.SeverityError, "ResourceClaim c", "spec.devices.constraints[0].matchAttribute"}},
+		},
+		{
+			name: "constraint and config naming requests that do not exist",
+			manifest: head + `spec:
+  devices:
+    requests: [{name: gpus, exactly: {deviceClassName: gpu.nvidia.com}}]
+    constraints: [{requests: [gpu], matchAttribute: resource.kubernetes.io/numaNode}]
+    config:
+    - requests: [gpu]
+      opaque: {driver: gpu.nvidia.com, parameters: {apiVersion: resource.nvidia.com/v1beta1, kind: GpuConfig}}
+`,
+			want: []where{
+				{selectors.RuleUnknownRequest, selectors.SeverityError, "ResourceClaim c", "spec.devices.constraints[0].requests[0]"},
+				{selectors.RuleUnknownRequest, selectors.SeverityError, "ResourceClaim c", "spec.devices.config[0].requests[0]"},
+			},
+		},
+		{
+			name: "invalid opaque config",
+			manifest: head + `spec:
+  devices:
+    requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]
+    config:
+    - opaque:
+        driver: gpu.nvidia.com
+        parameters: {apiVersion: resource.nvidia.com/v1beta1, kind: GpuConfig, sharing: {strategy: TimeSlicing, timeSlicingConfig: {interval: Forever}}}
+`,
+			want: []where{{selectors.RuleInvalidConfig, selectors.SeverityError, "ResourceClaim c", "spec.devices.config[0].opaque.parameters"}},
+		},
+		{
+			name: "expression finding carries object and field",
+			manifest: `apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: t, namespace: ml}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.nvidia.com
+          selectors: [{cel: {expression: "device.attributes['gpu.nvidia.com'].memory >= '40Gi'"}}]
+`,
+			want: []where{{selectors.RuleAttributeIsCapacity, selectors.SeverityError, "ResourceClaimTemplate ml/t", "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression"}},
+		},
+		{
+			name: "pod references",
+			manifest: `apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers:
+  - name: c
+    image: x
+    resources: {claims: [{name: gpu}, {name: other}]}
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: missing}]
+`,
+			want: []where{
+				{selectors.RuleMissingReference, selectors.SeverityWarning, "Pod p", "spec.resourceClaims[0].resourceClaimTemplateName"},
+				{selectors.RuleMissingReference, selectors.SeverityError, "Pod p", "spec.containers[0].resources.claims[1].name"},
+			},
+		},
+	}
+	l := selectors.NewLinter(selectors.Environment{})
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := selectors.DecodeManifest([]byte(tc.manifest))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := l.Objects(context.Background(), objs)
+			if diff := cmp.Diff(tc.want, located(got), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("findings (-want +got):\n%s\n%v", diff, got)
+			}
+		})
+	}
+}
+
+// TestLintObjectsOnMachine: what requests select on dgx-a100-40gb (full GPUs, no MIG).
+func TestLintObjectsOnMachine(t *testing.T) {
+	manifest := `apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: c}
+spec:
+  devices:
+    requests:
+    - name: profile-on-gpu
+      exactly:
+        deviceClassName: gpu.nvidia.com
+        selectors: [{cel: {expression: "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'"}}]
+    - name: redundant
+      exactly:
+        deviceClassName: gpu.nvidia.com
+        selectors: [{cel: {expression: "device.attributes['gpu.nvidia.com'].architecture == 'Ampere'"}}]
+    - name: alternatives
+      firstAvailable:
+      - {name: whole, deviceClassName: gpu.nvidia.com}
+      - {name: slice, deviceClassName: mig.nvidia.com}
+    - name: nothing
+      firstAvailable:
+      - {name: h100, deviceClassName: gpu.nvidia.com, selectors: [{cel: {expression: "device.attributes['gpu.nvidia.com'].architecture == 'Hopper'"}}]}
+      - {name: slice, deviceClassName: mig.nvidia.com}
+`
+	objs, err := selectors.DecodeManifest([]byte(manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := selectors.NewLinter(selectors.Environment{Machine: "dgx-a100-40gb", Slices: machine{name: "dgx-a100-40gb"}.slices(t)})
+	want := []where{
+		{selectors.RuleRuntimeError, selectors.SeverityError, "ResourceClaim c", "spec.devices.requests[0].exactly.selectors"},
+		{selectors.RuleMatchesEverything, selectors.SeverityInfo, "ResourceClaim c", "spec.devices.requests[1].exactly.selectors"},
+		// An alternative that does not exist here is what firstAvailable is for...
+		{selectors.RuleMatchesNothing, selectors.SeverityInfo, "ResourceClaim c", "spec.devices.requests[2].firstAvailable[1].selectors"},
+		// ... unless no alternative does.
+		{selectors.RuleMatchesNothing, selectors.SeverityWarning, "ResourceClaim c", "spec.devices.requests[3].firstAvailable[0].selectors"},
+		{selectors.RuleMatchesNothing, selectors.SeverityWarning, "ResourceClaim c", "spec.devices.requests[3].firstAvailable[1].selectors"},
+	}
+	got := l.Objects(context.Background(), objs)
+	if diff := cmp.Diff(want, located(got)); diff != "" {
+		t.Errorf("findings (-want +got):\n%s\n%v", diff, got)
+	}
+}
