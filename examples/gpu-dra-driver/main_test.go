@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/cdi/cditest"
 )
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
@@ -107,7 +111,13 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"mig", "validate", "--gpu", "GTX 1080", "--profiles", "1g.5gb"}, 1, "A100-SXM4-40GB"},
 		{[]string{"mig", "check-config", "../deploy/mig-parted/config.yaml"}, 1, `"too-many"`},
 		{[]string{"render", "--nvml", "real", "--mig-config", "all-balanced"}, 1, "fake machines only"},
-		{[]string{"serve", "--kubeconfig", "/nonexistent/kubeconfig"}, 1, "kubernetes client configuration"},
+		{[]string{"serve", "--node-name", "n1", "--kubeconfig", "/nonexistent/kubeconfig"}, 1, "kubernetes client configuration"},
+		{[]string{"serve", "--kubeconfig", "/nonexistent/kubeconfig"}, 2, "--node-name (or $NODE_NAME) is required"},
+		{[]string{"serve", "--node-name", "GPU_node"}, 2, "not a Kubernetes node name"},
+		{[]string{"serve", "--node-name", "n1", "--machine", "l4x8"}, 2, "--machine needs --nvml=fake"},
+		{[]string{"serve", "--node-name", "n1", "--mig-config", "all-balanced"}, 2, "--mig-config needs --nvml=fake"},
+		{[]string{"serve", "--node-name", "n1", "--nvml", "fake", "--fake-control", "0.0.0.0:9"}, 2, "loopback only"},
+		{[]string{"serve", "--node-name", "n1", "--nvml", "fake", "--state-dir", "state"}, 2, "--state-dir=\"state\": must be an absolute path"},
 		{[]string{"demo", "--nvml", "real"}, 1, "fake machine only"},
 	}
 	for _, c := range cases {
@@ -147,6 +157,44 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestServeNeedsNoDriverWithAFakeMachine: a fake machine brings its own fake driver
+// installation, so serve's CDI set-up works on a host without /proc/driver/nvidia.
+func TestServeNeedsNoDriverWithAFakeMachine(t *testing.T) {
+	state := t.TempDir()
+	s, err := parseServeFlags([]string{"--node-name", "n1", "--nvml", "fake", "--machine", "l4x8", "--state-dir", state}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.node.open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.close()
+	root, err := s.driverRootFor(context.Background(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := cdi.Discover(root)
+	if err != nil {
+		t.Fatalf("driver discovery on the fake machine's driver root: %v", err)
+	}
+	if inst.DriverVersion != cditest.DefaultVersion {
+		t.Errorf("discovered driver %q, want the fake installation's %q", inst.DriverVersion, cditest.DefaultVersion)
+	}
+}
+
+// TestServeDefaultsToRealNVML: without --nvml, serve drives the real GPUs.
+func TestServeDefaultsToRealNVML(t *testing.T) {
+	t.Setenv("NODE_NAME", "node-a")
+	s, err := parseServeFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.node.nvmlMode != "real" || s.node.nodeName != "node-a" {
+		t.Errorf("serve defaults: nvml=%q node=%q; want real and $NODE_NAME", s.node.nvmlMode, s.node.nodeName)
 	}
 }
 

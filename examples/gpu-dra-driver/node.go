@@ -11,6 +11,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/sharing/sharingtest"
 	"github.com/gpudra/gpudra/topology"
 )
 
@@ -39,10 +40,12 @@ func (n *nodeFlags) register(fs *flag.FlagSet) {
 type node struct {
 	// machine is the fake machine, nil with --nvml=real.
 	machine *gputest.Machine
-	nvml    nvml.Interface
-	inv     *gpu.Inventory
-	topo    *topology.Topology
-	close   func()
+	// host records the host actions of sharing on a fake machine (serve only); nil otherwise.
+	host  *sharingtest.FakeHost
+	nvml  nvml.Interface
+	inv   *gpu.Inventory
+	topo  *topology.Topology
+	close func()
 }
 
 func (n *nodeFlags) open(ctx context.Context) (*node, error) {

@@ -3,18 +3,21 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -23,106 +26,309 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/sharing"
+	"github.com/gpudra/gpudra/sharing/sharingtest"
 )
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// serveFlags are the flags of `serve`.
+type serveFlags struct {
+	node         nodeFlags
+	kubeconfig   string
+	pluginDir    string
+	registrarDir string
+	cdiRoot      string
+	stateDir     string
+	driverRoot   string
+	hostRoot     string
+	devRoot      string
+	metricsAddr  string
+	podUID       string
+	fakeControl  string
+	strategies   string
+	allowed      map[string]bool
+	qps          float64
+	burst        int
+	// set are the flags given on the command line.
+	set map[string]bool
+}
+
+func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs := newFlagSet("serve", stderr)
-	var nf nodeFlags
-	nf.register(fs)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
-	pluginDir := fs.String("plugin-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, gpudra.DefaultDriverName), "the plugin's directory for its DRA socket")
-	registrarDir := fs.String("registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet's plugin registration directory")
-	cdiRoot := fs.String("cdi-root", cdi.DefaultSpecDir, "where per-claim CDI specs are written")
-	stateDir := fs.String("state-dir", "", "where the checkpoint lives (default: --plugin-dir)")
-	driverRoot := fs.String("driver-root", "/", "root of the NVIDIA driver installation (/ or /run/nvidia/driver)")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on this address (e.g. :8080); empty: off")
-	podUID := fs.String("pod-uid", os.Getenv("POD_UID"), "the plugin pod's UID (downward API): enables kubelet rolling updates")
-	qps := fs.Float64("kube-api-qps", 200, "API client QPS; kubelet's helper GETs every claim before prepare, so a low limit delays pods")
-	burst := fs.Int("kube-api-burst", 400, "API client burst")
+	s := &serveFlags{set: map[string]bool{}}
+	s.node.register(fs)
+	// On a node, serve drives the real GPUs: a fake machine is only used when asked for.
+	setDefault(fs, "nvml", "real")
+	setDefault(fs, "node-name", os.Getenv("NODE_NAME"))
+	fs.Lookup("node-name").Usage = "node name, also the pool name (default $NODE_NAME; required)"
+	fs.StringVar(&s.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	fs.StringVar(&s.pluginDir, "plugin-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, gpudra.DefaultDriverName), "the plugin's directory for its DRA socket")
+	fs.StringVar(&s.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet's plugin registration directory")
+	fs.StringVar(&s.cdiRoot, "cdi-root", cdi.DefaultSpecDir, "where per-claim CDI specs are written")
+	fs.StringVar(&s.stateDir, "state-dir", "", "where the checkpoint lives (default: --plugin-dir)")
+	fs.StringVar(&s.driverRoot, "driver-root", "/", "root of the NVIDIA driver installation (/ or /run/nvidia/driver); with --nvml=fake the default is a fake installation under --state-dir")
+	fs.StringVar(&s.hostRoot, "host-driver-root", "", "the driver root's path on the host, when this process sees it elsewhere (a container mounting the host's driver root at --driver-root); CDI specs name host paths (default: --driver-root)")
+	fs.StringVar(&s.devRoot, "dev-root", "", "where the NVIDIA device nodes are, on the host as here (\"/\" when a driver container creates them in the host's /dev; default: --driver-root)")
+	fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics) and a liveness check through the plugin's sockets (/healthz) on this address, e.g. :8080; empty: off")
+	fs.StringVar(&s.podUID, "pod-uid", os.Getenv("POD_UID"), "the plugin pod's UID (downward API): enables kubelet rolling updates")
+	fs.StringVar(&s.fakeControl, "fake-control", "", "TESTS ONLY, --nvml=fake only: serve the fake machine's test controls (inject XIDs, mark GPUs healthy, list MIG instances) over HTTP on this loopback address")
+	fs.StringVar(&s.strategies, "sharing-strategies", strategyTimeSlicing+","+strategyMPS, "sharing strategies claims may ask for in their opaque config (comma-separated subset of TimeSlicing,MPS; empty: exclusive use only)")
+	fs.Float64Var(&s.qps, "kube-api-qps", 200, "API client QPS; kubelet's helper GETs every claim before prepare, so a low limit delays pods")
+	fs.IntVar(&s.burst, "kube-api-burst", 400, "API client burst")
+	// klog's verbosity is process-wide; serve exposes only -v of klog's flags.
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity (klog); 2 logs every prepare and unprepare")
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	fs.Visit(func(f *flag.Flag) { s.set[f.Name] = true })
+	if err := s.validate(); err != nil {
+		return nil, &exitError{code: 2, err: fmt.Errorf("gpu-dra-driver serve: %w", err)}
+	}
+	if s.stateDir == "" {
+		s.stateDir = s.pluginDir
+	}
+	return s, nil
+}
+
+// setDefault changes a registered flag's default value (and what -h prints).
+func setDefault(fs *flag.FlagSet, name, value string) {
+	f := fs.Lookup(name)
+	f.DefValue = value
+	_ = f.Value.Set(value)
+}
+
+// validate checks the flags before anything is created on the node.
+func (s *serveFlags) validate() error {
+	if s.node.nodeName == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required: it names this node's pool and must be the Kubernetes node name")
+	}
+	if errs := validation.IsDNS1123Subdomain(s.node.nodeName); len(errs) > 0 {
+		return fmt.Errorf("--node-name=%q is not a Kubernetes node name: %s", s.node.nodeName, strings.Join(errs, "; "))
+	}
+	if err := oneOf("nvml", s.node.nvmlMode, "fake", "real"); err != nil {
 		return err
 	}
-	logger := klog.FromContext(ctx)
-	if *stateDir == "" {
-		*stateDir = *pluginDir
-	}
-	client, err := kubeClient(*kubeconfig, float32(*qps), *burst)
+	allowed, err := parseStrategies(s.strategies)
 	if err != nil {
 		return err
 	}
-	for _, d := range []string{*pluginDir, *stateDir, *cdiRoot} {
+	s.allowed = allowed
+	fake := s.node.nvmlMode == "fake"
+	for _, name := range []string{"machine", "mig-config", "fake-control"} {
+		if s.set[name] && !fake {
+			return fmt.Errorf("--%s needs --nvml=fake: serve uses the node's real GPUs unless a fake machine is asked for", name)
+		}
+	}
+	if s.fakeControl != "" {
+		if err := loopbackAddr(s.fakeControl); err != nil {
+			return fmt.Errorf("--fake-control=%q: %w", s.fakeControl, err)
+		}
+	}
+	for name, dir := range map[string]string{"plugin-dir": s.pluginDir, "registrar-dir": s.registrarDir, "cdi-root": s.cdiRoot, "driver-root": s.driverRoot} {
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("--%s=%q: must be an absolute path", name, dir)
+		}
+	}
+	for name, dir := range map[string]string{"state-dir": s.stateDir, "host-driver-root": s.hostRoot, "dev-root": s.devRoot} {
+		if dir != "" && !filepath.IsAbs(dir) {
+			return fmt.Errorf("--%s=%q: must be an absolute path", name, dir)
+		}
+	}
+	return nil
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	s, err := parseServeFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	client, err := kubeClient(s.kubeconfig, float32(s.qps), s.burst)
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{s.pluginDir, s.stateDir, s.cdiRoot, s.registrarDir} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
-	n, err := nf.open(ctx)
+	n, err := s.node.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer n.close()
-
-	root, err := cdi.NewHostRoot(*driverRoot)
+	if n.machine != nil {
+		logger.Info("WARNING: serving a FAKE GPU machine (--nvml=fake): the devices published for this node do not exist", "machine", s.node.machine, "migConfig", s.node.migConfig)
+		fmt.Fprintf(stderr, "WARNING: gpu-dra-driver serve is publishing the FAKE machine %q for node %s; its devices do not exist\n", s.node.machine, s.node.nodeName)
+	}
+	plugin, reg, err := s.newPlugin(ctx, n)
 	if err != nil {
 		return err
 	}
-	inst, err := cdi.Discover(root)
-	if err != nil {
-		return fmt.Errorf("discover the NVIDIA driver under %s: %w", *driverRoot, err)
+	if s.fakeControl != "" {
+		stop, err := serveHTTP(ctx, "fake-control", s.fakeControl, newFakeControl(n.machine, n.host, plugin, n.inv))
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
-	gen, err := cdi.NewGenerator(inst)
-	if err != nil {
-		return err
-	}
-	writer, err := cdi.NewWriter(cdi.WithSpecDir(*cdiRoot))
-	if err != nil {
-		return err
-	}
-	mgr := sharing.NewManager(gpudra.DefaultDriverName,
-		sharing.WithTimeSlicer(sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRoot(*driverRoot)))),
-		sharing.WithComputeModeSetter(sharing.NewNVMLComputeMode(n.nvml)),
-		sharing.WithMPSDaemons(sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRoot(*driverRoot)))),
-		sharing.WithMPSRoot(filepath.Join(*pluginDir, "mps")),
-	)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	plugin, err := draplugin.New(ctx, draplugin.Config{
-		NodeName: nf.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: *stateDir,
-		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, Slices: nf.builderOptions(n), Metrics: reg,
-	})
-	if err != nil {
-		return err
-	}
-	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client, RegistrarDir: *registrarDir,
-		PluginDir: *pluginDir, RollingUpdatePodUID: types.UID(*podUID)})
+	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client, RegistrarDir: s.registrarDir,
+		PluginDir: s.pluginDir, RollingUpdatePodUID: types.UID(s.podUID)})
 	if err != nil {
 		return err
 	}
 	defer plugin.Stop()
-	logger.Info("Serving", "driver", plugin.DriverName(), "node", nf.nodeName, "gpus", len(n.inv.GPUs), "reconcile", report)
-	fmt.Fprintf(stdout, "serving %s on node %s (%d GPUs); stop with SIGTERM\n", plugin.DriverName(), nf.nodeName, len(n.inv.GPUs))
+	logger.Info("Serving", "driver", plugin.DriverName(), "node", s.node.nodeName, "gpus", len(n.inv.GPUs), "reconcile", report)
+	fmt.Fprintf(stdout, "serving %s on node %s (%d GPUs); stop with SIGTERM\n", plugin.DriverName(), s.node.nodeName, len(n.inv.GPUs))
 
-	if *metricsAddr != "" {
-		srv := &http.Server{Addr: *metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
-		ln, err := net.Listen("tcp", *metricsAddr)
+	if s.metricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/healthz", newSocketHealth(s.registrarDir, plugin.DriverName(), s.podUID))
+		stop, err := serveHTTP(ctx, "metrics", s.metricsAddr, mux)
 		if err != nil {
-			return fmt.Errorf("metrics listener: %w", err)
+			return err
 		}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "Metrics server stopped")
-			}
-		}()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		}()
+		defer stop()
 	}
 	<-ctx.Done()
 	logger.Info("Shutting down: prepared claims stay prepared")
 	return nil
+}
+
+// newPlugin wires the plugin core to the node: CDI generation from the driver root, sharing
+// through the host's tools, metrics.
+func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*draplugin.Plugin, *prometheus.Registry, error) {
+	root, err := s.driverRootFor(ctx, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	inst, err := cdi.Discover(root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("discover the NVIDIA driver under %s: %w", s.driverRoot, err)
+	}
+	gen, err := cdi.NewGenerator(inst)
+	if err != nil {
+		return nil, nil, err
+	}
+	writer, err := cdi.NewWriter(cdi.WithSpecDir(s.cdiRoot))
+	if err != nil {
+		return nil, nil, err
+	}
+	actions, err := s.hostActions(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	mgr := sharing.NewManager(gpudra.DefaultDriverName, append(actions, sharing.WithMPSRoot(filepath.Join(s.pluginDir, "mps")))...)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	plugin, err := draplugin.New(ctx, draplugin.Config{
+		NodeName: s.node.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: s.stateDir,
+		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, Slices: s.node.builderOptions(n), Metrics: reg,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return plugin, reg, nil
+}
+
+// hostActions are the host tools sharing drives: compute modes through NVML, time slices
+// and MPS control daemons through the driver's nvidia-smi and nvidia-cuda-mps-control. On a
+// fake machine, time slices and daemons are recorded by a fake host (n.host) kept in a file in
+// the state directory, which also learns the compute modes NVML sets (its MPS daemons need
+// EXCLUSIVE_PROCESS, as real ones do).
+func (s *serveFlags) hostActions(n *node) ([]sharing.Option, error) {
+	var cm sharing.ComputeModeSetter = sharing.NewNVMLComputeMode(n.nvml)
+	var ts sharing.TimeSlicer
+	var mps sharing.MPSDaemons
+	if n.machine != nil {
+		var uuids []string
+		for _, g := range n.inv.GPUs {
+			uuids = append(uuids, g.UUID)
+			for _, m := range g.MIGDevices {
+				uuids = append(uuids, m.UUID)
+			}
+		}
+		// Kept in a file, like a real host's settings outlive the plugin process (restarts,
+		// the two pods of a rolling update).
+		host, err := sharingtest.OpenFakeHost(filepath.Join(s.stateDir, "fake-host.json"), uuids...)
+		if err != nil {
+			return nil, fmt.Errorf("fake host: %w", err)
+		}
+		n.host = host
+		cm = recordedComputeMode{ComputeModeSetter: cm, host: n.host}
+		ts, mps = n.host, n.host
+	} else {
+		ts = sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRoot(s.driverRoot)))
+		mps = sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRoot(s.driverRoot)))
+	}
+	ts, mps = restrictStrategies(s.allowed, s.strategies, ts, mps)
+	return []sharing.Option{sharing.WithComputeModeSetter(cm), sharing.WithTimeSlicer(ts), sharing.WithMPSDaemons(mps)}, nil
+}
+
+// recordedComputeMode sets compute modes through NVML (the fake machine's) and records each
+// change in the fake host.
+type recordedComputeMode struct {
+	sharing.ComputeModeSetter
+	host *sharingtest.FakeHost
+}
+
+func (r recordedComputeMode) SetComputeMode(ctx context.Context, uuid string, mode sharing.ComputeMode) error {
+	if err := r.ComputeModeSetter.SetComputeMode(ctx, uuid, mode); err != nil {
+		return err
+	}
+	r.host.SetComputeModeState(uuid, mode)
+	return nil
+}
+
+// driverRootFor returns the driver installation CDI specs are generated from. A fake machine
+// gets a fake installation (device nodes, libraries, /proc files) under the state directory,
+// unless --driver-root names one: it needs no NVIDIA kernel module or driver on the host.
+func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot, error) {
+	if n.machine == nil || s.set["driver-root"] {
+		var opts []cdi.HostRootOption
+		if s.hostRoot != "" {
+			opts = append(opts, cdi.WithHostDriverRoot(s.hostRoot))
+		}
+		if s.devRoot != "" {
+			opts = append(opts, cdi.WithDevRoot(s.devRoot), cdi.WithHostDevRoot(s.devRoot))
+		}
+		return cdi.NewHostRoot(s.driverRoot, opts...)
+	}
+	dir := filepath.Join(s.stateDir, "fake-driver-root")
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("reset the fake driver root %s: %w", dir, err)
+	}
+	root, err := cditest.Build(dir, cditest.Layout{GPUs: len(n.inv.GPUs)})
+	if err != nil {
+		return nil, fmt.Errorf("lay out a fake driver root in %s: %w", dir, err)
+	}
+	klog.FromContext(ctx).Info("Using a fake NVIDIA driver installation for the fake machine", "dir", dir)
+	return root, nil
+}
+
+// serveHTTP serves h on addr until ctx ends or the returned stop function is called.
+func serveHTTP(ctx context.Context, what, addr string, h http.Handler) (func(), error) {
+	logger := klog.FromContext(ctx)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener on %s: %w", what, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "HTTP server stopped", "server", what)
+		}
+	}()
+	logger.Info("Serving HTTP", "server", what, "addr", ln.Addr().String())
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
 }
 
 // kubeClient builds a client from a kubeconfig or the in-cluster configuration, with rate limits

@@ -288,15 +288,12 @@ func (d *Device) setFuncs() {
 		if ret := d.enter("SetComputeMode"); ret != nvml.SUCCESS {
 			return ret
 		}
-		switch mode {
-		case nvml.COMPUTEMODE_DEFAULT, nvml.COMPUTEMODE_PROHIBITED, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS:
-			d.computeMode = mode
-			d.changed()
-			return nvml.SUCCESS
-		case nvml.COMPUTEMODE_EXCLUSIVE_THREAD:
-			return nvml.ERROR_NOT_SUPPORTED // removed from NVML
+		if ret := validComputeMode(mode); ret != nvml.SUCCESS {
+			return ret
 		}
-		return nvml.ERROR_INVALID_ARGUMENT
+		d.computeMode = mode
+		d.changed()
+		return nvml.SUCCESS
 	}
 	d.GetTopologyCommonAncestorFunc = func(other nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
 		m.mu.Lock()
@@ -401,4 +398,15 @@ func (d *Device) setFuncs() {
 	}
 	d.setMIGFuncs()
 	d.setEventFuncs()
+}
+
+// validComputeMode answers as NVML's SetComputeMode does for a mode it cannot set.
+func validComputeMode(mode nvml.ComputeMode) nvml.Return {
+	switch mode {
+	case nvml.COMPUTEMODE_DEFAULT, nvml.COMPUTEMODE_PROHIBITED, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS:
+		return nvml.SUCCESS
+	case nvml.COMPUTEMODE_EXCLUSIVE_THREAD:
+		return nvml.ERROR_NOT_SUPPORTED // removed from NVML
+	}
+	return nvml.ERROR_INVALID_ARGUMENT
 }

@@ -44,6 +44,9 @@ type MigDevice struct {
 
 	ci   *ComputeInstance
 	uuid string
+	// computeMode is the MIG device's own compute mode: with MIG enabled, NVML sets compute
+	// modes on MIG device handles. A new instance starts in DEFAULT.
+	computeMode nvml.ComputeMode
 }
 
 var (
@@ -954,6 +957,27 @@ func (md *MigDevice) setFuncs() {
 			return 0, 0, ret
 		}
 		return d.model.ccMajor, d.model.ccMinor, nvml.SUCCESS
+	}
+	md.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("GetComputeMode"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return md.computeMode, nvml.SUCCESS
+	}
+	md.SetComputeModeFunc = func(mode nvml.ComputeMode) nvml.Return {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if ret := simple("SetComputeMode"); ret != nvml.SUCCESS {
+			return ret
+		}
+		if ret := validComputeMode(mode); ret != nvml.SUCCESS {
+			return ret
+		}
+		md.computeMode = mode
+		d.changed()
+		return nvml.SUCCESS
 	}
 	md.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {
 		m.mu.Lock()

@@ -65,6 +65,8 @@ type savedCI struct {
 	ProfileID int    `json:"profileID"`
 	Start     int    `json:"start"`
 	UUID      string `json:"uuid"`
+	// ComputeMode is the MIG device's compute mode.
+	ComputeMode int `json:"computeMode,omitempty"`
 }
 
 // loadOrSaveState starts the machine from its state files, or writes them from the state the
@@ -141,7 +143,7 @@ func (d *Device) restore(g savedGPU) error {
 				return fmt.Errorf("compute instance %d of GPU instance %d has profile Id %d, unknown to %s", sc.ID, sg.ID, sc.ProfileID, p.Name)
 			}
 			ci := &ComputeInstance{gi: gi, id: sc.ID, profile: &p.ComputeProfiles[i], start: sc.Start}
-			ci.dev = &MigDevice{ci: ci, uuid: sc.UUID}
+			ci.dev = &MigDevice{ci: ci, uuid: sc.UUID, computeMode: nvml.ComputeMode(sc.ComputeMode)}
 			ci.setFuncs()
 			ci.dev.setFuncs()
 			gi.cis[sc.ID] = ci
@@ -159,7 +161,7 @@ func (d *Device) save() error {
 		sg := savedGI{ID: gi.id, ProfileID: gi.profile.ID, Start: gi.placement.Start, Size: gi.placement.Size}
 		for _, cid := range slices.Sorted(maps.Keys(gi.cis)) {
 			ci := gi.cis[cid]
-			sg.CIs = append(sg.CIs, savedCI{ID: ci.id, ProfileID: ci.profile.ID, Start: ci.start, UUID: ci.dev.uuid})
+			sg.CIs = append(sg.CIs, savedCI{ID: ci.id, ProfileID: ci.profile.ID, Start: ci.start, UUID: ci.dev.uuid, ComputeMode: int(ci.dev.computeMode)})
 		}
 		g.GIs = append(g.GIs, sg)
 	}

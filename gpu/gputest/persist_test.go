@@ -35,6 +35,12 @@ func TestStateDirSurvivesTheProcess(t *testing.T) {
 	if ret := d5.SetComputeMode(nvml.COMPUTEMODE_EXCLUSIVE_PROCESS); ret != nvml.SUCCESS {
 		t.Fatal(ret)
 	}
+	// With MIG enabled, compute modes are set on MIG device handles (nvml.h).
+	d1, _ := m1.DeviceGetHandleByIndex(1)
+	mig1, _ := d1.GetMigDeviceHandleByIndex(0)
+	if ret := mig1.SetComputeMode(nvml.COMPUTEMODE_EXCLUSIVE_PROCESS); ret != nvml.SUCCESS {
+		t.Fatalf("SetComputeMode on GPU 1's MIG device: %v", ret)
+	}
 	before, err := gpu.Enumerate(context.Background(), m1)
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +60,11 @@ func TestStateDirSurvivesTheProcess(t *testing.T) {
 	d5, _ = m2.DeviceGetHandleByIndex(5)
 	if mode, _ := d5.GetComputeMode(); mode != nvml.COMPUTEMODE_EXCLUSIVE_PROCESS {
 		t.Errorf("compute mode of GPU 5 = %v, want EXCLUSIVE_PROCESS", mode)
+	}
+	d1, _ = m2.DeviceGetHandleByIndex(1)
+	mig1, _ = d1.GetMigDeviceHandleByIndex(0)
+	if mode, ret := mig1.GetComputeMode(); ret != nvml.SUCCESS || mode != nvml.COMPUTEMODE_EXCLUSIVE_PROCESS {
+		t.Errorf("compute mode of GPU 1's MIG device = %v (%v), want EXCLUSIVE_PROCESS", mode, ret)
 	}
 	// Destroying on the new machine is persisted too.
 	dev, _ = m2.DeviceGetHandleByIndex(3)

@@ -1,0 +1,37 @@
+{{/* The release's base name, at most 63 characters. */}}
+{{- define "gpu-dra-driver.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels every object carries. */}}
+{{- define "gpu-dra-driver.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Labels that select the kubelet plugin's pods. */}}
+{{- define "gpu-dra-driver.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: kubelet-plugin
+{{- end -}}
+
+{{- define "gpu-dra-driver.serviceAccountName" -}}
+{{- default (include "gpu-dra-driver.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The DRA driver name: fixed by the compatibility contract with NVIDIA's driver. */}}
+{{- define "gpu-dra-driver.driverName" -}}
+gpu.nvidia.com
+{{- end -}}
+
+{{- define "gpu-dra-driver.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}

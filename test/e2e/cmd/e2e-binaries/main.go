@@ -1,0 +1,51 @@
+// Command e2e-binaries builds the control-plane binaries the e2e tier runs (etcd, kube-apiserver,
+// kube-scheduler, kube-controller-manager) from the versions this module pins, into a cache
+// directory keyed by the Kubernetes version, and reuses them on later runs. It prints one line per
+// binary with how long it took, plus a heartbeat while a build runs, so a cold CI run does not
+// look hung. The last line of its output is the directory, for scripts.
+//
+// Usage (from test/e2e):
+//
+//	go run ./cmd/e2e-binaries            # build what is missing
+//	go run ./cmd/e2e-binaries -rebuild   # rebuild everything
+//
+// The cache root is $GPUDRA_E2E_CACHE, or ~/.cache/gpudra-e2e.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gpudra/gpudra/test/e2e/framework/binaries"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-binaries:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("e2e-binaries", flag.ContinueOnError)
+	rebuild := fs.Bool("rebuild", false, "rebuild every binary even when the cache has it")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	set, err := binaries.Resolve(ctx)
+	if err != nil {
+		return err
+	}
+	if err := set.Build(ctx, out, *rebuild); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, set.Dir)
+	return nil
+}

@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpudra/gpudra/test/e2e/framework"
+	"github.com/gpudra/gpudra/test/e2e/framework/binaries"
+)
+
+// The chart's release in the harness.
+const (
+	releaseName      = "gpu-dra-driver"
+	releaseNamespace = "gpu-dra-driver"
+	chartPath        = "deployments/helm/gpu-dra-driver"
+	driverName       = "gpu.nvidia.com"
+	// gpuNodeLabel is the chart's default node selector.
+	gpuNodeLabel = "nvidia.com/gpu.present"
+)
+
+// suite is the cluster every test shares; TestMain sets it.
+var suite *Suite
+
+// Suite is the shared control plane, the installed chart and the driver binary.
+type Suite struct {
+	// Dir holds everything the run writes; sockets live below it, so it is short.
+	Dir          string
+	Repo         string
+	CP           *framework.ControlPlane
+	Client       kubernetes.Interface
+	Applier      *framework.Applier
+	Bins         *binaries.Set
+	DriverBinary string
+	// Values are the chart values the harness installs with.
+	Values map[string]any
+	// Objects are the chart's rendered objects, as applied.
+	Objects   []*unstructured.Unstructured
+	DaemonSet *appsv1.DaemonSet
+	// ServiceAccount is the chart's ServiceAccount name (in releaseNamespace).
+	ServiceAccount string
+
+	mu      sync.Mutex
+	drivers []*framework.Driver
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	ctx := context.Background()
+	start := time.Now()
+	s, err := newSuite(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e set-up failed:", err)
+		if s != nil {
+			s.teardown(true)
+		}
+		return 1
+	}
+	fmt.Printf("e2e: control plane and chart ready in %s (%s)\n", time.Since(start).Round(100*time.Millisecond), s.Dir)
+	suite = s
+	code := m.Run()
+	s.teardown(code != 0 || os.Getenv("E2E_KEEP") != "")
+	return code
+}
+
+func newSuite(ctx context.Context) (*Suite, error) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		return nil, err
+	}
+	s := &Suite{Repo: repo}
+	if s.Bins, err = binaries.Resolve(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.Bins.Build(ctx, os.Stdout, false); err != nil {
+		return nil, err
+	}
+	// Sockets live below Dir: keep it short whatever TMPDIR is (unix socket paths <= 108 bytes).
+	base := os.TempDir()
+	if len(base) > 20 {
+		base = "/tmp"
+	}
+	if s.Dir, err = os.MkdirTemp(base, "gde"); err != nil {
+		return nil, err
+	}
+	if err := s.buildDriver(ctx); err != nil {
+		return s, err
+	}
+	if s.CP, err = framework.StartControlPlane(ctx, s.Bins, filepath.Join(s.Dir, "cp")); err != nil {
+		return s, err
+	}
+	if s.Client, err = kubernetes.NewForConfig(s.CP.Admin); err != nil {
+		return s, err
+	}
+	if s.Applier, err = framework.NewApplier(s.CP.Admin); err != nil {
+		return s, err
+	}
+	return s, s.installChart(ctx)
+}
+
+// buildDriver builds the driver as `make build` does, fresh for every run.
+func (s *Suite) buildDriver(ctx context.Context) error {
+	s.DriverBinary = filepath.Join(s.Dir, "gpu-dra-driver")
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "-C", s.Repo, "build", "BIN="+s.DriverBinary)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("make build: %w\n%s", err, out)
+	}
+	fmt.Printf("e2e: built gpu-dra-driver in %s\n", time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// installChart renders the chart as `helm install gpu-dra-driver -n gpu-dra-driver
+// --set fakeMachine.name=...` would and applies it. The fake machine value makes the
+// DaemonSet's arguments those of a node without GPUs; each test's driver then names its own
+// machine with later flags.
+func (s *Suite) installChart(ctx context.Context) error {
+	s.Values = map[string]any{"fakeMachine": map[string]any{"name": "dgx-a100-40gb"}}
+	objs, err := framework.RenderChart(filepath.Join(s.Repo, chartPath), s.Bins.KubernetesVersion,
+		framework.Release{Name: releaseName, Namespace: releaseNamespace, Values: s.Values})
+	if err != nil {
+		return err
+	}
+	if err := framework.CreateNamespace(ctx, s.Client, releaseNamespace, nil); err != nil {
+		return err
+	}
+	if err := s.Applier.Apply(ctx, releaseNamespace, objs...); err != nil {
+		return err
+	}
+	s.Objects = objs
+	if s.DaemonSet, err = framework.DaemonSetFrom(objs); err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ServiceAccount" {
+			s.ServiceAccount = o.GetName()
+		}
+	}
+	if s.ServiceAccount == "" {
+		return fmt.Errorf("the chart renders no ServiceAccount")
+	}
+	return nil
+}
+
+func (s *Suite) track(d *framework.Driver) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.drivers = append(s.drivers, d)
+}
+
+// teardown stops every process; keep leaves the logs (not etcd's data) in Dir.
+func (s *Suite) teardown(keep bool) {
+	s.mu.Lock()
+	for _, d := range s.drivers {
+		_ = d.Proc.Stop(5 * time.Second)
+	}
+	s.mu.Unlock()
+	if s.CP != nil {
+		s.CP.Stop()
+	}
+	if s.Dir == "" {
+		return
+	}
+	if keep {
+		_ = os.RemoveAll(filepath.Join(s.Dir, "cp", "etcd"))
+		fmt.Printf("e2e: logs kept in %s (control plane: %s; drivers: %s)\n", s.Dir, filepath.Join(s.Dir, "cp", "logs"), filepath.Join(s.Dir, "logs"))
+		return
+	}
+	_ = os.RemoveAll(s.Dir)
+}
+
+// gpuNodeLabels are the labels every harness GPU node carries.
+func gpuNodeLabels(machine string) map[string]string {
+	return map[string]string{gpuNodeLabel: "true", "gpudra.e2e/machine": machine}
+}
+
+// shortName makes a node or namespace name from parts, at most 20 characters (socket paths).
+func shortName(parts ...string) string {
+	n := strings.ToLower(strings.Join(parts, "-"))
+	n = strings.NewReplacer(".", "", "_", "-", " ", "-").Replace(n)
+	if len(n) > 20 {
+		n = n[:20]
+	}
+	return strings.Trim(n, "-")
+}
