@@ -285,9 +285,9 @@ func TestPCIeSwitchWhereItDiffersFromTheRoot(t *testing.T) {
 	}
 }
 
-// cubeMesh gives topo the NVLink shape of a DGX-1 (V100): the hybrid cube-mesh of NVIDIA's
-// DGX-1 whitepaper, two quads of GPUs (0-3, 4-7) linked all to all within, plus one link from
-// each GPU to its counterpart in the other quad. Every GPU is on one island, but only a quad is
+// cubeMesh gives topo the NVLink shape of a DGX-1 (V100), the hybrid cube-mesh: two quads of
+// GPUs (0-3, 4-7) linked all to all within, plus links from each GPU to its counterpart in the
+// other quad (GPU 0 to 4, 1 to 5, as in the DGX-1 topology of github.com/NVIDIA/nccl issue 671). Every GPU is on one island, but only a quad is
 // linked all to all.
 func cubeMesh(topo *topology.Topology) {
 	for i := range topo.GPUs {

@@ -73,7 +73,7 @@ func uniform(n int, v string) []string {
 // (4 links, NV4) joining GPUs 0-1 and 2-3; L4x8 has pairs behind one PCIe switch each (PIX), four
 // GPUs per socket; A10Gx4 hangs off one host bridge; GB200 gives each GPU one NVLink to each of
 // the rack's 18 NVLink switch chips (NV18 between every pair), two GPUs per Grace CPU. The
-// NVLink matrices are the ones NVIDIA's systems print (topology/testdata/README.md cites them).
+// NVLink matrices are the ones NVIDIA's systems print (docs/hardware.md cites them).
 func TestDiscoverMatrix(t *testing.T) {
 	dgxA100PCIe := []string{
 		"X PXB SYS SYS SYS SYS SYS SYS",

@@ -23,7 +23,7 @@ func members(gs []topology.Group) [][]int {
 }
 
 // TestIslands: the islands of every fake machine are the NVLink-connected groups NVIDIA's
-// systems have (topology/testdata/README.md): all eight GPUs of a DGX behind their NVSwitches,
+// systems have (docs/hardware.md): all eight GPUs of a DGX behind their NVSwitches,
 // all four GB200 GPUs on the rack's NVLink switches, the bridged A30 pairs, and none on PCIe-only
 // machines. Named after the lowest bus ID of the members.
 func TestIslands(t *testing.T) {
@@ -70,17 +70,19 @@ func TestIslands(t *testing.T) {
 	}
 }
 
-// dgx1Mesh is the NVLink matrix of a DGX-1 with V100s (hybrid cube-mesh), as published in
-// nvidia-smi topo -m output (see testdata/README.md): each GPU has NVLinks to four others.
+// dgx1Mesh is the NVLink matrix of a DGX-1 with V100s (hybrid cube-mesh): two quads linked all
+// to all within, and each GPU linked to its counterpart in the other quad, six links per GPU. The
+// NV counts of GPUs 0 and 1 are those of the DGX-1 topology NCCL dumped in
+// github.com/NVIDIA/nccl issue 671; PCIe levels are left out (SYS).
 var dgx1Mesh = []string{
-	"X NV1 NV2 NV1 SYS SYS SYS NV2",
-	"NV1 X NV1 NV2 SYS SYS NV2 SYS",
-	"NV2 NV1 X NV2 SYS NV1 SYS SYS",
-	"NV1 NV2 NV2 X NV1 SYS SYS SYS",
-	"SYS SYS SYS NV1 X NV2 NV2 NV1",
-	"SYS SYS NV1 SYS NV2 X NV1 NV2",
-	"SYS NV2 SYS SYS NV2 NV1 X NV1",
-	"NV2 SYS SYS SYS NV1 NV2 NV1 X",
+	"X NV1 NV1 NV2 NV2 SYS SYS SYS",
+	"NV1 X NV2 NV1 SYS NV2 SYS SYS",
+	"NV1 NV2 X NV2 SYS SYS NV1 SYS",
+	"NV2 NV1 NV2 X SYS SYS SYS NV1",
+	"NV2 SYS SYS SYS X NV1 NV1 NV2",
+	"SYS NV2 SYS SYS NV1 X NV2 NV1",
+	"SYS SYS NV1 SYS NV1 NV2 X NV2",
+	"SYS SYS SYS NV1 NV2 NV1 NV2 X",
 }
 
 // fromMatrix builds a topology from nvidia-smi topo -m cells; GPU i gets bus 0000:<i+1>0:00.0.
@@ -191,7 +193,7 @@ func bruteIslands(topo *topology.Topology) [][]int {
 func TestNVLinkCliques(t *testing.T) {
 	mesh := fromMatrix(dgx1Mesh, []int{0, 0, 0, 0, 1, 1, 1, 1})
 	// Written from the published matrix: the two fully linked quads, and the four cross links.
-	want := [][]int{{0, 1, 2, 3}, {0, 7}, {1, 6}, {2, 5}, {3, 4}, {4, 5, 6, 7}}
+	want := [][]int{{0, 1, 2, 3}, {0, 4}, {1, 5}, {2, 6}, {3, 7}, {4, 5, 6, 7}}
 	got := mesh.NVLinkCliques()
 	if diff := cmp.Diff(want, members(got)); diff != "" {
 		t.Errorf("DGX-1 cliques (-want +got):\n%s", diff)

@@ -16,7 +16,7 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
 // TestRenderGolden keeps testdata/<machine>.golden, the rendering of every fake machine that
-// testdata/README.md compares with NVIDIA's published nvidia-smi topo -m output, in step with the
+// docs/hardware.md compares with NVIDIA's published nvidia-smi topo -m output, in step with the
 // code. The files document; correctness is tested against the published facts in
 // TestDiscoverMatrix and TestIslands.
 func TestRenderGolden(t *testing.T) {
