@@ -205,6 +205,11 @@ func TestIslandStreams(t *testing.T) {
 			t.Errorf("%s: the published order does worse than the index order: unconstrained on one island %.3f vs %.3f, constrained allocated %.3f vs %.3f",
 				c.name, after[0].onIsland(), before[0].onIsland(), after[1].allocatedShare(), before[1].allocatedShare())
 		}
+		// Where the index order splits islands or puts them first, reordering must pay off.
+		if !slices.Equal(topo.Order(), seq(len(topo.GPUs))) && after[1].allocatedShare() <= before[1].allocatedShare() {
+			t.Errorf("%s: the published order %v fits no more island-constrained claims than the index order (%.3f vs %.3f)",
+				c.name, topo.Order(), after[1].allocatedShare(), before[1].allocatedShare())
+		}
 		for _, st := range []islandStats{before[1], after[1]} {
 			if st.oneIsland != st.allocated {
 				t.Errorf("%s: %d of %d island-constrained claims got GPUs of several islands", c.name, st.allocated-st.oneIsland, st.allocated)
