@@ -169,7 +169,7 @@ func islandCases() []islandCase {
 // many island-constrained ones fail. The default run is a short smoke version that checks the
 // published order is never worse; -islands.full runs the streams docs/benchmarks.md reports.
 func TestIslandStreams(t *testing.T) {
-	arrivals := 400
+	arrivals := 200
 	if *islandsFull {
 		arrivals = 20000
 	}
