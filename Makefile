@@ -12,7 +12,7 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn build image e2e e2e-binaries demo render generate verify-generate
+.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn islands build image e2e e2e-binaries demo render generate verify-generate
 
 all: test
 
@@ -75,6 +75,10 @@ fuzz:
 ## churn: the full MIG churn simulation (10,000 arrivals through the scheduler's allocator; minutes).
 churn:
 	$(GO) test -count=1 -run '^TestMIGChurn$$' -v -timeout 60m . -churn.full
+
+## islands: the NVLink-island claim streams through the scheduler's allocator (20,000 arrivals per node).
+islands:
+	$(GO) test -count=1 -run '^TestIslandStreams$$' -v . -islands.full
 
 demo:
 	$(GO) run ./examples/gpu-dra-driver demo
