@@ -140,6 +140,11 @@ type StartConfig struct {
 	NoPublish bool
 	// NoHealthMonitor does not watch NVML events (health can still be set with MarkUnhealthy).
 	NoHealthMonitor bool
+	// NoDeviceStatus does not write status.devices of the claims the plugin prepares. By
+	// default each prepared device is described there (DeviceStatusData, condition Prepared)
+	// with server-side apply under the driver's name as field manager, in the background; this
+	// needs the "patch" verb on resourceclaims/status.
+	NoDeviceStatus bool
 	// Options are extra kubeletplugin options, applied after the plugin's own.
 	Options []kubeletplugin.Option
 }
