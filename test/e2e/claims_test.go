@@ -335,7 +335,8 @@ func newWorkloadNamespace(ctx context.Context, name, node string) error {
 // (the driver writes them in the background after prepare and unprepare) and returns them.
 func deviceStatusOf(ctx context.Context, claim *resourceapi.ResourceClaim, what string, done func([]resourceapi.AllocatedDeviceStatus) bool) ([]resourceapi.AllocatedDeviceStatus, error) {
 	var ours []resourceapi.AllocatedDeviceStatus
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+	// As long as kubelet waits for a prepare: on a loaded CI machine the API server is slow.
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 45*time.Second, true, func(ctx context.Context) (bool, error) {
 		c, err := suite.Client.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
