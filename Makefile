@@ -57,11 +57,13 @@ e2e-binaries:
 	cd test/e2e && $(GO) run ./cmd/e2e-binaries
 
 ## e2e: tier-3 tests against those binaries and the chart (test/e2e, a nested module).
-## E2E_RUN selects tests (go test -run); E2E_KEEP=1 keeps the cluster directory.
+## E2E_RUN selects tests (go test -run); E2E_ARGS are extra test flags (-health.samples=200);
+## E2E_KEEP=1 keeps the cluster directory.
 E2E_RUN ?= .
+E2E_ARGS ?=
 e2e: e2e-binaries
 	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 ./framework/... ./cmd/...
-	cd test/e2e && $(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' .
+	cd test/e2e && $(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' . $(E2E_ARGS)
 
 ## fuzz: run each fuzz target for FUZZTIME (make test runs their seed corpora only).
 FUZZTIME ?= 10m
