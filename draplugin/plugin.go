@@ -18,6 +18,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/sharing"
 )
@@ -36,6 +37,7 @@ type Plugin struct {
 	store      *checkpoint.Store
 	checkpoint CheckpointStatus
 	stateDir   string
+	files      *atomicfile.Files // the state directory's files besides the checkpoint
 	gen        *cdi.Generator
 	writer     *cdi.Writer
 	sharing    SharingEngine
@@ -85,6 +87,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
 		hooks: cfg.Hooks, now: cfg.Now, fatal: make(chan struct{}), supervise: cfg.SuperviseInterval,
 		synced: map[string]uint64{}, republishReq: make(chan struct{}, 1),
+		files: atomicfile.New(atomicfile.WithSyncer(cfg.Hooks.syncer())),
 	}
 	if p.supervise == 0 {
 		p.supervise = time.Minute
@@ -123,7 +126,8 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 }
 
 func (p *Plugin) openCheckpoint(ctx context.Context, bootIDPath string) error {
-	opts := []checkpoint.Option{checkpoint.WithLogger(klog.FromContext(ctx)), checkpoint.WithClock(p.now)}
+	opts := []checkpoint.Option{checkpoint.WithLogger(klog.FromContext(ctx)), checkpoint.WithClock(p.now),
+		checkpoint.WithSyncer(p.hooks.syncer())}
 	if bootIDPath != "" {
 		opts = append(opts, checkpoint.WithBootIDPath(bootIDPath))
 	}

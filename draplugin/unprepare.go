@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/mig"
 )
@@ -41,7 +42,7 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 	}
 	st, ok := p.store.Get(uid)
 	if !ok {
-		return nil
+		return p.unprepared()
 	}
 	unlock, err := p.lockGPUs(claimGPUs(st))
 	if err != nil {
@@ -49,21 +50,31 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 	}
 	defer unlock()
 	if st, ok = p.store.Get(uid); !ok {
-		return nil
+		return p.unprepared()
 	}
 	switch st.Phase {
 	case checkpoint.PrepareStarted:
-		return p.rollback(ctx, st, true)
+		return p.rollback(ctx, st, true, unprepareDurability)
 	case checkpoint.PrepareCompleted:
 		st.Phase = checkpoint.UnprepareStarted
-		if err := p.store.Put(st); err != nil {
+		if err := p.store.Put(st, stepDurability); err != nil {
 			return p.unprepareFail(StepCheckpoint, "", fmt.Errorf("record UnprepareStarted: %w", err))
 		}
 		if err := p.crashPoint(CrashAfterUnprepareStarted, claim.UID); err != nil {
 			return err
 		}
 	}
-	return p.finishUnprepare(ctx, st)
+	return p.finishUnprepare(ctx, st, unprepareDurability)
+}
+
+// unprepared answers the unprepare of a claim the checkpoint does not hold: its absence must
+// survive a power loss as an unprepare's result does, whoever removed it (a rollback, another
+// plugin process, reconciliation) and whatever that paid for.
+func (p *Plugin) unprepared() error {
+	if err := p.store.Sync(unprepareDurability); err != nil {
+		return p.unprepareFail(StepCheckpoint, "", err)
+	}
+	return nil
 }
 
 func (p *Plugin) unprepareFail(step Step, device string, err error) error {
@@ -72,8 +83,9 @@ func (p *Plugin) unprepareFail(step Step, device string, err error) error {
 }
 
 // finishUnprepare runs the unprepare steps of a claim in UnprepareStarted, in the reverse order
-// of prepare. Missing pieces (spec already gone, instance already destroyed) are fine.
-func (p *Plugin) finishUnprepare(ctx context.Context, st checkpoint.ClaimState) error {
+// of prepare, and forgets the claim with durability d. Missing pieces (spec already gone,
+// instance already destroyed) are fine.
+func (p *Plugin) finishUnprepare(ctx context.Context, st checkpoint.ClaimState, d atomicfile.Durability) error {
 	uid := types.UID(st.UID)
 	if err := p.writer.Remove(st.UID); err != nil {
 		return p.unprepareFail(StepRemoveCDI, "", err)
@@ -96,7 +108,7 @@ func (p *Plugin) finishUnprepare(ctx context.Context, st checkpoint.ClaimState) 
 	if err := p.destroyCreated(ctx, st); err != nil {
 		return err
 	}
-	if err := p.store.Delete(st.UID); err != nil {
+	if err := p.store.Delete(st.UID, d); err != nil {
 		return p.unprepareFail(StepCheckpoint, "", err)
 	}
 	return p.crashPoint(CrashAfterUnprepareCompleted, uid)
@@ -120,11 +132,12 @@ func (p *Plugin) destroyCreated(ctx context.Context, st checkpoint.ClaimState) e
 	return nil
 }
 
-// rollback undoes a prepare recorded in st and forgets the claim: CDI spec, sharing, created
-// MIG instances (newest first). recovering says st comes from an earlier process (or attempt)
-// whose sharing host changes may be unrecorded; their planned settings are then reset. When a
-// step fails the others still run and the claim stays recorded, so the rollback is retried.
-func (p *Plugin) rollback(ctx context.Context, st checkpoint.ClaimState, recovering bool) error {
+// rollback undoes a prepare recorded in st and forgets the claim, with durability d: CDI spec,
+// sharing, created MIG instances (newest first). recovering says st comes from an earlier
+// process (or attempt) whose sharing host changes may be unrecorded; their planned settings are
+// then reset. When a step fails the others still run and the claim stays recorded, so the
+// rollback is retried.
+func (p *Plugin) rollback(ctx context.Context, st checkpoint.ClaimState, recovering bool, d atomicfile.Durability) error {
 	var errs []error
 	if err := p.writer.Remove(st.UID); err != nil {
 		errs = append(errs, stepErr(StepRemoveCDI, "", err))
@@ -148,7 +161,7 @@ func (p *Plugin) rollback(ctx context.Context, st checkpoint.ClaimState, recover
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	if err := p.store.Delete(st.UID); err != nil {
+	if err := p.store.Delete(st.UID, d); err != nil {
 		return stepErr(StepCheckpoint, "", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Rolled back claim", "claimUID", st.UID, "devices", len(st.Devices))
