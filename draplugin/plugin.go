@@ -217,10 +217,14 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		func(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult { return p.prepareClaim(ctx, c) }), nil
 }
 
-// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown claims succeed.
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown claims succeed. Claims
+// are unprepared concurrently; what succeeded is made to survive a power loss, with one fsync
+// for the whole call, before it returns.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	return concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
-		func(c kubeletplugin.NamespacedObject) error { return p.unprepareClaim(ctx, c) }), nil
+	results := concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
+		func(c kubeletplugin.NamespacedObject) error { return p.unprepareClaim(ctx, c) })
+	p.makeDurable(results)
+	return results, nil
 }
 
 // concurrently runs do for every item in its own goroutine and collects the results by key.

@@ -42,7 +42,7 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 	}
 	st, ok := p.store.Get(uid)
 	if !ok {
-		return p.unprepared()
+		return nil
 	}
 	unlock, err := p.lockGPUs(claimGPUs(st))
 	if err != nil {
@@ -50,11 +50,11 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 	}
 	defer unlock()
 	if st, ok = p.store.Get(uid); !ok {
-		return p.unprepared()
+		return nil
 	}
 	switch st.Phase {
 	case checkpoint.PrepareStarted:
-		return p.rollback(ctx, st, true, unprepareDurability)
+		return p.rollback(ctx, st, true, stepDurability)
 	case checkpoint.PrepareCompleted:
 		st.Phase = checkpoint.UnprepareStarted
 		if err := p.store.Put(st, stepDurability); err != nil {
@@ -64,17 +64,32 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 			return err
 		}
 	}
-	return p.finishUnprepare(ctx, st, unprepareDurability)
+	return p.finishUnprepare(ctx, st, stepDurability)
 }
 
-// unprepared answers the unprepare of a claim the checkpoint does not hold: its absence must
-// survive a power loss as an unprepare's result does, whoever removed it (a rollback, another
-// plugin process, reconciliation) and whatever that paid for.
-func (p *Plugin) unprepared() error {
-	if err := p.store.Sync(unprepareDurability); err != nil {
-		return p.unprepareFail(StepCheckpoint, "", err)
+// makeDurable makes the results of the unprepares that succeeded survive a power loss before
+// kubelet is told: one sync for all the claims of a call (and for concurrent calls, which the
+// checkpoint group-commits). It covers a claim whatever removed it from the checkpoint (this
+// unprepare, a rollback, another plugin process, reconciliation) and whatever that paid for. When
+// the sync fails, the successes become errors, and kubelet's retry syncs again.
+func (p *Plugin) makeDurable(results map[types.UID]error) {
+	ok := false
+	for _, err := range results {
+		ok = ok || err == nil
 	}
-	return nil
+	if !ok {
+		return
+	}
+	err := p.store.Sync(unprepareDurability)
+	if err == nil {
+		return
+	}
+	err = p.unprepareFail(StepCheckpoint, "", fmt.Errorf("make the unprepare survive a power loss: %w", err))
+	for uid, rerr := range results {
+		if rerr == nil {
+			results[uid] = err
+		}
+	}
 }
 
 func (p *Plugin) unprepareFail(step Step, device string, err error) error {
