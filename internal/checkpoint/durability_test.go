@@ -128,7 +128,13 @@ func TestGroupCommitSharesTheSync(t *testing.T) {
 	l.mu.Unlock()
 	first := make(chan error, 1)
 	go func() { first <- s.Put(claim("first"), atomicfile.PowerLossChecked) }()
-	<-l.entered
+	select {
+	case <-l.entered:
+	case err := <-first:
+		t.Fatalf("a PowerLossChecked update returned (%v) without syncing the directory", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a PowerLossChecked update did not sync the directory")
+	}
 	const queued = 12
 	results := make(chan error, queued)
 	for i := range queued {
