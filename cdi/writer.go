@@ -20,17 +20,29 @@ import (
 const SpecFileMode os.FileMode = 0o644
 
 // Writer stores claim specs as files in a CDI spec directory, one file per claim named
-// "<vendor>-<class>_<claimUID>.json". Every write is atomic (temporary file, fsync, rename,
-// directory fsync), so a container runtime scanning the directory sees a spec either complete or
-// not at all, even if the process crashes. Temporary files never end in ".json", so the CDI
-// library and List both ignore them.
+// "<vendor>-<class>_<claimUID>.json". Every write is atomic (a temporary file renamed over the
+// spec), so a container runtime scanning the directory sees a spec either complete or not at
+// all, even if the process crashes. Temporary files never end in ".json", so the CDI library and
+// List both ignore them.
+//
+// Writes and removals are not fsynced: the spec directory is normally a tmpfs (/var/run/cdi)
+// that a power loss empties anyway, and the kubelet plugin's reconciliation writes the specs of
+// prepared claims again after a reboot. On a disk directory a power loss may bring back a
+// removed spec, lose a written one or tear it; reconciliation removes, rewrites or replaces them
+// (package draplugin).
 //
 // A Writer has no mutable state and is safe for concurrent use; concurrent writes of the same
 // claim leave one of the complete specs.
 type Writer struct {
 	dir, vendor, class string
-	write              func(path string, data []byte, perm os.FileMode) error
+	files              *atomicfile.Files
+	// write replaces files.Write in tests that simulate a crash in the middle of a write.
+	write func(path string, data []byte, perm os.FileMode) error
 }
+
+// specDurability is what a spec write or removal must survive: a crash of the writing process
+// (a runtime must never read a partial spec), not a power loss (see Writer).
+const specDurability = atomicfile.ProcessCrash
 
 // WriterOption configures NewWriter.
 type WriterOption func(*Writer)
@@ -47,7 +59,7 @@ func WithWriterKind(vendor, class string) WriterOption {
 
 // NewWriter returns a Writer. The directory is created on the first Write when missing.
 func NewWriter(opts ...WriterOption) (*Writer, error) {
-	w := &Writer{dir: DefaultSpecDir, vendor: DefaultVendor, class: DefaultClass, write: atomicfile.Write}
+	w := &Writer{dir: DefaultSpecDir, vendor: DefaultVendor, class: DefaultClass, files: atomicfile.New()}
 	for _, o := range opts {
 		o(w)
 	}
@@ -108,10 +120,17 @@ func (w *Writer) Write(cs *ClaimSpec) (string, error) {
 	if err := os.MkdirAll(w.dir, 0o755); err != nil {
 		return "", fmt.Errorf("claim %s: create spec directory: %w", cs.ClaimUID, err)
 	}
-	if err := w.write(p, data, SpecFileMode); err != nil {
+	if err := w.writeFile(p, data); err != nil {
 		return "", fmt.Errorf("claim %s: write spec: %w", cs.ClaimUID, err)
 	}
 	return p, nil
+}
+
+func (w *Writer) writeFile(path string, data []byte) error {
+	if w.write != nil {
+		return w.write(path, data, SpecFileMode)
+	}
+	return w.files.Write(path, data, SpecFileMode, specDurability)
 }
 
 // Remove deletes a claim's spec. A spec that does not exist is not an error, so Remove can be
@@ -121,7 +140,7 @@ func (w *Writer) Remove(claimUID string) error {
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.Remove(p); err != nil {
+	if err := w.files.Remove(p, specDurability); err != nil {
 		return fmt.Errorf("claim %s: remove spec: %w", claimUID, err)
 	}
 	return nil
@@ -215,11 +234,6 @@ func (w *Writer) CleanTemp() ([]string, error) {
 			return removed, fmt.Errorf("remove leftover %s: %w", p, err)
 		}
 		removed = append(removed, e.Name())
-	}
-	if len(removed) > 0 {
-		if err := atomicfile.SyncDir(w.dir); err != nil {
-			return removed, err
-		}
 	}
 	return removed, nil
 }

@@ -250,7 +250,7 @@ func TestCrashMidWrite(t *testing.T) {
 	if len(removed) != 2 {
 		t.Errorf("CleanTemp removed %v, want the 2 leftovers", removed)
 	}
-	cdi.SetWriteFunc(w, atomicfile.Write)
+	cdi.SetWriteFunc(w, nil)
 	writeClaim(t, g, w, uidTS, 4)
 	devices, errs, listed = visible(t, w)
 	if len(devices) != 2 || len(errs) != 0 || !cmp.Equal(listed, []string{uidMPS, uidTS}) {
@@ -319,5 +319,46 @@ func TestConcurrentGenerateWrite(t *testing.T) {
 	devices, cacheErrs, listed := visible(t, w)
 	if len(devices) != 2*len(uids) || len(cacheErrs) != 0 || len(listed) != len(uids) {
 		t.Errorf("devices %v, cache errors %v, listed %v", devices, cacheErrs, listed)
+	}
+}
+
+// syncCounter counts fsyncs.
+type syncCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *syncCounter) SyncFile(*os.File) error { c.mu.Lock(); c.n++; c.mu.Unlock(); return nil }
+func (c *syncCounter) SyncDir(string) error    { c.mu.Lock(); c.n++; c.mu.Unlock(); return nil }
+
+// TestWriterNeverSyncs: a spec must survive a crash of the writing process, not a power loss
+// (the spec directory is a tmpfs, and reconciliation rewrites specs after a reboot), so writes,
+// removals, pruning and cleaning make no fsync. A sync added here would be paid on every
+// prepare and unprepare.
+func TestWriterNeverSyncs(t *testing.T) {
+	g, _ := generator(t, cditest.Layout{})
+	w := writer(t, t.TempDir())
+	c := &syncCounter{}
+	cdi.SetSyncer(w, c)
+	writeClaim(t, g, w, uidGPU, 0)
+	writeClaim(t, g, w, uidGPU, 0)
+	writeClaim(t, g, w, uidMIG, 1)
+	if err := os.WriteFile(filepath.Join(w.Dir(), atomicfile.TempPrefix+"k8s.gpu.nvidia.com-claim_x"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.CleanTemp(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Remove(uidGPU); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Prune(nil); err != nil {
+		t.Fatal(err)
+	}
+	if uids, _ := w.List(); len(uids) != 0 {
+		t.Fatalf("specs left: %v", uids)
+	}
+	if c.n != 0 {
+		t.Errorf("the writer made %d fsyncs, want none", c.n)
 	}
 }

@@ -71,6 +71,10 @@ type Hooks struct {
 	// AfterStep, when set, is called at every CrashPoint of prepare and unprepare. An error stops
 	// the operation at once, without any cleanup, as a crash would.
 	AfterStep func(point CrashPoint, claimUID types.UID) error
+	// Synced, when set, is called after every fsync the plugin makes, with the file or directory
+	// synced: tests count what each operation pays for durability, or record what a power loss
+	// would leave.
+	Synced func(path string)
 }
 
 // HealthConfig configures health monitoring.

@@ -25,6 +25,11 @@
 // rewrites lost CDI specs and removes leaked instances and specs. Hooks.AfterStep lets tests
 // stop the plugin at every CrashPoint; package draplugintest builds a fake node to do so.
 //
+// Every record and CDI spec survives a crash of the process at no cost (a rename); a power
+// loss, which is a reboot, undoes what prepare did on the node, so only the result of an
+// unprepare call must survive it: one fsync per call, before kubelet is told
+// (docs/reliability.md, "Durability"). Hooks.Synced reports every fsync.
+//
 // # Health
 //
 // NVML XID and GPU-lost events, and MarkUnhealthy, taint the devices of the GPU in the

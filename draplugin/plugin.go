@@ -18,6 +18,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/sharing"
 )
@@ -36,6 +37,7 @@ type Plugin struct {
 	store      *checkpoint.Store
 	checkpoint CheckpointStatus
 	stateDir   string
+	files      *atomicfile.Files // the state directory's files besides the checkpoint
 	gen        *cdi.Generator
 	writer     *cdi.Writer
 	sharing    SharingEngine
@@ -87,6 +89,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
 		hooks: cfg.Hooks, now: cfg.Now, fatal: make(chan struct{}), supervise: cfg.SuperviseInterval,
 		synced: map[string]uint64{}, republishReq: make(chan struct{}, 1),
+		files: atomicfile.New(atomicfile.WithSyncer(cfg.Hooks.syncer())),
 	}
 	if p.supervise == 0 {
 		p.supervise = time.Minute
@@ -125,7 +128,8 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 }
 
 func (p *Plugin) openCheckpoint(ctx context.Context, bootIDPath string) error {
-	opts := []checkpoint.Option{checkpoint.WithLogger(klog.FromContext(ctx)), checkpoint.WithClock(p.now)}
+	opts := []checkpoint.Option{checkpoint.WithLogger(klog.FromContext(ctx)), checkpoint.WithClock(p.now),
+		checkpoint.WithSyncer(p.hooks.syncer())}
 	if bootIDPath != "" {
 		opts = append(opts, checkpoint.WithBootIDPath(bootIDPath))
 	}
@@ -215,10 +219,14 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		func(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult { return p.prepareClaim(ctx, c) }), nil
 }
 
-// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown claims succeed.
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown claims succeed. Claims
+// are unprepared concurrently; what succeeded is made to survive a power loss, with one fsync
+// for the whole call, before it returns.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	return concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
-		func(c kubeletplugin.NamespacedObject) error { return p.unprepareClaim(ctx, c) }), nil
+	results := concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
+		func(c kubeletplugin.NamespacedObject) error { return p.unprepareClaim(ctx, c) })
+	p.makeDurable(results)
+	return results, nil
 }
 
 // concurrently runs do for every item in its own goroutine and collects the results by key.

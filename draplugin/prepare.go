@@ -142,11 +142,11 @@ func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim, o
 		klog.FromContext(ctx).V(3).Info("Claim already prepared, returning the recorded devices")
 		return p.resultFromState(claim, st), true, nil
 	case checkpoint.PrepareStarted:
-		if err := p.rollback(ctx, st, true); err != nil {
+		if err := p.rollback(ctx, st, true, stepDurability); err != nil {
 			return nil, false, stepErr(StepRecover, "", err)
 		}
 	case checkpoint.UnprepareStarted:
-		if err := p.finishUnprepare(ctx, st); err != nil {
+		if err := p.finishUnprepare(ctx, st, stepDurability); err != nil {
 			return nil, false, stepErr(StepRecover, "", err)
 		}
 	}
@@ -175,7 +175,7 @@ func (p *Plugin) completeRecovered(ctx context.Context, claim *resourceapi.Resou
 	if err := sameAllocation(st, ours); err != nil {
 		return nil, false, stepErr(StepValidate, "", err)
 	}
-	if err := p.store.Put(st); err != nil {
+	if err := p.store.Put(st, stepDurability); err != nil {
 		return nil, false, stepErr(StepCheckpoint, "", err)
 	}
 	klog.FromContext(ctx).Info("Claim recovered from its CDI spec is prepared again; its record is complete now")
@@ -261,7 +261,7 @@ func (p *Plugin) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 		if err == nil || isCrash(err) {
 			return
 		}
-		if rerr := p.rollback(context.WithoutCancel(ctx), a.st, false); rerr != nil {
+		if rerr := p.rollback(context.WithoutCancel(ctx), a.st, false, stepDurability); rerr != nil {
 			p.metrics.stepError(OpPrepare, StepRollback)
 			err = fmt.Errorf("%w; %w", err, stepErr(StepRollback, "", rerr))
 		}
@@ -302,7 +302,7 @@ func (a *attempt) recordIntent(ctx context.Context) error {
 	// the checkpoint does not hold. One that does is recorded first, with the values its host
 	// changes will replace, so that a crash anywhere later is undone exactly.
 	if anyCreated(a.st) || changesHost(plan) {
-		if err := a.p.store.Put(a.st); err != nil {
+		if err := a.p.store.Put(a.st, stepDurability); err != nil {
 			return stepErr(StepCheckpoint, "", fmt.Errorf("record PrepareStarted: %w", err))
 		}
 	}
@@ -410,7 +410,7 @@ func (a *attempt) applySharing(ctx context.Context) error {
 			// Host changes the engine could not undo: record them, so that the rollback (now or
 			// after a crash) undoes them and the claim stays recorded until it has.
 			if serr := setSharing(&a.st, rec, true); serr == nil {
-				serr = a.p.store.Put(a.st)
+				serr = a.p.store.Put(a.st, stepDurability)
 				err = errors.Join(err, serr)
 			}
 		}
@@ -456,7 +456,7 @@ func (a *attempt) writeCDI(_ context.Context) error {
 // complete is step 5: the claim is recorded as PrepareCompleted.
 func (a *attempt) complete(_ context.Context) error {
 	a.st.Phase = checkpoint.PrepareCompleted
-	if err := a.p.store.Put(a.st); err != nil {
+	if err := a.p.store.Put(a.st, stepDurability); err != nil {
 		return a.fail(StepCheckpoint, "", fmt.Errorf("record PrepareCompleted: %w", err))
 	}
 	return a.p.crashPoint(CrashAfterPrepareCompleted, a.claim.UID)

@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashEnvDir) != "" {
 		os.Exit(crashChild())
 	}
+	if os.Getenv(memEnvDir) != "" {
+		os.Exit(memChild())
+	}
 	os.Exit(m.Run())
 }
 

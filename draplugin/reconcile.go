@@ -13,7 +13,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/sharing"
 )
@@ -164,7 +163,7 @@ func (p *Plugin) forgetRebooted(ctx context.Context, rep *ReconcileReport) error
 			errs = append(errs, fmt.Errorf("claim %s: remove CDI spec: %w", ref(c), err))
 			continue
 		}
-		if err := p.store.Delete(c.UID); err != nil {
+		if err := p.store.Delete(c.UID, reconcileDurability); err != nil {
 			errs = append(errs, fmt.Errorf("claim %s: %w", ref(c), err))
 			continue
 		}
@@ -210,13 +209,13 @@ func (p *Plugin) finishInterrupted(ctx context.Context, rep *ReconcileReport) er
 		cctx := klog.NewContext(ctx, klog.FromContext(ctx).WithValues("claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID))
 		switch c.Phase {
 		case checkpoint.PrepareStarted:
-			if err := p.rollback(cctx, c, true); err != nil {
+			if err := p.rollback(cctx, c, true, reconcileDurability); err != nil {
 				errs = append(errs, fmt.Errorf("roll back claim %s: %w", ref(c), err))
 			} else {
 				rep.RolledBack = append(rep.RolledBack, ref(c))
 			}
 		case checkpoint.UnprepareStarted:
-			if err := p.finishUnprepare(cctx, c); err != nil {
+			if err := p.finishUnprepare(cctx, c, reconcileDurability); err != nil {
 				errs = append(errs, fmt.Errorf("finish unprepare of claim %s: %w", ref(c), err))
 			} else {
 				rep.UnprepareFinished = append(rep.UnprepareFinished, ref(c))
@@ -245,7 +244,7 @@ func (p *Plugin) forgetVanished(ctx context.Context, rep *ReconcileReport) error
 			klog.FromContext(ctx).Info("Forgot claim whose MIG device no longer exists; kubelet prepares it again or the pod fails",
 				"claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID, "device", gone)
 		case updated != nil:
-			if err := p.store.Put(*updated); err != nil {
+			if err := p.store.Put(*updated, reconcileDurability); err != nil {
 				errs = append(errs, fmt.Errorf("claim %s: %w", ref(c), err))
 			}
 		}
@@ -289,7 +288,7 @@ func (p *Plugin) forget(ctx context.Context, c checkpoint.ClaimState) error {
 			return fmt.Errorf("undo sharing: %w", err)
 		}
 	}
-	return p.store.Delete(c.UID)
+	return p.store.Delete(c.UID, reconcileDurability)
 }
 
 // reconcileSpecs writes the missing specs of prepared claims and removes the specs of claims
@@ -308,7 +307,7 @@ func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error
 			continue
 		}
 		rep.Prepared++
-		if slices.Contains(have, c.UID) {
+		if slices.Contains(have, c.UID) && p.specIntact(c) {
 			continue
 		}
 		if werr := p.rewriteSpec(c); werr != nil {
@@ -316,7 +315,7 @@ func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error
 			continue
 		}
 		rep.SpecsRewritten = append(rep.SpecsRewritten, ref(c))
-		logger.Info("Rewrote missing CDI spec", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
+		logger.Info("Rewrote missing or unreadable CDI spec", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
 	}
 	if !p.trusted() {
 		return errors.Join(errs...)
@@ -330,6 +329,19 @@ func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error
 		logger.Info("Removed orphan CDI spec", "claimUID", uid)
 	}
 	return errors.Join(errs...)
+}
+
+// specIntact says whether the existing spec of a prepared claim can be kept. Specs are not
+// fsynced, so one written before a power loss, on a spec directory that is not a tmpfs, may be
+// torn: the spec of a claim recorded in an earlier boot is read (as a runtime would) and kept
+// only when it parses. A spec written in this boot survived at most crashes of the process,
+// which its atomic rename covers.
+func (p *Plugin) specIntact(c checkpoint.ClaimState) bool {
+	if c.BootID == p.store.BootID() {
+		return true
+	}
+	_, err := p.writer.Read(c.UID)
+	return err == nil
 }
 
 // reconcileMPS restarts the MPS daemons of prepared claims that died (with the plugin's
@@ -490,7 +502,7 @@ func (p *Plugin) saveBaseline(base migBaseline) error {
 	path := filepath.Join(p.stateDir, MIGBaselineFile)
 	b, err := json.Marshal(base)
 	if err == nil {
-		err = atomicfile.Write(path, b, checkpoint.FileMode)
+		err = p.files.Write(path, b, checkpoint.FileMode, baselineDurability)
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

@@ -38,7 +38,7 @@ func (p *Plugin) adoptOrphans(ctx context.Context, rep *ReconcileReport) error {
 		}
 		st, err := p.adopt(ctx, uid)
 		if err == nil {
-			err = p.store.Put(st)
+			err = p.store.Put(st, reconcileDurability)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("adopt the claim of CDI spec %s: %w", uid, err))

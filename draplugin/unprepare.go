@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/mig"
 )
@@ -56,17 +57,42 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 	}
 	switch st.Phase {
 	case checkpoint.PrepareStarted:
-		return p.rollback(ctx, st, true)
+		return p.rollback(ctx, st, true, stepDurability)
 	case checkpoint.PrepareCompleted:
 		st.Phase = checkpoint.UnprepareStarted
-		if err := p.store.Put(st); err != nil {
+		if err := p.store.Put(st, stepDurability); err != nil {
 			return p.unprepareFail(StepCheckpoint, "", fmt.Errorf("record UnprepareStarted: %w", err))
 		}
 		if err := p.crashPoint(CrashAfterUnprepareStarted, claim.UID); err != nil {
 			return err
 		}
 	}
-	return p.finishUnprepare(ctx, st)
+	return p.finishUnprepare(ctx, st, stepDurability)
+}
+
+// makeDurable makes the results of the unprepares that succeeded survive a power loss before
+// kubelet is told: one sync for all the claims of a call (and for concurrent calls, which the
+// checkpoint group-commits). It covers a claim whatever removed it from the checkpoint (this
+// unprepare, a rollback, another plugin process, reconciliation) and whatever that paid for. When
+// the sync fails, the successes become errors, and kubelet's retry syncs again.
+func (p *Plugin) makeDurable(results map[types.UID]error) {
+	ok := false
+	for _, err := range results {
+		ok = ok || err == nil
+	}
+	if !ok {
+		return
+	}
+	err := p.store.Sync(unprepareDurability)
+	if err == nil {
+		return
+	}
+	err = p.unprepareFail(StepCheckpoint, "", fmt.Errorf("make the unprepare survive a power loss: %w", err))
+	for uid, rerr := range results {
+		if rerr == nil {
+			results[uid] = err
+		}
+	}
 }
 
 func (p *Plugin) unprepareFail(step Step, device string, err error) error {
@@ -75,8 +101,9 @@ func (p *Plugin) unprepareFail(step Step, device string, err error) error {
 }
 
 // finishUnprepare runs the unprepare steps of a claim in UnprepareStarted, in the reverse order
-// of prepare. Missing pieces (spec already gone, instance already destroyed) are fine.
-func (p *Plugin) finishUnprepare(ctx context.Context, st checkpoint.ClaimState) error {
+// of prepare, and forgets the claim with durability d. Missing pieces (spec already gone,
+// instance already destroyed) are fine.
+func (p *Plugin) finishUnprepare(ctx context.Context, st checkpoint.ClaimState, d atomicfile.Durability) error {
 	uid := types.UID(st.UID)
 	if err := p.writer.Remove(st.UID); err != nil {
 		return p.unprepareFail(StepRemoveCDI, "", err)
@@ -99,7 +126,7 @@ func (p *Plugin) finishUnprepare(ctx context.Context, st checkpoint.ClaimState) 
 	if err := p.destroyCreated(ctx, st); err != nil {
 		return err
 	}
-	if err := p.store.Delete(st.UID); err != nil {
+	if err := p.store.Delete(st.UID, d); err != nil {
 		return p.unprepareFail(StepCheckpoint, "", err)
 	}
 	return p.crashPoint(CrashAfterUnprepareCompleted, uid)
@@ -123,11 +150,12 @@ func (p *Plugin) destroyCreated(ctx context.Context, st checkpoint.ClaimState) e
 	return nil
 }
 
-// rollback undoes a prepare recorded in st and forgets the claim: CDI spec, sharing, created
-// MIG instances (newest first). recovering says st comes from an earlier process (or attempt)
-// whose sharing host changes may be unrecorded; their planned settings are then reset. When a
-// step fails the others still run and the claim stays recorded, so the rollback is retried.
-func (p *Plugin) rollback(ctx context.Context, st checkpoint.ClaimState, recovering bool) error {
+// rollback undoes a prepare recorded in st and forgets the claim, with durability d: CDI spec,
+// sharing, created MIG instances (newest first). recovering says st comes from an earlier
+// process (or attempt) whose sharing host changes may be unrecorded; their planned settings are
+// then reset. When a step fails the others still run and the claim stays recorded, so the
+// rollback is retried.
+func (p *Plugin) rollback(ctx context.Context, st checkpoint.ClaimState, recovering bool, d atomicfile.Durability) error {
 	var errs []error
 	if err := p.writer.Remove(st.UID); err != nil {
 		errs = append(errs, stepErr(StepRemoveCDI, "", err))
@@ -151,7 +179,7 @@ func (p *Plugin) rollback(ctx context.Context, st checkpoint.ClaimState, recover
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	if err := p.store.Delete(st.UID); err != nil {
+	if err := p.store.Delete(st.UID, d); err != nil {
 		return stepErr(StepCheckpoint, "", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Rolled back claim", "claimUID", st.UID, "devices", len(st.Devices))

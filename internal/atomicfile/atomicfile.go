@@ -12,6 +12,101 @@ import (
 // directory skip names with this prefix; Clean removes leftovers of a crash.
 const TempPrefix = ".tmp-"
 
+// Durability is what a write or a removal must survive. Every call says which it needs, and
+// pays for that and no more: a power loss costs an fsync, a process crash costs nothing.
+type Durability int
+
+const (
+	// ProcessCrash: a reader sees the old content or the new one, never a partial write, even
+	// when the writing process is killed at any point (the data goes to a temporary file that is
+	// renamed over the target). Nothing is fsynced: after a power loss or a kernel crash the
+	// file may hold any earlier version, or be torn. For files that a reboot makes worthless
+	// (a tmpfs, state that belongs to one boot) or that reconciliation rebuilds.
+	ProcessCrash Durability = iota + 1
+	// PowerLossChecked: in addition, once the call returns, the change of the directory (the
+	// rename, the removal) survives a power loss: the directory is fsynced, the file is not.
+	// After a power loss the name holds the new version, or, when the file system had not
+	// written its data yet, torn content: only for files whose reader detects that (a checksum)
+	// and has a safe way to go on without them. One fsync.
+	PowerLossChecked
+	// PowerLoss: the new content survives a power loss intact: the file is fsynced before the
+	// rename and the directory after it. Two fsyncs.
+	PowerLoss
+)
+
+// String returns the constant's name.
+func (d Durability) String() string {
+	switch d {
+	case ProcessCrash:
+		return "ProcessCrash"
+	case PowerLossChecked:
+		return "PowerLossChecked"
+	case PowerLoss:
+		return "PowerLoss"
+	}
+	return fmt.Sprintf("Durability(%d)", int(d))
+}
+
+// Check returns an error unless d is one of the constants above.
+func (d Durability) Check() error {
+	if d < ProcessCrash || d > PowerLoss {
+		return fmt.Errorf("durability %v: must be ProcessCrash, PowerLossChecked or PowerLoss", d)
+	}
+	return nil
+}
+
+// Syncer makes what was written to a file, or the entries of a directory, survive a power loss.
+// OSSyncer calls fsync; tests count the calls or record what would survive.
+type Syncer interface {
+	// SyncFile flushes the data and metadata of an open file.
+	SyncFile(f *os.File) error
+	// SyncDir flushes a directory's entries: the renames and removals made in it.
+	SyncDir(dir string) error
+}
+
+// OSSyncer is the operating system's fsync(2).
+type OSSyncer struct{}
+
+var _ Syncer = OSSyncer{}
+
+// SyncFile implements Syncer.
+func (OSSyncer) SyncFile(f *os.File) error { return f.Sync() }
+
+// SyncDir implements Syncer.
+func (OSSyncer) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Files writes and removes files atomically, with the durability each call asks for. The zero
+// value is not usable; build one with New. A Files has no mutable state and is safe for
+// concurrent use.
+type Files struct {
+	syncer Syncer
+}
+
+// Option configures New.
+type Option func(*Files)
+
+// WithSyncer makes the Files sync through s instead of OSSyncer.
+func WithSyncer(s Syncer) Option { return func(f *Files) { f.syncer = s } }
+
+// New returns a Files that syncs through OSSyncer unless WithSyncer says otherwise.
+func New(opts ...Option) *Files {
+	f := &Files{syncer: OSSyncer{}}
+	for _, o := range opts {
+		o(f)
+	}
+	if f.syncer == nil {
+		f.syncer = OSSyncer{}
+	}
+	return f
+}
+
 // NotDurableError is returned by Write when the new content is in place (the rename happened)
 // but the directory could not be fsynced, so the rename may not survive a power loss. Callers
 // must treat the file as written.
@@ -30,10 +125,14 @@ func (e *NotDurableError) Error() string {
 // Unwrap returns the fsync error.
 func (e *NotDurableError) Unwrap() error { return e.Err }
 
-// Write atomically replaces path with data, created with mode perm. The parent directory must
-// exist. On error the target is unchanged and no temporary file is left behind, except for a
-// *NotDurableError, which says the target was replaced but its directory could not be synced.
-func Write(path string, data []byte, perm os.FileMode) (err error) {
+// Write atomically replaces path with data, created with mode perm, as durable as d says. The
+// parent directory must exist. On error the target is unchanged and no temporary file is left
+// behind, except for a *NotDurableError, which says the target was replaced but its directory
+// could not be synced.
+func (fs *Files) Write(path string, data []byte, perm os.FileMode, d Durability) (err error) {
+	if err := d.Check(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -55,8 +154,10 @@ func Write(path string, data []byte, perm os.FileMode) (err error) {
 	if _, err = f.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", tmp, err)
 	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", tmp, err)
+	if d == PowerLoss {
+		if err = fs.syncer.SyncFile(f); err != nil {
+			return fmt.Errorf("fsync %s: %w", tmp, err)
+		}
 	}
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp, err)
@@ -64,31 +165,59 @@ func Write(path string, data []byte, perm os.FileMode) (err error) {
 	if err = os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("rename %s to %s: %w", tmp, path, err)
 	}
-	if serr := SyncDir(dir); serr != nil {
+	if d == ProcessCrash {
+		return nil
+	}
+	if serr := fs.SyncDir(dir); serr != nil {
 		return &NotDurableError{Path: path, Err: serr}
 	}
 	return nil
 }
 
-// Remove deletes path and fsyncs its directory. A missing file is not an error.
-func Remove(path string) error {
+// Remove deletes path, as durable as d says: ProcessCrash only unlinks, PowerLossChecked and
+// PowerLoss also fsync the directory. A missing file is not an error (and is not synced).
+func (fs *Files) Remove(path string, d Durability) error {
+	if err := d.Check(); err != nil {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
 	if err := os.Remove(path); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
 		return fmt.Errorf("remove %s: %w", path, err)
 	}
-	return SyncDir(filepath.Dir(path))
+	if d == ProcessCrash {
+		return nil
+	}
+	return fs.SyncDir(filepath.Dir(path))
 }
 
-// SyncDir fsyncs a directory so that renames and removals in it are durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
+// Sync makes the file at path, as it is now, as durable as d says: for PowerLoss its content
+// is fsynced, and for PowerLoss and PowerLossChecked its directory. ProcessCrash does nothing.
+func (fs *Files) Sync(path string, d Durability) error {
+	if err := d.Check(); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if d == PowerLoss {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("open %s to fsync it: %w", path, err)
+		}
+		err = fs.syncer.SyncFile(f)
+		_ = f.Close()
+		if err != nil {
+			return fmt.Errorf("fsync %s: %w", path, err)
+		}
+	}
+	if d == ProcessCrash {
+		return nil
+	}
+	return fs.SyncDir(filepath.Dir(path))
+}
+
+// SyncDir fsyncs a directory so that renames and removals in it survive a power loss.
+func (fs *Files) SyncDir(dir string) error {
+	if err := fs.syncer.SyncDir(dir); err != nil {
 		return fmt.Errorf("fsync directory %s: %w", dir, err)
 	}
 	return nil
@@ -98,7 +227,8 @@ func SyncDir(dir string) error {
 func IsTemp(name string) bool { return strings.HasPrefix(filepath.Base(name), TempPrefix) }
 
 // Clean removes temporary files left in dir by a writer that crashed before its rename, and
-// returns their names.
+// returns their names. The removals are not synced: a temporary file that comes back after a
+// power loss is removed by the next Clean.
 func Clean(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -1,8 +1,11 @@
 package atomicfile_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -10,14 +13,45 @@ import (
 	"github.com/gpudra/gpudra/internal/atomicfile"
 )
 
+// recorder is a Syncer that records what it is asked to sync ("file <base>" or "dir <base>")
+// and optionally fails directory syncs.
+type recorder struct {
+	mu      sync.Mutex
+	calls   []string
+	failDir error
+}
+
+func (r *recorder) SyncFile(f *os.File) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, "file "+filepath.Base(f.Name()))
+	return nil
+}
+
+func (r *recorder) SyncDir(dir string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, "dir "+filepath.Base(dir))
+	return r.failDir
+}
+
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.calls
+	r.calls = nil
+	return c
+}
+
 func TestWriteReplacesAndSetsMode(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "state.json")
+	files := atomicfile.New()
 	for _, tc := range []struct {
 		data string
 		perm os.FileMode
 	}{{"first", 0o600}, {"second, longer content", 0o644}} {
-		if err := atomicfile.Write(p, []byte(tc.data), tc.perm); err != nil {
+		if err := files.Write(p, []byte(tc.data), tc.perm, atomicfile.PowerLoss); err != nil {
 			t.Fatalf("Write: %v", err)
 		}
 		got, err := os.ReadFile(p)
@@ -41,10 +75,104 @@ func TestWriteReplacesAndSetsMode(t *testing.T) {
 	}
 }
 
+// TestDurabilityDecidesTheSyncs checks what each durability fsyncs. The expectations follow
+// from what must be on stable storage for each guarantee: nothing for a process crash (the
+// page cache survives it); the directory entry for the rename or removal to survive a power
+// loss; the file's data as well for its content to survive intact.
+func TestDurabilityDecidesTheSyncs(t *testing.T) {
+	for _, tc := range []struct {
+		d                 atomicfile.Durability
+		write, remove, sy []string
+	}{
+		{atomicfile.ProcessCrash, nil, nil, nil},
+		{atomicfile.PowerLossChecked, []string{"dir d"}, []string{"dir d"}, []string{"dir d"}},
+		{atomicfile.PowerLoss, []string{"file tmp", "dir d"}, []string{"dir d"}, []string{"file f", "dir d"}},
+	} {
+		t.Run(tc.d.String(), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "d")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			r := &recorder{}
+			files := atomicfile.New(atomicfile.WithSyncer(r))
+			p := filepath.Join(dir, "f")
+			if err := files.Write(p, []byte("x"), 0o600, tc.d); err != nil {
+				t.Fatal(err)
+			}
+			got := r.take()
+			for i, c := range got { // the temporary file's name is random
+				if len(c) > len("file ") && c[:5] == "file " && atomicfile.IsTemp(c[5:]) {
+					got[i] = "file tmp"
+				}
+			}
+			if diff := cmp.Diff(tc.write, got); diff != "" {
+				t.Errorf("Write syncs (-want +got):\n%s", diff)
+			}
+			if err := files.Sync(p, tc.d); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.sy, r.take()); diff != "" {
+				t.Errorf("Sync syncs (-want +got):\n%s", diff)
+			}
+			if err := files.Remove(p, tc.d); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.remove, r.take()); diff != "" {
+				t.Errorf("Remove syncs (-want +got):\n%s", diff)
+			}
+			if err := files.Remove(p, tc.d); err != nil {
+				t.Errorf("Remove of a missing file: %v", err)
+			}
+			if got := r.take(); len(got) != 0 {
+				t.Errorf("Remove of a missing file synced %v", got)
+			}
+		})
+	}
+}
+
+func TestInvalidDurability(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	files := atomicfile.New()
+	for _, d := range []atomicfile.Durability{0, atomicfile.PowerLoss + 1} {
+		if err := files.Write(p, []byte("x"), 0o600, d); err == nil {
+			t.Errorf("Write with durability %v succeeded", d)
+		}
+		if err := files.Remove(p, d); err == nil {
+			t.Errorf("Remove with durability %v succeeded", d)
+		}
+		if err := files.Sync(p, d); err == nil {
+			t.Errorf("Sync with durability %v succeeded", d)
+		}
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused Write created the file: %v", err)
+	}
+}
+
+func TestDirSyncFailureIsNotDurable(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	io := errors.New("input/output error")
+	files := atomicfile.New(atomicfile.WithSyncer(&recorder{failDir: io}))
+	err := files.Write(p, []byte("new"), 0o600, atomicfile.PowerLossChecked)
+	var nd *atomicfile.NotDurableError
+	if !errors.As(err, &nd) || !errors.Is(err, io) || nd.Path != p {
+		t.Fatalf("Write = %v, want a *NotDurableError for %s wrapping the fsync error", err, p)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "new" {
+		t.Errorf("content %q: a not-durable write must still be in place", got)
+	}
+	if err := files.Write(p, []byte("newer"), 0o600, atomicfile.ProcessCrash); err != nil {
+		t.Errorf("ProcessCrash write synced the directory: %v", err)
+	}
+}
+
 func TestWriteFailureLeavesTargetAndNoTemp(t *testing.T) {
 	dir := t.TempDir()
+	files := atomicfile.New()
 	p := filepath.Join(dir, "target")
-	if err := atomicfile.Write(p, []byte("old"), 0o600); err != nil {
+	if err := files.Write(p, []byte("old"), 0o600, atomicfile.ProcessCrash); err != nil {
 		t.Fatal(err)
 	}
 	// A directory in the way of the rename makes the write fail after the temp file exists.
@@ -52,7 +180,7 @@ func TestWriteFailureLeavesTargetAndNoTemp(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(blocked, "child"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := atomicfile.Write(blocked, []byte("new"), 0o600); err == nil {
+	if err := files.Write(blocked, []byte("new"), 0o600, atomicfile.PowerLoss); err == nil {
 		t.Fatal("Write over a non-empty directory succeeded")
 	}
 	entries, _ := os.ReadDir(dir)
@@ -86,22 +214,28 @@ func TestCleanRemovesOnlyTemps(t *testing.T) {
 	if _, err := os.Stat(keep); err != nil {
 		t.Errorf("Clean removed a real file: %v", err)
 	}
-	if err := atomicfile.Remove(keep); err != nil {
-		t.Fatal(err)
-	}
-	if err := atomicfile.Remove(keep); err != nil {
-		t.Errorf("second Remove: %v", err)
-	}
 }
 
-func ExampleWrite() {
+// counter counts syncs, for the example.
+type counter struct{ files, dirs int }
+
+func (c *counter) SyncFile(*os.File) error { c.files++; return nil }
+func (c *counter) SyncDir(string) error    { c.dirs++; return nil }
+
+func ExampleFiles_Write() {
 	dir, _ := os.MkdirTemp("", "atomicfile")
 	defer os.RemoveAll(dir)
+	c := &counter{}
+	files := atomicfile.New(atomicfile.WithSyncer(c))
 	p := filepath.Join(dir, "claim.json")
-	if err := atomicfile.Write(p, []byte(`{"ok":true}`), 0o600); err != nil {
+	// A crash of the process must not tear the file; a power loss may lose it.
+	if err := files.Write(p, []byte(`{"ok":true}`), 0o600, atomicfile.ProcessCrash); err != nil {
 		panic(err)
 	}
-	b, _ := os.ReadFile(p)
-	os.Stdout.Write(append(b, '\n'))
-	// Output: {"ok":true}
+	// The removal must survive a power loss too.
+	if err := files.Remove(p, atomicfile.PowerLossChecked); err != nil {
+		panic(err)
+	}
+	fmt.Printf("file fsyncs %d, directory fsyncs %d\n", c.files, c.dirs)
+	// Output: file fsyncs 0, directory fsyncs 1
 }

@@ -115,7 +115,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Errorf("fresh Open report = %+v", rep)
 			}
 			for _, c := range tc.put {
-				if err := s.Put(c); err != nil {
+				if err := s.Put(c, atomicfile.ProcessCrash); err != nil {
 					t.Fatalf("Put(%s): %v", c.UID, err)
 				}
 			}
@@ -342,7 +342,7 @@ func TestCorruptMovedAside(t *testing.T) {
 	src := t.TempDir()
 	s, _ := open(t, src, WithClock(newClock().now))
 	for _, c := range []ClaimState{claim("c1"), migClaim("c2")} {
-		if err := s.Put(c); err != nil {
+		if err := s.Put(c, atomicfile.ProcessCrash); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -425,7 +425,7 @@ func TestCorruptMovedAside(t *testing.T) {
 				t.Errorf("state after corrupt load has %d claims, want none", len(got))
 			}
 			// The store is usable and the next Open is clean.
-			if err := s.Put(claim("new")); err != nil {
+			if err := s.Put(claim("new"), atomicfile.ProcessCrash); err != nil {
 				t.Fatalf("Put after corrupt load: %v", err)
 			}
 			s2, rep2 := open(t, dir)
@@ -517,7 +517,7 @@ func TestUnreadable(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(rep.MovedTo, "inner")); err != nil || !st.IsDir() {
 			t.Errorf("directory not moved aside intact: %v", err)
 		}
-		if err := s.Put(claim("c")); err != nil {
+		if err := s.Put(claim("c"), atomicfile.ProcessCrash); err != nil {
 			t.Errorf("Put after moving the directory aside: %v", err)
 		}
 	})
@@ -576,7 +576,7 @@ func TestModes(t *testing.T) {
 			}
 			s, _ := open(t, dir)
 			if tc.fileMode == 0 {
-				if err := s.Put(claim("c")); err != nil {
+				if err := s.Put(claim("c"), atomicfile.ProcessCrash); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -601,7 +601,7 @@ func TestConcurrentUpdates(t *testing.T) {
 	s, _ := open(t, dir, WithClock(newClock().now))
 	const workers = 50
 	shared := ClaimState{UID: "shared", Phase: PrepareStarted}
-	if err := s.Put(shared); err != nil {
+	if err := s.Put(shared, atomicfile.ProcessCrash); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -609,11 +609,11 @@ func TestConcurrentUpdates(t *testing.T) {
 	for i := range workers {
 		wg.Go(func() {
 			uid := fmt.Sprintf("c%02d", i)
-			if err := s.Put(claim(uid)); err != nil {
+			if err := s.Put(claim(uid), atomicfile.ProcessCrash); err != nil {
 				errs <- err
 			}
 			// Read-modify-write of one claim by everybody: no append may be lost.
-			if err := s.Update(func(st *State) error {
+			if err := s.Update(atomicfile.ProcessCrash, func(st *State) error {
 				c := st.Claims["shared"]
 				c.Devices = append(c.Devices, PreparedDevice{Device: uid})
 				st.Claims["shared"] = c
@@ -626,7 +626,7 @@ func TestConcurrentUpdates(t *testing.T) {
 			}
 			_ = s.List()
 			if i%2 == 0 {
-				if err := s.Delete(uid); err != nil {
+				if err := s.Delete(uid, atomicfile.ProcessCrash); err != nil {
 					errs <- err
 				}
 			}
@@ -673,11 +673,11 @@ func TestGroupCommit(t *testing.T) {
 			var mu sync.Mutex
 			writes, armed := 0, false // Open's own write of the fresh state is not counted
 			entered, release := make(chan struct{}), make(chan struct{})
-			write := func(path string, data []byte, perm fs.FileMode) error {
+			write := func(path string, data []byte, perm fs.FileMode, d atomicfile.Durability) error {
 				mu.Lock()
 				if !armed {
 					mu.Unlock()
-					return atomicfile.Write(path, data, perm)
+					return atomicfile.New().Write(path, data, perm, d)
 				}
 				writes++
 				n := writes
@@ -689,30 +689,30 @@ func TestGroupCommit(t *testing.T) {
 				if n == 2 && tc.failBatch {
 					return errors.New("io error")
 				}
-				return atomicfile.Write(path, data, perm)
+				return atomicfile.New().Write(path, data, perm, d)
 			}
 			s, _ := open(t, dir, WithWriteFunc(write))
 			mu.Lock()
 			armed = true
 			mu.Unlock()
 			first := make(chan error, 1)
-			go func() { first <- s.Put(claim("first")) }()
+			go func() { first <- s.Put(claim("first"), atomicfile.ProcessCrash) }()
 			<-entered
 
 			const queued = 10
 			results := make([]chan error, queued+2)
 			for i := range queued {
 				results[i] = make(chan error, 1)
-				go func() { results[i] <- s.Put(claim(fmt.Sprintf("q%d", i))) }()
+				go func() { results[i] <- s.Put(claim(fmt.Sprintf("q%d", i)), atomicfile.ProcessCrash) }()
 			}
 			fnErr := errors.New("refused")
 			results[queued] = make(chan error, 1)
 			go func() {
-				results[queued] <- s.Update(func(st *State) error { st.Claims["bad"] = claim("bad"); return fnErr })
+				results[queued] <- s.Update(atomicfile.ProcessCrash, func(st *State) error { st.Claims["bad"] = claim("bad"); return fnErr })
 			}()
 			results[queued+1] = make(chan error, 1)
 			go func() {
-				results[queued+1] <- s.Update(func(st *State) error { st.Claims["x"] = claim("x"); panic("boom") })
+				results[queued+1] <- s.Update(atomicfile.ProcessCrash, func(st *State) error { st.Claims["x"] = claim("x"); panic("boom") })
 			}()
 			for { // wait until all are queued behind the write in flight
 				s.qmu.Lock()
@@ -760,7 +760,7 @@ func TestGroupCommit(t *testing.T) {
 				t.Errorf("disk differs from memory (-memory +disk):\n%s", diff)
 			}
 			// The store still works after the batch.
-			if err := s.Put(claim("after")); err != nil {
+			if err := s.Put(claim("after"), atomicfile.ProcessCrash); err != nil {
 				t.Errorf("Put after the batch: %v", err)
 			}
 		})
@@ -770,13 +770,13 @@ func TestGroupCommit(t *testing.T) {
 func TestCrashMidWrite(t *testing.T) {
 	dir := t.TempDir()
 	s, _ := open(t, dir)
-	if err := s.Put(claim("kept")); err != nil {
+	if err := s.Put(claim("kept"), atomicfile.ProcessCrash); err != nil {
 		t.Fatal(err)
 	}
 	before := claims(s)
 	// The process dies after writing part of the next checkpoint to its temporary file, before the
 	// rename: simulate with a write function that leaves exactly that behind.
-	crash := func(path string, data []byte, _ fs.FileMode) error {
+	crash := func(path string, data []byte, _ fs.FileMode, _ atomicfile.Durability) error {
 		tmp := filepath.Join(filepath.Dir(path), atomicfile.TempPrefix+filepath.Base(path)+"-4242")
 		if err := os.WriteFile(tmp, data[:len(data)/2], 0o600); err != nil {
 			return err
@@ -784,7 +784,7 @@ func TestCrashMidWrite(t *testing.T) {
 		return errors.New("killed")
 	}
 	s2, _ := open(t, dir, WithWriteFunc(crash))
-	if err := s2.Put(claim("lost")); err == nil {
+	if err := s2.Put(claim("lost"), atomicfile.ProcessCrash); err == nil {
 		t.Fatal("Put with a crashing writer succeeded")
 	}
 	s3, rep := open(t, dir)
@@ -810,15 +810,15 @@ func TestFailedUpdateLeavesState(t *testing.T) {
 	injected := errors.New("disk full")
 	var fail bool
 	var writes int
-	write := func(path string, data []byte, perm fs.FileMode) error {
+	write := func(path string, data []byte, perm fs.FileMode, d atomicfile.Durability) error {
 		writes++
 		if fail {
 			return injected
 		}
-		return atomicfile.Write(path, data, perm)
+		return atomicfile.New().Write(path, data, perm, d)
 	}
 	s, _ := open(t, dir, WithWriteFunc(write))
-	if err := s.Put(migClaim("c1")); err != nil {
+	if err := s.Put(migClaim("c1"), atomicfile.ProcessCrash); err != nil {
 		t.Fatal(err)
 	}
 	before := claims(s)
@@ -863,7 +863,7 @@ func TestFailedUpdateLeavesState(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fail = tc.fail
 			defer func() { fail = false }()
-			err := s.Update(tc.fn)
+			err := s.Update(atomicfile.ProcessCrash, tc.fn)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Update error = %v, want one containing %q", err, tc.wantErr)
 			}
@@ -880,7 +880,7 @@ func TestFailedUpdateLeavesState(t *testing.T) {
 		})
 	}
 	// The store keeps working after failures.
-	if err := s.Put(claim("c2")); err != nil {
+	if err := s.Put(claim("c2"), atomicfile.ProcessCrash); err != nil {
 		t.Fatalf("Put after failures: %v", err)
 	}
 	if _, ok := s.Get("c2"); !ok {
@@ -891,9 +891,9 @@ func TestFailedUpdateLeavesState(t *testing.T) {
 	writes = 0
 	c1, _ := s.Get("c1")
 	for _, fn := range []func() error{
-		func() error { return s.Put(c1) },
-		func() error { return s.Delete("unknown") },
-		func() error { return s.Update(func(*State) error { return nil }) },
+		func() error { return s.Put(c1, atomicfile.ProcessCrash) },
+		func() error { return s.Delete("unknown", atomicfile.ProcessCrash) },
+		func() error { return s.Update(atomicfile.ProcessCrash, func(*State) error { return nil }) },
 	} {
 		if err := fn(); err != nil {
 			t.Fatal(err)
@@ -907,7 +907,7 @@ func TestFailedUpdateLeavesState(t *testing.T) {
 func TestCopiesAreIsolated(t *testing.T) {
 	s, _ := open(t, t.TempDir())
 	in := migClaim("c")
-	if err := s.Put(in); err != nil {
+	if err := s.Put(in, atomicfile.ProcessCrash); err != nil {
 		t.Fatal(err)
 	}
 	in.Devices[0].CDIDeviceIDs[0] = "caller changed its input"
@@ -946,7 +946,7 @@ func TestReboot(t *testing.T) {
 	if rep.Rebooted || rep.BootID != "11111111-aaaa" || s.BootID() != "11111111-aaaa" {
 		t.Errorf("first Open report = %+v", rep)
 	}
-	if err := s.Put(claim("before")); err != nil {
+	if err := s.Put(claim("before"), atomicfile.ProcessCrash); err != nil {
 		t.Fatal(err)
 	}
 	_, rep = openBoot()
@@ -965,7 +965,7 @@ func TestReboot(t *testing.T) {
 		t.Errorf("claim from the earlier boot: ok %v BootID %q, want it kept with the old boot ID", ok, c.BootID)
 	}
 	// Writing records the new boot; the old claim keeps its boot ID until it changes.
-	if err := s.Put(claim("after")); err != nil {
+	if err := s.Put(claim("after"), atomicfile.ProcessCrash); err != nil {
 		t.Fatal(err)
 	}
 	s, rep = openBoot()
@@ -1015,11 +1015,11 @@ func TestCorruptIsLogged(t *testing.T) {
 
 // BenchmarkUpdate measures one durable claim update (encode, temp file, fsync, rename, directory
 // fsync) in a store holding 100 claims.
-func BenchmarkUpdate(b *testing.B) { benchmarkUpdate(b, atomicfile.Write) }
+func BenchmarkUpdate(b *testing.B) { benchmarkUpdate(b, atomicfile.New().Write) }
 
 // BenchmarkUpdateNoSync is BenchmarkUpdate without the file system: the CPU cost of an update.
 func BenchmarkUpdateNoSync(b *testing.B) {
-	benchmarkUpdate(b, func(string, []byte, fs.FileMode) error { return nil })
+	benchmarkUpdate(b, func(string, []byte, fs.FileMode, atomicfile.Durability) error { return nil })
 }
 
 // BenchmarkUpdateParallel is BenchmarkUpdate from 16 goroutines at once, each changing its own
@@ -1027,7 +1027,7 @@ func BenchmarkUpdateNoSync(b *testing.B) {
 func BenchmarkUpdateParallel(b *testing.B) {
 	s, _ := open(b, b.TempDir(), WithLogger(klog.Logger{}))
 	for i := range 100 {
-		if err := s.Put(migClaim(fmt.Sprintf("claim-%03d", i))); err != nil {
+		if err := s.Put(migClaim(fmt.Sprintf("claim-%03d", i)), atomicfile.ProcessCrash); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -1042,7 +1042,7 @@ func BenchmarkUpdateParallel(b *testing.B) {
 		n := 0
 		for pb.Next() {
 			n++
-			if err := s.Update(func(st *State) error {
+			if err := s.Update(atomicfile.ProcessCrash, func(st *State) error {
 				c := st.Claims[uid]
 				c.Name = fmt.Sprintf("n%d", n)
 				st.Claims[uid] = c
@@ -1058,7 +1058,7 @@ func benchmarkUpdate(b *testing.B, write WriteFunc) {
 	dir := b.TempDir()
 	s, _ := open(b, dir, WithLogger(klog.Logger{}))
 	for i := range 100 {
-		if err := s.Put(migClaim(fmt.Sprintf("claim-%03d", i))); err != nil {
+		if err := s.Put(migClaim(fmt.Sprintf("claim-%03d", i)), atomicfile.ProcessCrash); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -1071,7 +1071,7 @@ func benchmarkUpdate(b *testing.B, write WriteFunc) {
 	n := 0
 	for b.Loop() {
 		n++
-		if err := s.Update(func(st *State) error {
+		if err := s.Update(atomicfile.ProcessCrash, func(st *State) error {
 			c := st.Claims["claim-042"]
 			c.Phase = phases[n%2]
 			st.Claims["claim-042"] = c
@@ -1107,13 +1107,13 @@ func TestTwoStoresOnOneDirectory(t *testing.T) {
 			s = b
 		}
 		wg.Go(func() {
-			if err := s.Put(claim(fmt.Sprintf("c%02d", i))); err != nil {
+			if err := s.Put(claim(fmt.Sprintf("c%02d", i)), atomicfile.ProcessCrash); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	if err := b.Delete("c00"); err != nil {
+	if err := b.Delete("c00", atomicfile.ProcessCrash); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Refresh(); err != nil {
@@ -1139,8 +1139,8 @@ func TestTwoStoresOnOneDirectory(t *testing.T) {
 func TestWriteNotDurableKeepsMemoryAndDiskEqual(t *testing.T) {
 	dir := t.TempDir()
 	failSync := false
-	write := func(path string, data []byte, perm fs.FileMode) error {
-		if err := atomicfile.Write(path, data, perm); err != nil || !failSync {
+	write := func(path string, data []byte, perm fs.FileMode, d atomicfile.Durability) error {
+		if err := atomicfile.New().Write(path, data, perm, d); err != nil || !failSync {
 			return err
 		}
 		return &atomicfile.NotDurableError{Path: path, Err: errors.New("fsync: input/output error")}
@@ -1148,7 +1148,7 @@ func TestWriteNotDurableKeepsMemoryAndDiskEqual(t *testing.T) {
 	s, _ := open(t, dir, WithWriteFunc(write))
 	failSync = true
 	var nd *atomicfile.NotDurableError
-	if err := s.Put(claim("a")); !errors.As(err, &nd) {
+	if err := s.Put(claim("a"), atomicfile.ProcessCrash); !errors.As(err, &nd) {
 		t.Fatalf("Put = %v, want the not-durable error", err)
 	}
 	s2, _ := open(t, dir)

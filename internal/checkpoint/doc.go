@@ -12,9 +12,19 @@
 //	{"version": 2, "bootID": "...", "checksum": "sha256:<hex>", "data": {...}}
 //
 // where the checksum is the SHA-256 of the compact JSON of data as stored. Every change is written
-// to a temporary file, fsynced, renamed over the checkpoint and the directory fsynced
-// (internal/atomicfile), so a crash leaves either the old or the new state; Open removes the
-// temporary file such a crash leaves behind.
+// to a temporary file renamed over the checkpoint (internal/atomicfile), so a crash of the
+// process leaves either the old or the new state; Open removes the temporary file such a crash
+// leaves behind.
+//
+// # Durability
+//
+// Each update says what it must survive (atomicfile.Durability). Surviving a crash of the
+// process costs nothing. Surviving a power loss costs an fsync: PowerLossChecked fsyncs the
+// directory, so the new file's name survives but a power loss may tear its content, which the
+// checksum detects (Open then treats the file as corrupt); PowerLoss fsyncs the file too. An
+// update that changes nothing but asks for more durability than the file has syncs it. After a
+// power loss the checkpoint may therefore be any version from the last synced one on, or torn:
+// the caller's reconciliation must be safe with each (docs/reliability.md, "Durability").
 //
 // # Failure handling
 //
@@ -37,8 +47,8 @@
 //
 // A Store is safe for concurrent use within one process. Updates are linearizable and
 // group-committed: updates arriving while a write is in flight are applied in order and written
-// together with one fsync, so concurrent prepares on different GPUs do not queue one fsync each
-// behind a node-wide lock.
+// together, with one fsync when any of them asks for one, so concurrent operations on different
+// GPUs do not queue one write and one fsync each behind a node-wide lock.
 //
 // Two processes may use one directory (two plugin pods during a rolling update): every write
 // holds the lock file checkpoint.lock (flock, released when a process dies) and first re-reads

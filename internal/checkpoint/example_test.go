@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 )
 
@@ -26,11 +27,13 @@ func Example() {
 		UID: "4f1c", Namespace: "ml", Name: "train", Phase: checkpoint.PrepareStarted,
 		Devices: []checkpoint.PreparedDevice{{Request: "gpu", Pool: "node-a", Device: "gpu-0", GPUUUID: "GPU-1234"}},
 	}
-	if err := store.Put(claim); err != nil {
+	if err := store.Put(claim, atomicfile.ProcessCrash); err != nil {
 		panic(err)
 	}
 	// ... CDI spec written, host actions applied ...
-	if err := store.Update(func(st *checkpoint.State) error {
+	// A power loss reboots the node, which undoes what prepare did: only a process crash
+	// must be survived, and that costs no fsync.
+	if err := store.Update(atomicfile.ProcessCrash, func(st *checkpoint.State) error {
 		c := st.Claims["4f1c"]
 		c.Phase = checkpoint.PrepareCompleted
 		c.Devices[0].CDIDeviceIDs = []string{"k8s.gpu.nvidia.com/claim=4f1c-gpu-0"}

@@ -42,9 +42,9 @@ const (
 	corruptTimeFormat = "20060102T150405.000000000Z"
 )
 
-// WriteFunc atomically replaces path with data created with mode perm. The default is
-// atomicfile.Write; tests replace it to inject failures.
-type WriteFunc func(path string, data []byte, perm fs.FileMode) error
+// WriteFunc atomically replaces path with data created with mode perm, as durable as d says.
+// The default is the Write of the store's atomicfile.Files; tests replace it to inject failures.
+type WriteFunc func(path string, data []byte, perm fs.FileMode, d atomicfile.Durability) error
 
 // Option configures Open.
 type Option func(*config)
@@ -56,6 +56,7 @@ type config struct {
 	now        func() time.Time
 	maxCorrupt int
 	write      WriteFunc
+	syncer     atomicfile.Syncer
 }
 
 // WithLogger sets the logger for what Open finds (corruption, migration, reboot, leftovers).
@@ -77,6 +78,10 @@ func WithMaxCorrupt(n int) Option { return func(c *config) { c.maxCorrupt = n } 
 
 // WithWriteFunc replaces the atomic file writer.
 func WithWriteFunc(w WriteFunc) Option { return func(c *config) { c.write = w } }
+
+// WithSyncer makes the store's fsyncs go through s (default atomicfile.OSSyncer): tests count
+// them or record what would survive a power loss.
+func WithSyncer(s atomicfile.Syncer) Option { return func(c *config) { c.syncer = s } }
 
 // LoadReport says what Open found, so the caller can decide how much to rebuild from hardware
 // and CDI files.
@@ -109,12 +114,14 @@ type LoadReport struct {
 }
 
 // Store is the checkpoint of one kubelet plugin. It is safe for concurrent use; updates are
-// linearizable, group-committed, and each is durable (fsynced) before Update returns.
+// linearizable, group-committed, and each survives what its caller asks (atomicfile.Durability)
+// before Update returns.
 type Store struct {
 	path   string
 	bootID string
 	now    func() time.Time
 	write  WriteFunc
+	files  *atomicfile.Files
 	lock   *filelock.File
 
 	mu    sync.RWMutex // guards state
@@ -124,6 +131,9 @@ type Store struct {
 	loaded fileID
 	// reloads counts the reloads, that is the changes by another process seen so far.
 	reloads atomic.Uint64
+	// durable is what the file on disk is known to survive: what its last write or sync by
+	// this store paid for, ProcessCrash after a reload (another process wrote it). Leader only.
+	durable atomicfile.Durability
 	// enc caches the JSON encoding of committed claims by UID, so that an update re-encodes
 	// only the claims it changed. Missing entries are encoded on demand. Leader only.
 	enc map[string][]byte
@@ -138,6 +148,7 @@ type Store struct {
 // request is one queued Update.
 type request struct {
 	fn   func(*State) error
+	dur  atomicfile.Durability
 	done chan error // buffered: receives errLead at most once, then the result
 }
 
@@ -155,10 +166,14 @@ func Open(dir string, opts ...Option) (*Store, LoadReport, error) {
 		bootIDPath: DefaultBootIDPath,
 		now:        time.Now,
 		maxCorrupt: DefaultMaxCorrupt,
-		write:      atomicfile.Write,
+		syncer:     atomicfile.OSSyncer{},
 	}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	files := atomicfile.New(atomicfile.WithSyncer(cfg.syncer))
+	if cfg.write == nil {
+		cfg.write = files.Write
 	}
 	cfg.maxCorrupt = max(cfg.maxCorrupt, 1)
 	logger := cfg.logger.WithName("checkpoint")
@@ -183,7 +198,8 @@ func Open(dir string, opts ...Option) (*Store, LoadReport, error) {
 		return nil, report, err
 	}
 	defer func() { _ = lock.Unlock() }()
-	s := &Store{path: path, bootID: bootID, now: cfg.now, write: cfg.write, lock: lock, state: State{Claims: map[string]ClaimState{}}}
+	s := &Store{path: path, bootID: bootID, now: cfg.now, write: cfg.write, files: files, lock: lock,
+		state: State{Claims: map[string]ClaimState{}}, durable: atomicfile.ProcessCrash}
 	if err := s.load(cfg, &report, logger); err != nil {
 		_ = lock.Close()
 		return nil, report, err
@@ -206,10 +222,15 @@ func (s *Store) load(cfg config, report *LoadReport, logger klog.Logger) error {
 	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		// Write the empty state at once: a later start that finds no file knows it was wiped.
+		// Write the empty state at once, durably (once per state directory): a later start that
+		// finds no file knows it was wiped, never that a power loss lost it.
 		report.Fresh = true
 		logger.V(1).Info("No checkpoint, starting empty", "path", path, "bootID", s.bootID)
-		return s.writeState(s.state, nil)
+		if err := s.writeState(s.state, nil, atomicfile.PowerLoss); err != nil {
+			return err
+		}
+		s.durable = atomicfile.PowerLoss
+		return nil
 	case err != nil:
 		err = fmt.Errorf("read checkpoint %s: %w", path, err)
 	default:
@@ -226,7 +247,7 @@ func (s *Store) load(cfg config, report *LoadReport, logger klog.Logger) error {
 	// Unusable: keep it for a human, start empty.
 	report.Corrupt = true
 	report.Reason = err
-	moved, merr := moveAside(path, cfg.now(), cfg.maxCorrupt, logger)
+	moved, merr := moveAside(s.files, path, cfg.now(), cfg.maxCorrupt, logger)
 	if merr != nil {
 		return fmt.Errorf("checkpoint %s is unusable (%v) and could not be moved aside: %w", path, err, merr)
 	}
@@ -303,19 +324,21 @@ func fixFileMode(path string, logger klog.Logger) error {
 }
 
 // migrate keeps the old file next to the checkpoint and rewrites the checkpoint in the current
-// schema.
+// schema. Both writes survive a power loss (once per upgrade): the backup is the only copy of
+// the old file a human may need.
 func (s *Store) migrate(old []byte, from int, report *LoadReport, logger klog.Logger) error {
 	backup := fmt.Sprintf("%s.v%d", s.path, from)
-	if err := s.write(backup, old, FileMode); err != nil {
+	if err := s.write(backup, old, FileMode, atomicfile.PowerLoss); err != nil {
 		return fmt.Errorf("keep version %d checkpoint as %s before migrating: %w", from, backup, err)
 	}
 	b, err := encode(s.state, s.bootID)
 	if err != nil {
 		return err
 	}
-	if err := s.write(s.path, b, FileMode); err != nil {
+	if err := s.write(s.path, b, FileMode, atomicfile.PowerLoss); err != nil {
 		return fmt.Errorf("write checkpoint %s migrated from version %d: %w", s.path, from, err)
 	}
+	s.durable = atomicfile.PowerLoss
 	report.Migrated = from
 	report.MigrationBackup = backup
 	logger.Info("Migrated checkpoint", "path", s.path, "from", from, "to", CurrentVersion, "backup", backup,
@@ -325,8 +348,9 @@ func (s *Store) migrate(old []byte, from int, report *LoadReport, logger klog.Lo
 
 // moveAside renames an unusable checkpoint (file or whatever is in its place) to
 // <path>.corrupt-<UTC time>[-N] and prunes the oldest copies beyond keep. Names order copies
-// oldest first; a copy made within the same clock tick as an existing one gets the next N.
-func moveAside(path string, now time.Time, keep int, logger klog.Logger) (string, error) {
+// oldest first; a copy made within the same clock tick as an existing one gets the next N. The
+// rename is synced (start-up only): the copy is evidence for a human.
+func moveAside(files *atomicfile.Files, path string, now time.Time, keep int, logger klog.Logger) (string, error) {
 	dir, prefix := filepath.Dir(path), filepath.Base(path)+corruptInfix
 	listCopies := func() ([]string, error) {
 		entries, err := os.ReadDir(dir)
@@ -360,7 +384,7 @@ func moveAside(path string, now time.Time, keep int, logger klog.Logger) (string
 	if err := os.Rename(path, dst); err != nil {
 		return "", fmt.Errorf("rename %s to %s: %w", path, dst, err)
 	}
-	if err := atomicfile.SyncDir(dir); err != nil {
+	if err := files.SyncDir(dir); err != nil {
 		return dst, err
 	}
 	all, err := listCopies()
@@ -432,17 +456,22 @@ func (s *Store) List() []ClaimState {
 }
 
 // Update runs fn on a copy of the state and, if fn succeeds and the result is valid, writes it
-// durably (fsynced) and makes it the store's state before returning. Claims that fn added or
-// changed get BootID and UpdatedAt stamped. If fn, validation or the write fails, this update
-// changes nothing, in memory or on disk, and the error is returned; a panic in fn is returned as an
-// error. When fn changes nothing, nothing is written.
+// and makes it the store's state before returning. Once Update returns, the checkpoint as it
+// is then survives what d says: a crash of the process always; a power loss with
+// PowerLossChecked (the file's name, whose content a power loss may tear: Open detects that by
+// the checksum) or PowerLoss (intact content). Claims that fn added or changed get BootID and
+// UpdatedAt stamped. If fn, validation or the write fails, this update changes nothing, in
+// memory or on disk, and the error is returned; a panic in fn is returned as an error. When fn
+// changes nothing, nothing is written, but the checkpoint is still synced when d asks for more
+// than it had.
 //
 // Updates are linearizable: each fn sees the result of every update that returned before it
 // started. Concurrent updates are group-committed: while one write is in flight the next ones
-// queue, then are applied in arrival order on top of each other and written with a single fsync.
-// If that write fails, every update of the batch fails. fn must not call Update, Put or Delete.
-func (s *Store) Update(fn func(*State) error) error {
-	r := &request{fn: fn, done: make(chan error, 1)}
+// queue, then are applied in arrival order on top of each other and written once, with the
+// strongest durability any of them asks for: one fsync for all of them. If that write fails,
+// every update of the batch fails. fn must not call Update, Put or Delete.
+func (s *Store) Update(d atomicfile.Durability, fn func(*State) error) error {
+	r := &request{fn: fn, dur: d, done: make(chan error, 1)}
 	s.qmu.Lock()
 	s.queue = append(s.queue, r)
 	lead := !s.leading
@@ -487,8 +516,13 @@ func (s *Store) commit(batch []*request) {
 	work := s.state            // only the leader replaces s.state, so reading it unlocked is safe
 	dirty := map[string]bool{} // claims whose cached encoding is stale
 	changed := false
+	need := atomicfile.ProcessCrash // the strongest durability a successful update asks for
 	var now time.Time
 	for i, r := range batch {
+		if err := r.dur.Check(); err != nil {
+			results[i] = fmt.Errorf("update checkpoint %s: %w", s.path, err)
+			continue
+		}
 		next := work.Clone()
 		if err := callUpdate(r.fn, &next); err != nil {
 			results[i] = err
@@ -505,6 +539,7 @@ func (s *Store) commit(batch []*request) {
 		if len(touched) > 0 || len(next.Claims) != len(work.Claims) {
 			changed = true
 		}
+		need = max(need, r.dur)
 		for _, uid := range touched {
 			if now.IsZero() {
 				now = s.now().UTC().Round(0)
@@ -516,30 +551,49 @@ func (s *Store) commit(batch []*request) {
 		}
 		work = next
 	}
-	if changed {
-		enc := make(map[string][]byte, len(work.Claims))
-		for uid := range work.Claims {
-			if b, ok := s.enc[uid]; ok && !dirty[uid] {
-				enc[uid] = b
-			}
-		}
-		err := s.writeState(work, enc)
-		if nd := (*atomicfile.NotDurableError)(nil); err == nil || errors.As(err, &nd) {
-			// The file holds the new state (even when its rename may not be durable): so must
-			// memory, or the store and the disk would disagree.
-			s.mu.Lock()
-			s.state, s.enc, s.loaded = work, enc, statID(s.path)
-			s.mu.Unlock()
-		}
-		for i := range results {
-			if results[i] == nil {
-				results[i] = err
-			}
+	var err error
+	switch {
+	case changed:
+		err = s.writeBatch(work, dirty, need)
+	case need > s.durable && statID(s.path).exists:
+		// Nothing to write, but what is on disk must survive more than it was written for.
+		if err = s.files.Sync(s.path, need); err != nil {
+			err = fmt.Errorf("update checkpoint %s: %w", s.path, err)
+		} else {
+			s.durable = need
 		}
 	}
 	for i, r := range batch {
+		if results[i] == nil {
+			results[i] = err
+		}
 		r.done <- results[i]
 	}
+}
+
+// writeBatch writes the state a batch produced, reusing the cached encodings of the claims it
+// did not touch, and makes it the store's state.
+func (s *Store) writeBatch(work State, dirty map[string]bool, need atomicfile.Durability) error {
+	enc := make(map[string][]byte, len(work.Claims))
+	for uid := range work.Claims {
+		if b, ok := s.enc[uid]; ok && !dirty[uid] {
+			enc[uid] = b
+		}
+	}
+	err := s.writeState(work, enc, need)
+	nd := (*atomicfile.NotDurableError)(nil)
+	if err == nil || errors.As(err, &nd) {
+		// The file holds the new state (even when its rename may not be durable): so must
+		// memory, or the store and the disk would disagree.
+		s.mu.Lock()
+		s.state, s.enc, s.loaded = work, enc, statID(s.path)
+		s.mu.Unlock()
+		s.durable = need
+		if err != nil {
+			s.durable = atomicfile.ProcessCrash
+		}
+	}
+	return err
 }
 
 // settle validates and normalizes the claims an update changed, in place in next, and returns
@@ -600,6 +654,7 @@ func (s *Store) reload() error {
 	s.mu.Lock()
 	s.state, s.enc, s.loaded = st, nil, id
 	s.mu.Unlock()
+	s.durable = atomicfile.ProcessCrash // another process wrote it: no telling what it paid for
 	s.reloads.Add(1)
 	return nil
 }
@@ -613,7 +668,13 @@ func (s *Store) Reloads() uint64 { return s.reloads.Load() }
 // process (a second plugin pod during a rolling update) changed it. Call it after taking the
 // locks of an operation and before reading the state the operation depends on.
 func (s *Store) Refresh() error {
-	return s.Update(func(*State) error { return nil })
+	return s.Update(atomicfile.ProcessCrash, func(*State) error { return nil })
+}
+
+// Sync makes the checkpoint as it is now survive what d says (see Update); it writes nothing.
+// Concurrent calls, and updates queued with them, share one fsync.
+func (s *Store) Sync(d atomicfile.Durability) error {
+	return s.Update(d, func(*State) error { return nil })
 }
 
 // Close releases the store's lock file. The store must not be used afterwards.
@@ -639,12 +700,12 @@ func statID(path string) fileID {
 }
 
 // writeState writes st, reusing and completing enc, the per-claim encodings.
-func (s *Store) writeState(st State, enc map[string][]byte) error {
+func (s *Store) writeState(st State, enc map[string][]byte, d atomicfile.Durability) error {
 	b, err := encodeCached(st, enc, s.bootID)
 	if err != nil {
 		return fmt.Errorf("update checkpoint %s: %w", s.path, err)
 	}
-	if err := s.write(s.path, b, FileMode); err != nil {
+	if err := s.write(s.path, b, FileMode, d); err != nil {
 		return fmt.Errorf("update checkpoint %s: %w", s.path, err)
 	}
 	return nil
@@ -661,18 +722,19 @@ func callUpdate(fn func(*State) error, st *State) (err error) {
 	return fn(st)
 }
 
-// Put records c under c.UID, replacing any previous state of that claim.
-func (s *Store) Put(c ClaimState) error {
+// Put records c under c.UID, replacing any previous state of that claim; d as for Update.
+func (s *Store) Put(c ClaimState, d atomicfile.Durability) error {
 	c = c.Clone()
-	return s.Update(func(st *State) error {
+	return s.Update(d, func(st *State) error {
 		st.Claims[c.UID] = c
 		return nil
 	})
 }
 
-// Delete forgets the claim with the given UID. Deleting an unknown claim is not an error.
-func (s *Store) Delete(uid string) error {
-	return s.Update(func(st *State) error {
+// Delete forgets the claim with the given UID; d as for Update. Deleting an unknown claim is
+// not an error (and still syncs as d asks).
+func (s *Store) Delete(uid string, d atomicfile.Durability) error {
+	return s.Update(d, func(st *State) error {
 		delete(st.Claims, uid)
 		return nil
 	})
