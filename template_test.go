@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/simulate"
@@ -144,4 +145,25 @@ func TestSliceTemplatesOptions(t *testing.T) {
 	if _, err := gpudra.SliceTemplates(gpudra.NewBuilder(), nil); err == nil {
 		t.Error("SliceTemplates with a nil inventory succeeded")
 	}
+}
+
+// ExampleSliceTemplates prints the template of a node of eight L4 GPUs, as an autoscaler would
+// get it for a node group of that machine type.
+func ExampleSliceTemplates() {
+	machine, err := gputest.New("l4x8")
+	if err != nil {
+		panic(err)
+	}
+	inv, err := gpu.Enumerate(context.Background(), machine)
+	if err != nil {
+		panic(err)
+	}
+	templates, err := gpudra.SliceTemplates(gpudra.NewBuilder(), inv)
+	if err != nil {
+		panic(err)
+	}
+	d := templates[0].Spec.Devices[0]
+	_, hasUUID := d.Attributes["uuid"]
+	fmt.Println(*templates[0].Spec.NodeName, len(templates[0].Spec.Devices), d.Name, *d.Attributes["productName"].StringValue, hasUUID)
+	// Output: template-node 8 gpu-0 NVIDIA L4 false
 }

@@ -215,4 +215,3 @@ func TestPrioritizedListConfigByRequestName(t *testing.T) {
 		})
 	}
 }
-
