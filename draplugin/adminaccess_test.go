@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -131,80 +134,72 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// prioritizedClaim asks for one device: a whole A100-80GB ("gpu/whole") or else a 1g.10gb MIG
-// device ("gpu/slice"), with one opaque config entry per request name given.
-func prioritizedClaim(name string, configs map[string]string) *resourceapi.ResourceClaim {
-	c := draplugintest.Claim(name, "", "", "")
-	c.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
-		{Name: "whole", DeviceClassName: gpudra.GPUDeviceClassName},
+// prioritizedClaim has two requests: "gpu" asks for a whole GPU (subrequest "whole", whose
+// selector is wholeSel) or else a 1g.10gb MIG device ("slice"); "extra" asks for a whole GPU.
+// configs are its opaque config entries, each for the requests named (comma-separated).
+func prioritizedClaim(name, wholeSel string, configs map[string]string) *resourceapi.ResourceClaim {
+	c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, "", "")
+	c.Spec.Devices.Requests[0].Name = "extra"
+	whole := resourceapi.DeviceSubRequest{Name: "whole", DeviceClassName: gpudra.GPUDeviceClassName}
+	if wholeSel != "" {
+		whole.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: wholeSel}}}
+	}
+	c.Spec.Devices.Requests = append([]resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{whole,
 		{Name: "slice", DeviceClassName: gpudra.MIGDeviceClassName, Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 			Expression: "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"}}}},
-	}}}
-	for _, req := range []string{"gpu", "gpu/whole", "gpu/slice"} {
-		if cfg, ok := configs[req]; ok {
-			c.Spec.Devices.Config = append(c.Spec.Devices.Config, resourceapi.DeviceClaimConfiguration{Requests: []string{req},
-				DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-					Driver: gpudra.DefaultDriverName, Parameters: runtime.RawExtension{Raw: []byte(cfg)}}}})
-		}
+	}}}, c.Spec.Devices.Requests...)
+	for _, reqs := range slices.Sorted(maps.Keys(configs)) {
+		c.Spec.Devices.Config = append(c.Spec.Devices.Config, resourceapi.DeviceClaimConfiguration{Requests: strings.Split(reqs, ","),
+			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver: gpudra.DefaultDriverName, Parameters: runtime.RawExtension{Raw: []byte(configs[reqs])}}}})
 	}
 	return c
 }
 
-// TestPrioritizedListConfigByRequestName: a firstAvailable claim's opaque config entries are
-// matched by the allocated "request/subrequest" name (or by the parent request name): on a node
-// with whole GPUs the "gpu/whole" entry applies and the "gpu/slice" entry does not; on a node
-// whose GPUs are all 1g.10gb MIG devices the other way round.
+// TestPrioritizedListConfigByRequestName: a firstAvailable claim's opaque config entries apply
+// to the allocated device by its "request/subrequest" name or by its parent request's name, and
+// an entry that names the other subrequest (kept in the allocation because it also names another
+// request) does not apply to it. The claim has a second request, so that the allocator keeps
+// the entries' request names instead of turning them into "applies to all".
 func TestPrioritizedListConfigByRequestName(t *testing.T) {
-	const migMPS = `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"MigDeviceConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":30}}}`
+	const (
+		migMPS    = `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"MigDeviceConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":30}}}`
+		mps40     = `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":40}}}`
+		notOnA100 = "device.attributes['gpu.nvidia.com'].productName.contains('H100')"
+	)
 	cases := []struct {
-		name        string
-		machine     []gputest.Option
-		configs     map[string]string
-		wantRequest string
-		// wantTimeSlice is the time slice set on the allocated GPU (-1: none set); wantMPS the
-		// active thread percentage of the claim's MPS daemon (0: no daemon).
-		wantTimeSlice, wantMPS int
+		name     string
+		wholeSel string
+		configs  map[string]string
+		// want is what each allocated request's device got: "timeslice 3", "mps 40", "none".
+		want map[string]string
 	}{
-		{name: "whole GPU: its subrequest's config", configs: map[string]string{"gpu/whole": timeSlicingConfig, "gpu/slice": migMPS},
-			wantRequest: "gpu/whole", wantTimeSlice: 3},
-		{name: "whole GPU: a config for the other subrequest does not apply", configs: map[string]string{"gpu/slice": migMPS},
-			wantRequest: "gpu/whole", wantTimeSlice: -1},
-		{name: "whole GPU: the parent request's config applies", configs: map[string]string{"gpu": mpsConfig},
-			wantRequest: "gpu/whole", wantTimeSlice: -1, wantMPS: 50},
-		{name: "MIG only: its subrequest's config", machine: []gputest.Option{gputest.WithMIGConfig("all-1g.10gb")},
-			configs: map[string]string{"gpu/whole": timeSlicingConfig, "gpu/slice": migMPS}, wantRequest: "gpu/slice", wantTimeSlice: -1, wantMPS: 30},
-		{name: "MIG only: a config for the other subrequest does not apply", machine: []gputest.Option{gputest.WithMIGConfig("all-1g.10gb")},
-			configs: map[string]string{"gpu/whole": mpsConfig}, wantRequest: "gpu/slice", wantTimeSlice: -1},
+		{name: "whole GPU: its subrequest's entry, not the other subrequest's",
+			configs: map[string]string{"gpu/whole": timeSlicingConfig, "gpu/slice,extra": mps40},
+			want:    map[string]string{"gpu/whole": "timeslice 3", "extra": "mps 40"}},
+		{name: "whole GPU: the parent request's entry",
+			configs: map[string]string{"gpu": mps40, "extra": timeSlicingConfig},
+			want:    map[string]string{"gpu/whole": "mps 40", "extra": "timeslice 3"}},
+		{name: "MIG device: its subrequest's entry, not the other subrequest's", wholeSel: notOnA100,
+			configs: map[string]string{"gpu/slice": migMPS, "gpu/whole,extra": timeSlicingConfig},
+			want:    map[string]string{"gpu/slice": "mps 30", "extra": "timeslice 3"}},
+		{name: "MIG device: the parent request's entry", wholeSel: notOnA100,
+			configs: map[string]string{"gpu": migMPS},
+			want:    map[string]string{"gpu/slice": "mps 30", "extra": "none"}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, "dgx-a100-80gb", false, tc.machine...)
+			e := newEnv(t, "dgx-a100-80gb", false, gputest.WithMIG(0, slices.Repeat([]string{"1g.10gb"}, 7)...))
 			p := e.plugin()
-			claim, err := e.Allocate(context.Background(), prioritizedClaim(fmt.Sprintf("prio-%d", i), tc.configs))
+			claim, err := e.Allocate(context.Background(), prioritizedClaim(fmt.Sprintf("prio-%d", i), tc.wholeSel, tc.configs))
 			if err != nil {
 				t.Fatal(err)
 			}
-			res := claim.Status.Allocation.Devices.Results[0]
-			if res.Request != tc.wantRequest {
-				t.Fatalf("allocated request %q, want %q", res.Request, tc.wantRequest)
-			}
-			before := e.Host.State()
 			if _, err := prepareOne(t, p, claim); err != nil {
 				t.Fatal(err)
 			}
-			after := e.Host.State()
-			changed := -1
-			for uuid, v := range after.TimeSlices {
-				if v != before.TimeSlices[uuid] {
-					changed = v
-				}
-			}
-			if changed != tc.wantTimeSlice {
-				t.Errorf("time slice set: %d, want %d (-1: none)", changed, tc.wantTimeSlice)
-			}
-			d, running := after.Daemons[string(claim.UID)]
-			if got := ptr.Deref(d.ActiveThreadPercentage, 0); running != (tc.wantMPS != 0) || got != tc.wantMPS {
-				t.Errorf("MPS daemon running %v with active thread percentage %d, want %d (0: no daemon)", running, got, tc.wantMPS)
+			if diff := cmp.Diff(tc.want, e.sharingByRequest(claim)); diff != "" {
+				t.Errorf("sharing per allocated request (-want +got):\n%s", diff)
 			}
 			if err := unprepareOne(t, p, claim); err != nil {
 				t.Fatal(err)
@@ -214,4 +209,32 @@ func TestPrioritizedListConfigByRequestName(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sharingByRequest says, per allocation result of the claim, what the host set up for its
+// device: "timeslice N" (the GPU's time slice), "mps P" (in the claim's MPS daemon, with active
+// thread percentage P) or "none".
+func (e *env) sharingByRequest(claim *resourceapi.ResourceClaim) map[string]string {
+	uuids := map[string]string{}
+	for _, g := range e.Inventory.GPUs {
+		uuids[gpudra.GPUDeviceName(g.Minor)] = g.UUID
+		for j := range g.MIGDevices {
+			uuids[gpudra.MIGDeviceNameOf(&g.MIGDevices[j])] = g.MIGDevices[j].UUID
+		}
+	}
+	st := e.Host.State()
+	daemon := st.Daemons[string(claim.UID)]
+	out := map[string]string{}
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		uuid := uuids[r.Device]
+		switch {
+		case slices.Contains(daemon.DeviceUUIDs, uuid):
+			out[r.Request] = fmt.Sprintf("mps %d", ptr.Deref(daemon.ActiveThreadPercentage, 100))
+		case st.TimeSlices[uuid] != 0:
+			out[r.Request] = fmt.Sprintf("timeslice %d", st.TimeSlices[uuid])
+		default:
+			out[r.Request] = "none"
+		}
+	}
+	return out
 }
