@@ -12,7 +12,7 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn build image e2e e2e-binaries demo render generate verify-generate
+.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn islands build image e2e e2e-binaries demo render generate verify-generate
 
 all: test
 
@@ -57,11 +57,13 @@ e2e-binaries:
 	cd test/e2e && $(GO) run ./cmd/e2e-binaries
 
 ## e2e: tier-3 tests against those binaries and the chart (test/e2e, a nested module).
-## E2E_RUN selects tests (go test -run); E2E_KEEP=1 keeps the cluster directory.
+## E2E_RUN selects tests (go test -run); E2E_ARGS are extra test flags (-health.samples=200);
+## E2E_KEEP=1 keeps the cluster directory.
 E2E_RUN ?= .
+E2E_ARGS ?=
 e2e: e2e-binaries
 	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 ./framework/... ./cmd/...
-	cd test/e2e && $(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' .
+	cd test/e2e && $(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' . $(E2E_ARGS)
 
 ## fuzz: run each fuzz target for FUZZTIME (make test runs their seed corpora only).
 FUZZTIME ?= 10m
@@ -75,6 +77,10 @@ fuzz:
 ## churn: the full MIG churn simulation (10,000 arrivals through the scheduler's allocator; minutes).
 churn:
 	$(GO) test -count=1 -run '^TestMIGChurn$$' -v -timeout 60m . -churn.full
+
+## islands: the NVLink-island claim streams through the scheduler's allocator (20,000 arrivals per node).
+islands:
+	$(GO) test -count=1 -run '^TestIslandStreams$$' -v . -islands.full
 
 demo:
 	$(GO) run ./examples/gpu-dra-driver demo

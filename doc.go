@@ -32,6 +32,11 @@
 //	pool, err := b.Build(nodeName, inv)
 //	slices, err := gpudra.ResourceSlices(b.DriverName(), nodeName, pool) // complete objects
 //
+// With WithTopology(topo) (topo from topology.Discover) every device also names its NVLink
+// island, NVLink fabric domain and PCIe switch (AttrNVLinkIsland, AttrNVLinkDomain,
+// AttrPCIeSwitch) for matchAttribute constraints, and GPUs are published in an order that makes
+// the scheduler's first fit keep whole islands free.
+//
 // # Serve a node
 //
 //	plugin, err := draplugin.New(ctx, draplugin.Config{

@@ -59,6 +59,9 @@ type Builder struct {
 	migLookup  func(productName string) (*mig.Model, error)
 	migOwned   func(g *gpu.GPU, d *gpu.MIGDevice) bool
 	consumable *ConsumableMemory
+	topo       *placements // WithTopology, nil without
+	// listAttributes publishes list-valued attributes (WithListAttributes).
+	listAttributes bool
 }
 
 // Option configures a Builder.
@@ -73,7 +76,7 @@ func WithDriverName(name string) Option { return func(b *Builder) { b.driverName
 func WithMaxDevicesPerSlice(n int) Option { return func(b *Builder) { b.maxDevices = n } }
 
 // WithPCIeRoot sets how PCIe roots are resolved for the resource.kubernetes.io/pcieRoot attribute.
-// Without it the attribute is left out.
+// Without it the attribute comes from WithTopology, and without either it is left out.
 func WithPCIeRoot(f PCIeRootFunc) Option { return func(b *Builder) { b.pcieRoot = f } }
 
 // WithDeviceTaints adds taints (for example from health monitoring) to devices by name. Each
@@ -137,8 +140,9 @@ func (b *Builder) Published(inv *gpu.Inventory) ([]PublishedDevice, error) {
 }
 
 // Devices returns every device the builder would publish for the inventory, in publishing
-// order: GPUs by index (full GPUs and static MIG devices), then the dynamic MIG partitions of all
-// GPUs, grouped by profile and best placement first (see WithDynamicMIG).
+// order: GPUs by index, or in the topology's order with WithTopology (full GPUs and static MIG
+// devices, each GPU's together), then the dynamic MIG partitions of all GPUs, grouped by profile
+// and best placement first (see WithDynamicMIG).
 func (b *Builder) Devices(inv *gpu.Inventory) ([]resourceapi.Device, error) {
 	pub, err := b.build(inv)
 	if err != nil {
@@ -194,7 +198,7 @@ func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*Pool, error) {
 func (b *Builder) sliceLimit(devices []resourceapi.Device) int {
 	limit := resourceapi.ResourceSliceMaxDevices
 	for i := range devices {
-		if len(devices[i].Taints) > 0 || len(devices[i].ConsumesCounters) > 0 {
+		if len(devices[i].Taints) > 0 || len(devices[i].ConsumesCounters) > 0 || hasListAttribute(&devices[i]) {
 			limit = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
 			break
 		}
@@ -230,10 +234,16 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 		pub.refs = append(pub.refs, ref)
 		return nil
 	}
+	// Counter sets and dynamic partitions follow the GPUs' index order; the GPUs' own devices
+	// are published in gpuOrder.
 	var dyns []*dynamicMIG
+	type gpuPublished struct {
+		devs []resourceapi.Device
+		refs []PublishedDevice
+	}
+	perGPU := make([]gpuPublished, len(inv.GPUs))
 	for i := range inv.GPUs {
 		g := &inv.GPUs[i]
-		owner := fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID)
 		devs, refs, dyn, err := b.gpuDevices(inv, g)
 		if err != nil {
 			return nil, fmt.Errorf("GPU %d (%s): %w", g.Index, g.UUID, err)
@@ -242,8 +252,13 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 			pub.counterSets = append(pub.counterSets, dyn.counters)
 			dyns = append(dyns, dyn)
 		}
-		for k, d := range devs {
-			if err := add(d, refs[k], owner); err != nil {
+		perGPU[i] = gpuPublished{devs, refs}
+	}
+	for _, i := range b.gpuOrder(inv) {
+		g := &inv.GPUs[i]
+		owner := fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID)
+		for k, d := range perGPU[i].devs {
+			if err := add(d, perGPU[i].refs[k], owner); err != nil {
 				return nil, err
 			}
 		}
@@ -296,15 +311,14 @@ func (b *Builder) commonAttributes(inv *gpu.Inventory, g *gpu.GPU) map[resourcea
 	setVersion(attrs, AttrCudaDriverVersion, inv.CUDADriverVersion)
 	if g.PCIBusID != "" {
 		attrs[StdAttrPCIBusID] = str(g.PCIBusID)
-		if b.pcieRoot != nil {
-			if root := b.pcieRoot(g.PCIBusID); root != "" {
-				attrs[StdAttrPCIeRoot] = str(root)
-			}
+		if root := b.pcieRootOf(g); root != "" {
+			attrs[StdAttrPCIeRoot] = str(root)
 		}
 	}
 	if g.NUMANode >= 0 {
 		attrs[StdAttrNUMANode] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(g.NUMANode))}
 	}
+	b.setPlacement(attrs, g)
 	return attrs
 }
 

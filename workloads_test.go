@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -82,6 +83,21 @@ func TestSeedWorkloadsWithRealAllocator(t *testing.T) {
 		{file: "35-time-slicing-deployments.yaml", machine: "l4x8", wantFail: -1},
 		{file: "36-prioritized-list.yaml", machine: "dgx-a100-80gb", wantFail: -1},
 		{file: "36-prioritized-list.yaml", machine: "dgx-a100-80gb", machOpts: opts(all1g10gb), wantFail: 0},
+		// Topology (issue 18): the facts are NVIDIA's (docs/hardware.md), not the code's.
+		{file: "32-multi-gpu-numa.yaml", machine: "l4x8", wantFail: -1, check: sameGroup(4, "numaNode", [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}})},
+		{file: "33-two-gpus-same-pcie-root.yaml", machine: "l4x8", wantFail: -1, check: sameGroup(2, "pcieRoot", [][]int{{0, 1}, {2, 3}, {4, 5}, {6, 7}})},
+		{file: "37-two-gpus-one-nvlink-island.yaml", machine: "a30x4", wantFail: -1, check: sameGroup(2, "NVLink island", [][]int{{0, 1}, {2, 3}})},
+		{file: "37-two-gpus-one-nvlink-island.yaml", machine: "a30x4", machOpts: opts(gputest.WithNVLinkBridges([2]int{0, 3}, [2]int{1, 2})), wantFail: -1, check: sameGroup(2, "NVLink island", [][]int{{0, 3}, {1, 2}})},
+		{file: "37-two-gpus-one-nvlink-island.yaml", machine: "dgx-a100-40gb", wantFail: -1, check: devicesPerClaim(2)},
+		{file: "37-two-gpus-one-nvlink-island.yaml", machine: "l4x8", wantFail: 0},
+		{file: "37-two-gpus-one-nvlink-island.yaml", machine: "a10gx4", wantFail: 0},
+		{file: "38-eight-gpus-one-nvlink-island.yaml", machine: "dgx-a100-40gb", wantFail: -1, check: devicesPerClaim(8)},
+		{file: "38-eight-gpus-one-nvlink-island.yaml", machine: "dgx-a100-80gb", wantFail: -1, check: devicesPerClaim(8)},
+		{file: "38-eight-gpus-one-nvlink-island.yaml", machine: "dgx-h100", wantFail: -1, check: devicesPerClaim(8)},
+		{file: "38-eight-gpus-one-nvlink-island.yaml", machine: "dgx-h200", wantFail: -1, check: devicesPerClaim(8)},
+		{file: "38-eight-gpus-one-nvlink-island.yaml", machine: "dgx-b200", wantFail: -1, check: devicesPerClaim(8)},
+		{file: "38-eight-gpus-one-nvlink-island.yaml", machine: "a30x4", wantFail: 0},
+		{file: "38-eight-gpus-one-nvlink-island.yaml", machine: "gb200-nvl4", wantFail: 0},
 	}
 	for _, c := range cases {
 		name := fmt.Sprintf("%s/%s", c.file, c.machine)
@@ -90,7 +106,8 @@ func TestSeedWorkloadsWithRealAllocator(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			inv, topo := inventoryAndTopology(t, c.machine, c.machOpts...)
-			slices := slicesFor(t, inv, append([]gpudra.Option{gpudra.WithPCIeRoot(topo.PCIeRoot)}, c.buildOpts...)...)
+			// As the reference driver publishes them: PCIe roots and the topology attributes.
+			slices := slicesFor(t, inv, append([]gpudra.Option{gpudra.WithPCIeRoot(topo.PCIeRoot), gpudra.WithTopology(topo)}, c.buildOpts...)...)
 			w := loadWorkload(t, workloadPath(c.file))
 			if len(w.Claims) == 0 {
 				t.Fatalf("%s has no claims", c.file)
@@ -190,4 +207,38 @@ func profiles(profile string) func(t *testing.T, claims []*resourceapi.ResourceC
 			}
 		}
 	}
+}
+
+// sameGroup checks that every claim got n GPUs, all from one of groups (GPU indexes, named by
+// what they share), as the machine's published layout says.
+func sameGroup(n int, what string, groups [][]int) func(t *testing.T, claims []*resourceapi.ResourceClaim) {
+	return func(t *testing.T, claims []*resourceapi.ResourceClaim) {
+		t.Helper()
+		for _, c := range claims {
+			var got []int
+			for _, r := range c.Status.Allocation.Devices.Results {
+				var minor int
+				if _, err := fmt.Sscanf(r.Device, "gpu-%d", &minor); err != nil {
+					t.Fatalf("claim %s: device %s is not a full GPU", c.Name, r.Device)
+				}
+				got = append(got, minor)
+			}
+			ok := len(got) == n
+			for _, g := range groups {
+				if ok && containsAll(g, got) {
+					return
+				}
+			}
+			t.Errorf("claim %s got GPUs %v, want %d GPUs of one %s of %v", c.Name, got, n, what, groups)
+		}
+	}
+}
+
+func containsAll(set, xs []int) bool {
+	for _, x := range xs {
+		if !slices.Contains(set, x) {
+			return false
+		}
+	}
+	return true
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -87,8 +88,30 @@ type HealthConfig struct {
 	// change (default 10s); each report tells the kubelet to wait three intervals for the next.
 	ReportInterval time.Duration
 	// EventWait is how long one NVML event wait blocks (default 1s); it bounds how long
-	// stopping the monitor takes.
+	// stopping the monitor takes and how often recovery is checked.
 	EventWait time.Duration
+	// TaintEffect is the effect of health taints: NoSchedule (default) keeps new claims off an
+	// unhealthy device, NoExecute also evicts the pods that use it, None only informs.
+	TaintEffect resourceapi.DeviceTaintEffect
+	// RecoveryWindow is how long a GPU or MIG device tainted by NVML events (XID, ECC) must stay
+	// quiet before its taint is removed (default DefaultRecoveryWindow). A negative window keeps
+	// those taints until MarkHealthy. A lost GPU recovers as soon as it answers NVML again;
+	// taints set with MarkUnhealthy are removed only by MarkHealthy.
+	RecoveryWindow time.Duration
+}
+
+// DefaultRecoveryWindow is how long a device tainted by NVML events must stay quiet before the
+// taint is removed, unless HealthConfig.RecoveryWindow says otherwise.
+const DefaultRecoveryWindow = 5 * time.Minute
+
+// validate checks the health settings.
+func (c HealthConfig) validate() error {
+	switch c.TaintEffect {
+	case "", resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute, resourceapi.DeviceTaintEffectNone:
+		return nil
+	}
+	return fmt.Errorf("Health.TaintEffect %q: supported values: %q, %q, %q", c.TaintEffect,
+		resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute, resourceapi.DeviceTaintEffectNone)
 }
 
 // DefaultIgnoredXIDs are the XIDs that do not make a GPU unhealthy: they report application
@@ -117,6 +140,11 @@ type StartConfig struct {
 	NoPublish bool
 	// NoHealthMonitor does not watch NVML events (health can still be set with MarkUnhealthy).
 	NoHealthMonitor bool
+	// NoDeviceStatus does not write status.devices of the claims the plugin prepares. By
+	// default each prepared device is described there (DeviceStatusData, condition Prepared)
+	// with server-side apply under the driver's name as field manager, in the background; this
+	// needs the "patch" verb on resourceclaims/status.
+	NoDeviceStatus bool
 	// Options are extra kubeletplugin options, applied after the plugin's own.
 	Options []kubeletplugin.Option
 }
@@ -154,6 +182,9 @@ func (c *Config) validate() error {
 	case c.CDIGenerator.Kind() != c.CDIWriter.Kind():
 		return fmt.Errorf("plugin config: the CDI generator makes specs of kind %s but the writer stores kind %s (cdi.WithKind and cdi.WithWriterKind must agree)",
 			c.CDIGenerator.Kind(), c.CDIWriter.Kind())
+	}
+	if err := c.Health.validate(); err != nil {
+		return fmt.Errorf("plugin config: %w", err)
 	}
 	return nil
 }

@@ -21,7 +21,21 @@ type gpuHealth struct {
 	reason  string // taint value
 	message string
 	since   time.Time
+	// last is when the latest event of the same reason arrived.
+	last time.Time
+	// recovers is how the state ends by itself: recoverQuiet after RecoveryWindow without
+	// events, recoverAnswers when the GPU answers NVML again, recoverNever (MarkUnhealthy).
+	recovers recovery
 }
+
+// recovery is how an unhealthy state ends without MarkHealthy.
+type recovery int
+
+const (
+	recoverNever recovery = iota
+	recoverQuiet
+	recoverAnswers
+)
 
 // health tracks which GPUs are unhealthy, turns that into device taints and health reports,
 // and watches NVML events. It knows devices only through the index it is attached to, and
@@ -60,6 +74,12 @@ func newHealth(cfg HealthConfig, driverName string, now func() time.Time) *healt
 	if cfg.EventWait <= 0 {
 		cfg.EventWait = time.Second
 	}
+	if cfg.TaintEffect == "" {
+		cfg.TaintEffect = resourceapi.DeviceTaintEffectNoSchedule
+	}
+	if cfg.RecoveryWindow == 0 {
+		cfg.RecoveryWindow = DefaultRecoveryWindow
+	}
 	h := &health{cfg: cfg, now: now, ignored: map[uint64]bool{}, unhealthy: map[string]gpuHealth{}, watchers: map[chan struct{}]struct{}{}}
 	for _, x := range cfg.IgnoredXIDs {
 		h.ignored[x] = true
@@ -90,7 +110,7 @@ func (h *health) state(device string) (gpuHealth, bool) {
 }
 
 // taints is the builder's WithDeviceTaints function: the devices of an unhealthy GPU get a
-// NoSchedule taint.
+// taint with the configured effect.
 func (h *health) taints(device string) []resourceapi.DeviceTaint {
 	if h.devices == nil {
 		return nil
@@ -102,7 +122,7 @@ func (h *health) taints(device string) []resourceapi.DeviceTaint {
 		return nil
 	}
 	t := metav1.NewTime(st.since.Truncate(time.Second))
-	return []resourceapi.DeviceTaint{{Key: h.cfg.TaintKey, Value: st.reason, Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &t}}
+	return []resourceapi.DeviceTaint{{Key: h.cfg.TaintKey, Value: st.reason, Effect: h.cfg.TaintEffect, TimeAdded: &t}}
 }
 
 // count is the number of unhealthy GPUs.
@@ -139,6 +159,9 @@ func (h *health) update(target string, bad *gpuHealth) bool {
 	case bad == nil:
 		delete(h.unhealthy, target)
 	case was && old.reason == bad.reason:
+		// The same trouble again: it stays, and its quiet window starts over.
+		old.last = bad.last
+		h.unhealthy[target] = old
 		return false
 	default:
 		h.unhealthy[target] = *bad
@@ -162,7 +185,8 @@ func (p *Plugin) MarkUnhealthy(ctx context.Context, device, reason, message stri
 	if !ok {
 		return fmt.Errorf("unknown device %q: neither a published device nor a GPU UUID of node %s", device, p.nodeName)
 	}
-	p.health.set(ctx, u, &gpuHealth{reason: reason, message: message, since: p.now()})
+	now := p.now()
+	p.health.set(ctx, u, &gpuHealth{reason: reason, message: message, since: now, last: now})
 	return nil
 }
 
@@ -297,6 +321,7 @@ func (h *health) monitor(ctx context.Context, lib nvml.Interface, inv *gpu.Inven
 	backoff := newBackoff(100*time.Millisecond, 30*time.Second)
 	for ctx.Err() == nil {
 		e, ret := set.Wait(wait)
+		h.recover(ctx, gpus)
 		switch {
 		case ret == nvml.ERROR_TIMEOUT:
 			backoff.reset()
@@ -386,7 +411,8 @@ func (h *health) gpuLost(ctx context.Context, gpus []watchedGPU, e nvml.EventDat
 	lost := false
 	for _, w := range gpus {
 		if _, r := w.dev.GetUUID(); r == nvml.ERROR_GPU_IS_LOST || (e.Device != nil && w.dev == e.Device) {
-			h.set(ctx, w.uuid, &gpuHealth{reason: "gpu-lost", message: "the GPU fell off the bus (NVML ERROR_GPU_IS_LOST)", since: h.now()})
+			now := h.now()
+			h.set(ctx, w.uuid, &gpuHealth{reason: "gpu-lost", message: "the GPU fell off the bus (NVML ERROR_GPU_IS_LOST)", since: now, last: now, recovers: recoverAnswers})
 			lost = true
 		}
 	}
@@ -432,15 +458,54 @@ func (h *health) event(ctx context.Context, gpus []watchedGPU, e nvml.EventData)
 			logger.V(2).Info("Ignoring benign XID", "gpu", u, "xid", e.EventData)
 			return
 		}
-		bad = gpuHealth{reason: fmt.Sprintf("xid-%d", e.EventData), message: fmt.Sprintf("XID %d reported by the driver", e.EventData), since: h.now()}
+		bad = gpuHealth{reason: fmt.Sprintf("xid-%d", e.EventData), message: fmt.Sprintf("XID %d reported by the driver", e.EventData)}
 	case e.EventType&nvml.EventTypeDoubleBitEccError != 0:
-		bad = gpuHealth{reason: "ecc-dbe", message: "double-bit ECC error", since: h.now()}
+		bad = gpuHealth{reason: "ecc-dbe", message: "double-bit ECC error"}
 	default:
 		return
 	}
+	now := h.now()
+	bad.since, bad.last, bad.recovers = now, now, recoverQuiet
 	for _, target := range h.targets(u, e) {
 		h.set(ctx, target, &bad)
 	}
+}
+
+// recover clears the states that ended by themselves: event taints quiet for the recovery
+// window, lost GPUs that answer NVML again. The monitor calls it between event waits.
+func (h *health) recover(ctx context.Context, gpus []watchedGPU) {
+	for _, target := range h.recovered(gpus) {
+		h.set(ctx, target, nil)
+	}
+}
+
+// recovered lists the targets whose unhealthy state has ended.
+func (h *health) recovered(gpus []watchedGPU) []string {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for target, st := range h.unhealthy {
+		switch {
+		case st.recovers == recoverQuiet && h.cfg.RecoveryWindow > 0 && now.Sub(st.last) >= h.cfg.RecoveryWindow:
+			out = append(out, target)
+		case st.recovers == recoverAnswers && answers(gpus, target):
+			out = append(out, target)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// answers reports whether the watched GPU with this UUID answers NVML.
+func answers(gpus []watchedGPU, uuid string) bool {
+	for _, w := range gpus {
+		if w.uuid == uuid {
+			_, ret := w.dev.GetUUID()
+			return ret == nvml.SUCCESS
+		}
+	}
+	return false
 }
 
 // migDevicesOf names the published MIG devices of a GPU with GPU instance gi (and compute

@@ -62,6 +62,8 @@ type Plugin struct {
 
 	// republishReq asks the publisher (Start) to build and publish the slices again.
 	republishReq chan struct{}
+	// status writes claims' status.devices; nil unless Start runs it.
+	status *statusWriter
 
 	fatalOnce sync.Once
 	fatal     chan struct{} // closed by a fatal error of the kubelet-plugin helper
@@ -280,11 +282,17 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 		// claims that are fine beats a crash loop.
 		klog.FromContext(ctx).Error(err, "Reconciliation at start left work undone")
 	}
+	stopped := make(chan struct{})
+	if !sc.NoDeviceStatus {
+		// Before the sockets serve: prepares read p.status without a lock.
+		p.status = newStatusWriter(sc.KubeClient, p.driverName, p.now)
+		go p.status.run(ctx, stopped)
+	}
 	helper, err := kubeletplugin.Start(ctx, p, p.helperOptions(sc)...)
 	if err != nil {
+		close(stopped)
 		return report, fmt.Errorf("start kubelet plugin %s: %w", p.driverName, err)
 	}
-	stopped := make(chan struct{})
 	p.helperMu.Lock()
 	p.helper, p.stopped = helper, stopped
 	p.helperMu.Unlock()

@@ -43,7 +43,39 @@ func (p *Plugin) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return kubeletplugin.PrepareResult{Err: err}
 	}
 	logger.V(2).Info("Prepared claim", "devices", len(devices), "duration", p.now().Sub(start))
+	p.queueDeviceStatus(ctx, claim)
 	return kubeletplugin.PrepareResult{Devices: devices}
+}
+
+// queueDeviceStatus has the status writer (when Start runs one) describe the claim's devices
+// in its status.
+func (p *Plugin) queueDeviceStatus(ctx context.Context, claim *resourceapi.ResourceClaim) {
+	if p.status == nil {
+		return
+	}
+	st, ok := p.store.Get(string(claim.UID))
+	if !ok || len(st.Devices) == 0 {
+		return
+	}
+	if err := p.status.prepared(st, p.shareIDsOf(claim)); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot describe the prepared devices in the claim's status")
+	}
+}
+
+// shareIDsOf maps request and device (joined by NUL) to the share ID the allocation gave the
+// device, for devices allocated a share of their capacity.
+func (p *Plugin) shareIDsOf(claim *resourceapi.ResourceClaim) map[string]*types.UID {
+	shareIDs := map[string]*types.UID{}
+	if claim.Status.Allocation == nil {
+		return shareIDs
+	}
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver == p.driverName && r.ShareID != nil {
+			id := *r.ShareID
+			shareIDs[r.Request+"\x00"+r.Device] = &id
+		}
+	}
+	return shareIDs
 }
 
 func (p *Plugin) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
@@ -171,15 +203,7 @@ func sameAllocation(st checkpoint.ClaimState, ours []prepDevice) error {
 
 // resultFromState rebuilds the prepare result of a completed claim from the checkpoint.
 func (p *Plugin) resultFromState(claim *resourceapi.ResourceClaim, st checkpoint.ClaimState) []kubeletplugin.Device {
-	shareIDs := map[string]*types.UID{}
-	if claim.Status.Allocation != nil {
-		for _, r := range claim.Status.Allocation.Devices.Results {
-			if r.Driver == p.driverName && r.ShareID != nil {
-				id := *r.ShareID
-				shareIDs[r.Request+"\x00"+r.Device] = &id
-			}
-		}
-	}
+	shareIDs := p.shareIDsOf(claim)
 	out := make([]kubeletplugin.Device, 0, len(st.Devices))
 	for _, d := range st.Devices {
 		out = append(out, kubeletplugin.Device{

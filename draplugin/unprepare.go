@@ -27,6 +27,9 @@ func (p *Plugin) unprepareClaim(ctx context.Context, claim kubeletplugin.Namespa
 		return err
 	}
 	logger.V(2).Info("Unprepared claim", "duration", p.now().Sub(start))
+	if p.status != nil {
+		p.status.unprepared(claim.Namespace, claim.Name, claim.UID)
+	}
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/mig"
@@ -236,6 +237,51 @@ func SameNUMANode(requests ...string) resourceapi.DeviceConstraint {
 // parentUUID attribute).
 func (b Builder) SameParentGPU(requests ...string) resourceapi.DeviceConstraint {
 	return MatchAttribute(resourceapi.FullyQualifiedName(b.driver+"/"+string(gpudra.AttrParentUUID)), requests...)
+}
+
+// SameNVLinkIsland constrains the requests' devices to one NVLink island (the driver's
+// nvlinkIsland attribute, gpudra.AttrNVLinkIsland): GPUs that reach each other over NVLink,
+// directly or through NVSwitches; MIG devices carry their GPU's island. Devices on no island
+// (PCIe-only GPUs) never satisfy it.
+func (b Builder) SameNVLinkIsland(requests ...string) resourceapi.DeviceConstraint {
+	return MatchAttribute(resourceapi.FullyQualifiedName(b.driver+"/"+string(gpudra.AttrNVLinkIsland)), requests...)
+}
+
+// SameNVLinkDomain constrains the requests' devices to one multi-node NVLink fabric domain (the
+// driver's nvlinkDomain attribute, gpudra.AttrNVLinkDomain; GB200-class systems). Devices in no
+// fabric never satisfy it.
+func (b Builder) SameNVLinkDomain(requests ...string) resourceapi.DeviceConstraint {
+	return MatchAttribute(resourceapi.FullyQualifiedName(b.driver+"/"+string(gpudra.AttrNVLinkDomain)), requests...)
+}
+
+// ConstraintFunc makes a constraint on the named requests: SamePCIeRoot, SameNUMANode and the
+// Builder's SameNVLinkIsland, SameNVLinkDomain and SameParentGPU are ConstraintFuncs.
+type ConstraintFunc func(requests ...string) resourceapi.DeviceConstraint
+
+// GPUClaim returns the devices of a ResourceClaim spec asking for n full GPUs in one request
+// named request, from the driver's GPU DeviceClass (as DeviceClasses names it), with every
+// constraint applied to that request. For example, four GPUs on one NVLink island:
+//
+//	devices, err := b.GPUClaim("gpus", 4, b.SameNVLinkIsland)
+//
+// request must be a DNS label and n between 1 and 32 (the most devices one claim can get).
+func (b Builder) GPUClaim(request string, n int64, constraints ...ConstraintFunc) (resourceapi.DeviceClaim, error) {
+	if errs := validation.IsDNS1123Label(request); len(errs) > 0 {
+		return resourceapi.DeviceClaim{}, fmt.Errorf("GPUClaim: request name %q: %s", request, strings.Join(errs, "; "))
+	}
+	if n < 1 || n > resourceapi.AllocationResultsMaxSize {
+		return resourceapi.DeviceClaim{}, fmt.Errorf("GPUClaim: request %q: count %d: want 1 to %d GPUs", request, n, resourceapi.AllocationResultsMaxSize)
+	}
+	out := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: request, Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: DeviceClasses(b.driver)[0].Name, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: n,
+	}}}}
+	for k, c := range constraints {
+		if c == nil {
+			return resourceapi.DeviceClaim{}, fmt.Errorf("GPUClaim: request %q: constraint %d is nil", request, k)
+		}
+		out.Constraints = append(out.Constraints, c(request))
+	}
+	return out, nil
 }
 
 // DeviceClasses returns the DeviceClasses the driver ships: one selecting full GPUs and one

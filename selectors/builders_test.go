@@ -197,12 +197,16 @@ func TestConstraints(t *testing.T) {
 		selectors.SamePCIeRoot("a", "b"),
 		selectors.SameNUMANode(),
 		selectors.For("").SameParentGPU("x"),
+		selectors.For("").SameNVLinkIsland("g"),
+		selectors.For("gpu.example.com").SameNVLinkDomain(),
 	}
 	attr := func(s string) *resourceapi.FullyQualifiedName { a := resourceapi.FullyQualifiedName(s); return &a }
 	want := []resourceapi.DeviceConstraint{
 		{Requests: []string{"a", "b"}, MatchAttribute: attr("resource.kubernetes.io/pcieRoot")},
 		{MatchAttribute: attr("resource.kubernetes.io/numaNode")},
 		{Requests: []string{"x"}, MatchAttribute: attr("gpu.nvidia.com/parentUUID")},
+		{Requests: []string{"g"}, MatchAttribute: attr("gpu.nvidia.com/nvlinkIsland")},
+		{MatchAttribute: attr("gpu.example.com/nvlinkDomain")},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("constraints (-want +got):\n%s", diff)
@@ -267,6 +271,15 @@ func TestConstraintsOnFakeMachines(t *testing.T) {
 		{"no pair under one root on H100", machine{name: "dgx-h100"}, claim(2, selectors.SamePCIeRoot("r"), "gpu.nvidia.com"), gpudra.StdAttrPCIeRoot, false},
 		{"4 MIG devices of one GPU", machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}, claim(4, b.SameParentGPU(), "mig.nvidia.com"), gpudra.AttrParentUUID, true},
 		{"5 MIG devices of one GPU", machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}, claim(5, b.SameParentGPU(), "mig.nvidia.com"), gpudra.AttrParentUUID, false},
+		// NVIDIA's systems: every GPU of a DGX on one NVSwitch island; A30 pairs on NVLink bridges;
+		// L4 servers PCIe only; GB200 trays in one fabric domain, DGX H100 in none.
+		{"8 GPUs on one NVLink island", machine{name: "dgx-b200"}, claim(8, b.SameNVLinkIsland(), "gpu.nvidia.com"), gpudra.AttrNVLinkIsland, true},
+		{"a bridged A30 pair", machine{name: "a30x4"}, claim(2, b.SameNVLinkIsland(), "gpu.nvidia.com"), gpudra.AttrNVLinkIsland, true},
+		{"no bridged A30 triple", machine{name: "a30x4"}, claim(3, b.SameNVLinkIsland(), "gpu.nvidia.com"), gpudra.AttrNVLinkIsland, false},
+		{"no island on L4", machine{name: "l4x8"}, claim(2, b.SameNVLinkIsland(), "gpu.nvidia.com"), gpudra.AttrNVLinkIsland, false},
+		{"4 GB200 GPUs in one fabric domain", machine{name: "gb200-nvl4"}, claim(4, b.SameNVLinkDomain(), "gpu.nvidia.com"), gpudra.AttrNVLinkDomain, true},
+		{"no fabric domain on H100", machine{name: "dgx-h100"}, claim(1, b.SameNVLinkDomain(), "gpu.nvidia.com"), gpudra.AttrNVLinkDomain, false},
+		{"MIG devices carry their GPU's island", machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}, claim(20, b.SameNVLinkIsland(), "mig.nvidia.com"), gpudra.AttrNVLinkIsland, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -295,5 +308,38 @@ func TestConstraintsOnFakeMachines(t *testing.T) {
 				t.Errorf("devices %v have %s values %v, want one", got.Status.Allocation.Devices.Results, tc.attr, values)
 			}
 		})
+	}
+}
+
+func TestGPUClaim(t *testing.T) {
+	b := selectors.For("")
+	got, err := b.GPUClaim("gpus", 4, b.SameNVLinkIsland, selectors.SameNUMANode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attr := func(s string) *resourceapi.FullyQualifiedName { a := resourceapi.FullyQualifiedName(s); return &a }
+	want := resourceapi.DeviceClaim{
+		Requests: []resourceapi.DeviceRequest{{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: "gpu.nvidia.com", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 4}}},
+		Constraints: []resourceapi.DeviceConstraint{
+			{Requests: []string{"gpus"}, MatchAttribute: attr("gpu.nvidia.com/nvlinkIsland")},
+			{Requests: []string{"gpus"}, MatchAttribute: attr("resource.kubernetes.io/numaNode")},
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GPUClaim (-want +got):\n%s", diff)
+	}
+	other, err := selectors.For("gpu.example.com").GPUClaim("r", 1)
+	if err != nil || other.Requests[0].Exactly.DeviceClassName != "gpu.gpu.example.com" || other.Constraints != nil {
+		t.Errorf("another driver: %+v, %v", other, err)
+	}
+	for _, bad := range []struct {
+		name string
+		n    int64
+		c    []selectors.ConstraintFunc
+	}{{"Gpus", 2, nil}, {"", 2, nil}, {"gpus", 0, nil}, {"gpus", 33, nil}, {"gpus", 2, []selectors.ConstraintFunc{nil}}} {
+		if _, err := b.GPUClaim(bad.name, bad.n, bad.c...); err == nil {
+			t.Errorf("GPUClaim(%q, %d, %d constraints) accepted", bad.name, bad.n, len(bad.c))
+		}
 	}
 }

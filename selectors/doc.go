@@ -18,9 +18,10 @@
 //
 // For(driver) returns a Builder for the common needs: GPU or MIG devices, profiles, product
 // name globs, architectures, minimum compute capability, driver version ranges, memory (a
-// capacity), combined with And, Or and Not. SamePCIeRoot, SameNUMANode and
-// Builder.SameParentGPU are matchAttribute constraints. DeviceClasses returns the classes the
-// driver ships (gpu.nvidia.com, mig.nvidia.com).
+// capacity), combined with And, Or and Not. SamePCIeRoot, SameNUMANode and the Builder's
+// SameNVLinkIsland, SameNVLinkDomain and SameParentGPU are matchAttribute constraints;
+// Builder.GPUClaim writes a claim for N GPUs under any of them. DeviceClasses returns the classes
+// the driver ships (gpu.nvidia.com, mig.nvidia.com).
 //
 // # Linting, policy, upgrade
 //

@@ -141,3 +141,22 @@ spec:
 	// Output:
 	// ResourceClaimTemplate mig-invalid-template request mig-gpu: blocked-mig-profile: selects MIG profile 7g.80gb, which the policy blocks (7g.*)
 }
+
+// ExampleBuilder_GPUClaim writes the devices of a claim for four GPUs on one NVLink island (for
+// example the NVSwitch baseboard of a DGX) that also share a NUMA node.
+func ExampleBuilder_GPUClaim() {
+	b := selectors.For("gpu.nvidia.com")
+	devices, err := b.GPUClaim("gpus", 4, b.SameNVLinkIsland, selectors.SameNUMANode)
+	if err != nil {
+		panic(err)
+	}
+	r := devices.Requests[0]
+	fmt.Println(r.Name, r.Exactly.DeviceClassName, r.Exactly.Count)
+	for _, c := range devices.Constraints {
+		fmt.Println(c.Requests, *c.MatchAttribute)
+	}
+	// Output:
+	// gpus gpu.nvidia.com 4
+	// [gpus] gpu.nvidia.com/nvlinkIsland
+	// [gpus] resource.kubernetes.io/numaNode
+}

@@ -44,7 +44,7 @@ func (m machine) slices(t testing.TB) []*resourceapi.ResourceSlice {
 	if err != nil {
 		t.Fatalf("topology.Discover(%s): %v", m.name, err)
 	}
-	b := gpudra.NewBuilder(append([]gpudra.Option{gpudra.WithPCIeRoot(topo.PCIeRoot)}, m.bopts...)...)
+	b := gpudra.NewBuilder(append([]gpudra.Option{gpudra.WithPCIeRoot(topo.PCIeRoot), gpudra.WithTopology(topo)}, m.bopts...)...)
 	res, err := b.Build(testNode, inv)
 	if err != nil {
 		t.Fatalf("Build(%s): %v", m.name, err)

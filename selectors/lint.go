@@ -177,7 +177,8 @@ func NewLinter(env Environment) *Linter {
 func contractNames(driver string) (map[string]map[string]valueType, map[string]map[string]bool) {
 	attrs := map[string]map[string]valueType{driver: {}, stdDomain: {}}
 	for _, n := range []resourceapi.QualifiedName{gpudra.AttrType, gpudra.AttrUUID, gpudra.AttrProductName, gpudra.AttrBrand,
-		gpudra.AttrArchitecture, gpudra.AttrProfile, gpudra.AttrParentUUID} {
+		gpudra.AttrArchitecture, gpudra.AttrProfile, gpudra.AttrParentUUID,
+		gpudra.AttrNVLinkIsland, gpudra.AttrNVLinkDomain, gpudra.AttrPCIeSwitch} {
 		attrs[driver][string(n)] = typeString
 	}
 	for _, n := range []resourceapi.QualifiedName{gpudra.AttrIndex, gpudra.AttrMinor, gpudra.AttrParentIndex} {

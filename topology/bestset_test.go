@@ -33,13 +33,16 @@ func TestBestSetMachines(t *testing.T) {
 		{"dgx-h100", 4, []int{0, 1, 4, 5, 6, 7}, []int{4, 5, 6, 7}},
 		{"dgx-h100", 5, nil, []int{0, 1, 2, 3, 4}},
 		{"dgx-h100", 5, []int{0, 1, 2, 4, 5, 6, 7}, []int{0, 4, 5, 6, 7}},
-		// L4x8: no NVLink; pairs behind switches (PXB), four per socket.
+		// L4x8: no NVLink; pairs behind one switch each (PIX), four per socket.
 		{"l4x8", 2, []int{0, 2, 5, 7}, []int{0, 2}},
 		{"l4x8", 2, []int{0, 2, 3, 5}, []int{2, 3}},
 		{"l4x8", 4, []int{0, 2, 4, 5, 6}, []int{0, 4, 5, 6}},
-		// A30x4: NODE within a socket.
+		// A30x4: NV4 bridges 0-1 and 2-3, NODE within a socket, SYS across.
 		{"a30x4", 2, []int{0, 2, 3}, []int{2, 3}},
-		// GB200 NVL4: NV6 everywhere, GPUs 0-1 and 2-3 per Grace CPU.
+		{"a30x4", 2, []int{1, 2, 3}, []int{2, 3}},
+		{"a30x4", 2, nil, []int{0, 1}},
+		{"a30x4", 3, []int{0, 1, 3}, []int{0, 1, 3}},
+		// GB200: NV18 everywhere, GPUs 0-1 and 2-3 per Grace CPU.
 		{"gb200-nvl4", 2, []int{1, 2, 3}, []int{2, 3}},
 		{"gb200-nvl4", 3, []int{0, 2, 3}, []int{0, 2, 3}},
 	}

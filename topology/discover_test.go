@@ -3,6 +3,7 @@ package topology_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -68,9 +69,11 @@ func uniform(n int, v string) []string {
 // The expected matrices follow the wiring gputest documents for each machine: DGX A100 GPUs sit
 // in pairs behind a PCIe switch, one pair per NUMA node (3,3,1,1,7,7,5,5), 12 NVLinks each into
 // six NVSwitches; DGX H100/H200/B200 GPUs each have their own switch, four per NUMA node, 18
-// NVLinks into NVSwitches; A30x4 has two GPUs per socket with no switch; L4x8 has pairs behind
-// switches, four GPUs per socket; A10Gx4 hangs off one host bridge; GB200 NVL4 links every GPU
-// directly to the three others with 6 of its 18 NVLinks each, two GPUs per Grace CPU.
+// NVLinks into NVSwitches; A30x4 has two GPUs per socket with no switch and an NVLink bridge
+// (4 links, NV4) joining GPUs 0-1 and 2-3; L4x8 has pairs behind one PCIe switch each (PIX), four
+// GPUs per socket; A10Gx4 hangs off one host bridge; GB200 gives each GPU one NVLink to each of
+// the rack's 18 NVLink switch chips (NV18 between every pair), two GPUs per Grace CPU. The
+// NVLink matrices are the ones NVIDIA's systems print (docs/hardware.md cites them).
 func TestDiscoverMatrix(t *testing.T) {
 	dgxA100PCIe := []string{
 		"X PXB SYS SYS SYS SYS SYS SYS",
@@ -93,20 +96,26 @@ func TestDiscoverMatrix(t *testing.T) {
 		"SYS SYS SYS SYS NODE NODE NODE X",
 	}
 	l4 := []string{
-		"X PXB NODE NODE SYS SYS SYS SYS",
-		"PXB X NODE NODE SYS SYS SYS SYS",
-		"NODE NODE X PXB SYS SYS SYS SYS",
-		"NODE NODE PXB X SYS SYS SYS SYS",
-		"SYS SYS SYS SYS X PXB NODE NODE",
-		"SYS SYS SYS SYS PXB X NODE NODE",
-		"SYS SYS SYS SYS NODE NODE X PXB",
-		"SYS SYS SYS SYS NODE NODE PXB X",
+		"X PIX NODE NODE SYS SYS SYS SYS",
+		"PIX X NODE NODE SYS SYS SYS SYS",
+		"NODE NODE X PIX SYS SYS SYS SYS",
+		"NODE NODE PIX X SYS SYS SYS SYS",
+		"SYS SYS SYS SYS X PIX NODE NODE",
+		"SYS SYS SYS SYS PIX X NODE NODE",
+		"SYS SYS SYS SYS NODE NODE X PIX",
+		"SYS SYS SYS SYS NODE NODE PIX X",
 	}
 	a30 := []string{
 		"X NODE SYS SYS",
 		"NODE X SYS SYS",
 		"SYS SYS X NODE",
 		"SYS SYS NODE X",
+	}
+	a30NV := []string{
+		"X NV4 SYS SYS",
+		"NV4 X SYS SYS",
+		"SYS SYS X NV4",
+		"SYS SYS NV4 X",
 	}
 	tests := []struct {
 		machine    string
@@ -117,10 +126,10 @@ func TestDiscoverMatrix(t *testing.T) {
 		{"dgx-h100", uniform(8, "NV18"), dgxHPCIe},
 		{"dgx-h200", uniform(8, "NV18"), dgxHPCIe},
 		{"dgx-b200", uniform(8, "NV18"), dgxHPCIe},
-		{"a30x4", a30, a30},
+		{"a30x4", a30NV, a30},
 		{"l4x8", l4, l4},
 		{"a10gx4", uniform(4, "PHB"), uniform(4, "PHB")},
-		{"gb200-nvl4", uniform(4, "NV6"), a30},
+		{"gb200-nvl4", uniform(4, "NV18"), a30},
 	}
 	for _, tc := range tests {
 		t.Run(tc.machine, func(t *testing.T) {
@@ -179,6 +188,12 @@ func TestDiscoverGPUs(t *testing.T) {
 	a100sw := "sw:0000:c4:00.0*02 sw:0000:c5:00.0*02 sw:0000:c6:00.0*02 sw:0000:c7:00.0*02 sw:0000:c8:00.0*02 sw:0000:c9:00.0*02"
 	// 18 links over 4 switches, link l to switch l*4/18: links 0-4, 5-8, 9-13, 14-17.
 	h100sw := "sw:0000:05:00.0*05 sw:0000:06:00.0*04 sw:0000:07:00.0*05 sw:0000:08:00.0*04"
+	// One link to each of 18 switch chips outside the node.
+	var chips []string
+	for i := range 18 {
+		chips = append(chips, fmt.Sprintf("sw:0000:f0:%02x.0*01", i))
+	}
+	gb200sw := strings.Join(chips, " ")
 	tests := []struct {
 		machine string
 		want    []gpuSummary
@@ -219,11 +234,17 @@ func TestDiscoverGPUs(t *testing.T) {
 			{"0000:00:1d.0", 0, "pci0000:00", d, 0, ""},
 			{"0000:00:1e.0", 0, "pci0000:00", d, 0, ""},
 		}},
+		{"a30x4", []gpuSummary{
+			{"0000:17:00.0", 0, "pci0000:17", d, 4, "gpu1:0000:65:00.0*04"},
+			{"0000:65:00.0", 0, "pci0000:65", d, 4, "gpu0:0000:17:00.0*04"},
+			{"0000:ca:00.0", 1, "pci0000:ca", d, 4, "gpu3:0000:e3:00.0*04"},
+			{"0000:e3:00.0", 1, "pci0000:e3", d, 4, "gpu2:0000:ca:00.0*04"},
+		}},
 		{"gb200-nvl4", []gpuSummary{
-			{"0008:01:00.0", 0, "pci0008:01", d, 18, "gpu1:0009:01:00.0*06 gpu2:0018:01:00.0*06 gpu3:0019:01:00.0*06"},
-			{"0009:01:00.0", 0, "pci0009:01", d, 18, "gpu0:0008:01:00.0*06 gpu2:0018:01:00.0*06 gpu3:0019:01:00.0*06"},
-			{"0018:01:00.0", 1, "pci0018:01", d, 18, "gpu0:0008:01:00.0*06 gpu1:0009:01:00.0*06 gpu3:0019:01:00.0*06"},
-			{"0019:01:00.0", 1, "pci0019:01", d, 18, "gpu0:0008:01:00.0*06 gpu1:0009:01:00.0*06 gpu2:0018:01:00.0*06"},
+			{"0008:01:00.0", 0, "pci0008:01", d, 18, gb200sw},
+			{"0009:01:00.0", 0, "pci0009:01", d, 18, gb200sw},
+			{"0018:01:00.0", 1, "pci0018:01", d, 18, gb200sw},
+			{"0019:01:00.0", 1, "pci0019:01", d, 18, gb200sw},
 		}},
 	}
 	for _, tc := range tests {
@@ -478,7 +499,7 @@ func TestTopologyJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), `{"nvlinks":6,"pcie":"NODE","p2p":true}`) {
+	if !strings.Contains(string(b), `{"nvlinks":18,"pcie":"NODE","p2p":true}`) {
 		t.Errorf("JSON does not spell levels out: %s", b)
 	}
 	var back topology.Topology

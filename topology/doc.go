@@ -12,6 +12,14 @@
 // get roots that group GPUs by host bridge. The method value Topology.PCIeRoot fits the root
 // package's gpudra.WithPCIeRoot; GPU.NUMANode feeds resource.kubernetes.io/numaNode.
 //
+// Islands, PCIeSwitches and NVLinkCliques partition the GPUs into groups a scheduler can match
+// on (the NVLink island: GPUs that reach each other over NVLink; the PCIe switch where it
+// differs from the root; the all-to-all linked sets of a partial mesh), each named by the
+// hardware (its lowest PCI bus ID, or a hash of its members' bus IDs), so a restart names them
+// the same. Order is the order to publish GPUs in for an allocator that takes the first that
+// fit: GPUs on no island first, then islands from the smallest, each together. The root
+// package's gpudra.WithTopology publishes all of it.
+//
 // BestSet chooses n GPUs with the best interconnect among candidates: the most NVLinks, then the
 // tightest PCIe paths, then the fewest NUMA nodes, with deterministic tie-breaking.
 //

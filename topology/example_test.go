@@ -37,7 +37,8 @@ func Example() {
 	// best 2 of [1 2 3]: [2 3]
 }
 
-// Render a PCIe-only server in the style of `nvidia-smi topo -m`.
+// Render a PCIe server whose A30s are joined in pairs by NVLink bridges, in the style of
+// `nvidia-smi topo -m`, with its NVLink islands.
 func ExampleRender() {
 	machine, err := gputest.New("a30x4")
 	if err != nil {
@@ -50,16 +51,27 @@ func ExampleRender() {
 	fmt.Print(topology.Render(topo))
 	// Output:
 	//       GPU0  GPU1  GPU2  GPU3  NUMA Affinity
+	// GPU0  X     NV4   SYS   SYS   0
+	// GPU1  NV4   X     SYS   SYS   0
+	// GPU2  SYS   SYS   X     NV4   1
+	// GPU3  SYS   SYS   NV4   X     1
+	//
+	// PCIe paths under the NVLinks:
+	//       GPU0  GPU1  GPU2  GPU3  NUMA Affinity
 	// GPU0  X     NODE  SYS   SYS   0
 	// GPU1  NODE  X     SYS   SYS   0
 	// GPU2  SYS   SYS   X     NODE  1
 	// GPU3  SYS   SYS   NODE  X     1
 	//
 	//       Bus ID        PCIe Root             NVLinks
-	// GPU0  0000:17:00.0  pci0000:17 (derived)  0
-	// GPU1  0000:65:00.0  pci0000:65 (derived)  0
-	// GPU2  0000:ca:00.0  pci0000:ca (derived)  0
-	// GPU3  0000:e3:00.0  pci0000:e3 (derived)  0
+	// GPU0  0000:17:00.0  pci0000:17 (derived)  4
+	// GPU1  0000:65:00.0  pci0000:65 (derived)  4
+	// GPU2  0000:ca:00.0  pci0000:ca (derived)  4
+	// GPU3  0000:e3:00.0  pci0000:e3 (derived)  4
+	//
+	// NVLink islands:
+	//   0000:17:00.0: GPU0 GPU1
+	//   0000:ca:00.0: GPU2 GPU3
 	//
 	// Legend:
 	//   X     the GPU itself
@@ -70,4 +82,27 @@ func ExampleRender() {
 	//   NODE  PCIe, between host bridges of one NUMA node
 	//   SYS   PCIe, across the interconnect between NUMA nodes (UPI, xGMI, ...)
 	//   N/A   not reported by NVML
+}
+
+// Group the GPUs of a DGX H100 and of an A30 server whose NVLink bridges join GPUs 0-2 and 1-3
+// into NVLink islands, and get the order in which to publish them to a first-fit allocator.
+func ExampleTopology_Islands() {
+	dgx, err := gputest.New("dgx-h100")
+	if err != nil {
+		log.Fatal(err)
+	}
+	a30, err := gputest.New("a30x4", gputest.WithNVLinkBridges([2]int{0, 2}, [2]int{1, 3}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, machine := range []*gputest.Machine{dgx, a30} {
+		topo, err := topology.Discover(machine, topology.WithoutSysfs())
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(machine.Name(), topo.Islands(), "order", topo.Order())
+	}
+	// Output:
+	// dgx-h100 [{0000:1b:00.0 [0 1 2 3 4 5 6 7]}] order [0 1 2 3 4 5 6 7]
+	// a30x4 [{0000:17:00.0 [0 2]} {0000:65:00.0 [1 3]}] order [0 2 1 3]
 }

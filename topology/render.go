@@ -11,7 +11,8 @@ import (
 // column per GPU, X on the diagonal, the link of every other pair (NV# or the PCIe level) and
 // each GPU's NUMA node; when any pair has NVLinks, a second matrix of the PCIe levels the NV#
 // entries hide; then a table of bus IDs, PCIe roots (marked "(derived)" when not from
-// sysfs) and NVLink counts; then the NVLink domains, if any; then a legend. Columns are aligned
+// sysfs) and NVLink counts; then the NVLink islands (Islands), the PCIe switches that differ from
+// their root (PCIeSwitches) and the NVLink domains, each if any; then a legend. Columns are aligned
 // with spaces and the output ends with a newline.
 func Render(t *Topology) string {
 	var b strings.Builder
@@ -32,19 +33,37 @@ func Render(t *Topology) string {
 	}
 	_ = w.Flush()
 
+	groups(&b, "NVLink islands", t.Islands())
+	groups(&b, "PCIe switches below a shared root", t.PCIeSwitches())
 	if len(t.Domains) > 0 {
 		b.WriteString("\nNVLink domains:\n")
 		for _, d := range t.Domains {
-			names := make([]string, len(d.GPUs))
-			for k, i := range d.GPUs {
-				names[k] = fmt.Sprintf("GPU%d", i)
-			}
-			fmt.Fprintf(&b, "  cluster %s clique %d: %s\n", d.ClusterUUID, d.CliqueID, strings.Join(names, " "))
+			fmt.Fprintf(&b, "  cluster %s clique %d: %s\n", d.ClusterUUID, d.CliqueID, gpuNames(d.GPUs))
 		}
 	}
 
 	b.WriteString(legend)
 	return b.String()
+}
+
+// groups writes one line per group, "  <id>: GPU0 GPU1", under a title; nothing when there are
+// none.
+func groups(b *strings.Builder, title string, gs []Group) {
+	if len(gs) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n%s:\n", title)
+	for _, g := range gs {
+		fmt.Fprintf(b, "  %s: %s\n", g.ID, gpuNames(g.GPUs))
+	}
+}
+
+func gpuNames(gpus []int) string {
+	names := make([]string, len(gpus))
+	for k, i := range gpus {
+		names[k] = fmt.Sprintf("GPU%d", i)
+	}
+	return strings.Join(names, " ")
 }
 
 // matrix writes the GPU×GPU matrix with cell(link) off the diagonal and the NUMA column.

@@ -9,13 +9,18 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/topology"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
+// TestRenderGolden keeps testdata/<machine>.golden, the rendering of every fake machine that
+// docs/hardware.md compares with NVIDIA's published nvidia-smi topo -m output, in step with the
+// code. The files document; correctness is tested against the published facts in
+// TestDiscoverMatrix and TestIslands.
 func TestRenderGolden(t *testing.T) {
-	for _, name := range []string{"dgx-a100-40gb", "dgx-h100", "gb200-nvl4"} {
+	for _, name := range gputest.Machines() {
 		t.Run(name, func(t *testing.T) {
 			got := topology.Render(discover(t, name))
 			path := filepath.Join("testdata", name+".golden")
@@ -54,7 +59,7 @@ func TestRenderShape(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}
 	}
-	if pcieOnly := topology.Render(discover(t, "a30x4")); strings.Contains(pcieOnly, "under the NVLinks") || strings.Contains(pcieOnly, "NVLink domains") {
+	if pcieOnly := topology.Render(discover(t, "l4x8")); strings.Contains(pcieOnly, "under the NVLinks") || strings.Contains(pcieOnly, "NVLink domains") || strings.Contains(pcieOnly, "NVLink islands") {
 		t.Errorf("PCIe-only machine renders NVLink sections:\n%s", pcieOnly)
 	}
 	if !strings.HasSuffix(out, "\n") {

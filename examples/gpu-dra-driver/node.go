@@ -95,7 +95,9 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 }
 
 func (n *nodeFlags) builderOptions(nd *node) []gpudra.Option {
-	opts := []gpudra.Option{gpudra.WithPCIeRoot(nd.topo.PCIeRoot)}
+	// WithTopology publishes NVLink islands, fabric domains and PCIe switches and orders the
+	// GPUs for the allocator's first fit; pcieRoot stays what PCIeRoot resolves (sysfs first).
+	opts := []gpudra.Option{gpudra.WithPCIeRoot(nd.topo.PCIeRoot), gpudra.WithTopology(nd.topo)}
 	if n.dynamicMIG {
 		opts = append(opts, gpudra.WithDynamicMIG(nil))
 	}

@@ -122,6 +122,9 @@ func (d *Device) topologyLevel(o *Device) nvml.GpuTopologyLevel {
 	case d == o:
 		return nvml.TOPOLOGY_INTERNAL
 	case d.slot.pcieSwitch >= 0 && d.slot.pcieSwitch == o.slot.pcieSwitch:
+		if d.m.spec.switchLevel != 0 {
+			return d.m.spec.switchLevel
+		}
 		return nvml.TOPOLOGY_MULTIPLE
 	case d.slot.pcieSwitch < 0 && d.slot.numa == o.slot.numa:
 		return nvml.TOPOLOGY_HOSTBRIDGE
@@ -139,17 +142,39 @@ func (d *Device) nvlinkRemote(l int) (busID string, peer *Device) {
 	case nvlinkSwitch:
 		sw := d.m.spec.switches
 		return sw[l*len(sw)/links], nil
-	case nvlinkDirect:
-		var peers []*Device
-		for _, o := range d.m.devices {
-			if o != d {
-				peers = append(peers, o)
-			}
+	case nvlinkBridge:
+		if p := d.bridgePartner(); p != nil {
+			return p.slot.busID, p
 		}
-		p := peers[l*len(peers)/links]
-		return p.slot.busID, p
 	}
 	return "", nil
+}
+
+// bridgePartner returns the GPU an NVLink bridge joins d to, or nil.
+func (d *Device) bridgePartner() *Device {
+	if d.m.spec.nvlink != nvlinkBridge {
+		return nil
+	}
+	for _, b := range d.m.spec.bridges {
+		switch d.index {
+		case b[0]:
+			return d.m.devices[b[1]]
+		case b[1]:
+			return d.m.devices[b[0]]
+		}
+	}
+	return nil
+}
+
+// nvlinked reports whether d and o reach each other over NVLink.
+func (d *Device) nvlinked(o *Device) bool {
+	switch d.m.spec.nvlink {
+	case nvlinkSwitch:
+		return d.model.nvLinks > 0
+	case nvlinkBridge:
+		return d.bridgePartner() == o
+	}
+	return false
 }
 
 const switchPCIDeviceID = 0x22A310DE // NVSwitch (third generation) PCI device id
@@ -317,7 +342,7 @@ func (d *Device) setFuncs() {
 		if o == nil || idx >= nvml.P2P_CAPS_INDEX_UNKNOWN {
 			return 0, nvml.ERROR_INVALID_ARGUMENT
 		}
-		nvlink := m.spec.nvlink != nvlinkNone
+		nvlink := d.nvlinked(o)
 		switch {
 		case o == d:
 			return nvml.P2P_STATUS_NOT_SUPPORTED, nvml.SUCCESS
@@ -331,12 +356,16 @@ func (d *Device) setFuncs() {
 			return nvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED, nvml.SUCCESS
 		}
 	}
-	nvlinkCheck := func(link int) nvml.Return {
+	// A GPU without NVLink answers NOT_SUPPORTED; an A30 without a bridge has its links, all
+	// inactive, and NVML says nothing about their far end.
+	nvlinkCheck := func(link int, needActive bool) nvml.Return {
 		switch {
 		case d.model.nvLinks == 0 || m.spec.nvlink == nvlinkNone:
 			return nvml.ERROR_NOT_SUPPORTED
 		case link < 0 || link >= d.model.nvLinks:
 			return nvml.ERROR_INVALID_ARGUMENT
+		case needActive && m.spec.nvlink == nvlinkBridge && d.bridgePartner() == nil:
+			return nvml.ERROR_NOT_SUPPORTED
 		}
 		return nvml.SUCCESS
 	}
@@ -346,8 +375,11 @@ func (d *Device) setFuncs() {
 		if ret := d.enter("GetNvLinkState"); ret != nvml.SUCCESS {
 			return 0, ret
 		}
-		if ret := nvlinkCheck(link); ret != nvml.SUCCESS {
+		if ret := nvlinkCheck(link, false); ret != nvml.SUCCESS {
 			return 0, ret
+		}
+		if m.spec.nvlink == nvlinkBridge && d.bridgePartner() == nil {
+			return nvml.FEATURE_DISABLED, nvml.SUCCESS
 		}
 		return nvml.FEATURE_ENABLED, nvml.SUCCESS
 	}
@@ -357,7 +389,7 @@ func (d *Device) setFuncs() {
 		if ret := d.enter("GetNvLinkRemotePciInfo"); ret != nvml.SUCCESS {
 			return nvml.PciInfo{}, ret
 		}
-		if ret := nvlinkCheck(link); ret != nvml.SUCCESS {
+		if ret := nvlinkCheck(link, true); ret != nvml.SUCCESS {
 			return nvml.PciInfo{}, ret
 		}
 		bus, p := d.nvlinkRemote(link)
@@ -372,7 +404,7 @@ func (d *Device) setFuncs() {
 		if ret := d.enter("GetNvLinkRemoteDeviceType"); ret != nvml.SUCCESS {
 			return 0, ret
 		}
-		if ret := nvlinkCheck(link); ret != nvml.SUCCESS {
+		if ret := nvlinkCheck(link, true); ret != nvml.SUCCESS {
 			return 0, ret
 		}
 		if _, p := d.nvlinkRemote(link); p != nil {

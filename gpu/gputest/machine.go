@@ -54,6 +54,7 @@ type config struct {
 	stateDir      string
 	callHook      func(call string)
 	profileEdits  []profileEdit // WithMIGProfileEdit, in order
+	bridges       *[][2]int     // WithNVLinkBridges, nil when not given
 }
 
 // WithDriverVersion sets the driver version SystemGetDriverVersion reports (default
@@ -111,6 +112,37 @@ func WithFaultAfter(method string, n int, ret nvml.Return) Option {
 	}
 }
 
+// WithNVLinkBridges rewires the NVLink bridges of a machine whose GPUs are paired by bridges
+// (a30x4): each pair names the GPU indexes one bridge joins; no pairs removes every bridge. It is
+// an error on other machines, for an index out of range, and for a GPU in two pairs.
+func WithNVLinkBridges(pairs ...[2]int) Option {
+	return func(c *config) error {
+		c.bridges = &pairs
+		return nil
+	}
+}
+
+// applyBridges checks pairs against the machine and puts them into its spec.
+func applyBridges(spec *machineSpec, pairs [][2]int) error {
+	if spec.nvlink != nvlinkBridge {
+		return fmt.Errorf("gputest: WithNVLinkBridges: the GPUs of %s are not joined by NVLink bridges", spec.name)
+	}
+	used := map[int]bool{}
+	for k, p := range pairs {
+		for _, i := range p {
+			if i < 0 || i >= len(spec.slots) {
+				return fmt.Errorf("gputest: WithNVLinkBridges: pair %d: GPU %d is not a GPU of %s (0..%d)", k, i, spec.name, len(spec.slots)-1)
+			}
+			if used[i] {
+				return fmt.Errorf("gputest: WithNVLinkBridges: pair %d: GPU %d is already bridged (a bridge joins two GPUs, each GPU takes one)", k, i)
+			}
+			used[i] = true
+		}
+	}
+	spec.bridges = slices.Clone(pairs)
+	return nil
+}
+
 // New returns a fresh fake machine. name is one of Machines(); an unknown name is an error that
 // lists the valid ones.
 func New(name string, opts ...Option) (*Machine, error) {
@@ -121,6 +153,11 @@ func New(name string, opts ...Option) (*Machine, error) {
 	c := &config{driverVersion: DefaultDriverVersion, cudaVersion: DefaultCUDADriverVersion}
 	for _, o := range opts {
 		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	if c.bridges != nil {
+		if err := applyBridges(&spec, *c.bridges); err != nil {
 			return nil, err
 		}
 	}

@@ -679,16 +679,21 @@ func TestTopology(t *testing.T) {
 		t.Errorf("H100 fabric: %v", ret)
 	}
 	gb := mustNew(t, "gb200-nvl4")
-	peers := map[uint32]int{}
+	// A GB200 compute tray: each GPU has one NVLink to each of the rack's 18 NVLink switch chips.
+	chips := map[uint32]bool{}
 	for l := range 18 {
 		p, ret := dev(t, gb, 0).GetNvLinkRemotePciInfo(l)
 		if ret != nvml.SUCCESS {
 			t.Fatal(ret)
 		}
-		peers[p.Domain]++
+		typ, ret := dev(t, gb, 0).GetNvLinkRemoteDeviceType(l)
+		if ret != nvml.SUCCESS || typ != nvml.NVLINK_DEVICE_TYPE_SWITCH {
+			t.Errorf("GB200 GPU 0 link %d remote type %v, %v; want a switch", l, typ, ret)
+		}
+		chips[p.Bus<<8|p.Device] = true
 	}
-	if diff := cmp.Diff(map[uint32]int{0x9: 6, 0x18: 6, 0x19: 6}, peers); diff != "" {
-		t.Errorf("GB200 GPU 0 NVLink peers by PCI domain (-want +got):\n%s", diff)
+	if len(chips) != 18 {
+		t.Errorf("GB200 GPU 0 links reach %d switch chips, want 18", len(chips))
 	}
 	f0, ret := dev(t, gb, 0).GetGpuFabricInfo()
 	f3, _ := dev(t, gb, 3).GetGpuFabricInfo()
@@ -815,5 +820,76 @@ func TestMIGUUIDsChangeOnRecreate(t *testing.T) {
 	// Two machines built alike have the same MIG UUIDs.
 	if a, b := mustNew(t, "dgx-a100-40gb", WithMIG(0, "7g.40gb")), mustNew(t, "dgx-a100-40gb", WithMIG(0, "7g.40gb")); a.GPUInstances(0)[0].ComputeInstances[0].UUID != b.GPUInstances(0)[0].ComputeInstances[0].UUID {
 		t.Error("MIG UUIDs not deterministic")
+	}
+}
+
+// TestNVLinkBridges: the a30x4 GPUs answer NVLink queries as bridged A30 pairs do: four active
+// links to the partner (NVLink P2P OK), nothing to the others, and no active link on an
+// unbridged GPU.
+func TestNVLinkBridges(t *testing.T) {
+	peerOf := func(m *Machine, i int) (partner int, active int) {
+		partner = -1
+		for l := range 4 {
+			st, ret := dev(t, m, i).GetNvLinkState(l)
+			if ret != nvml.SUCCESS {
+				t.Fatalf("GPU %d link %d state: %v", i, l, ret)
+			}
+			if st != nvml.FEATURE_ENABLED {
+				if _, ret := dev(t, m, i).GetNvLinkRemotePciInfo(l); ret == nvml.SUCCESS {
+					t.Errorf("GPU %d inactive link %d names a far end", i, l)
+				}
+				continue
+			}
+			active++
+			p, ret := dev(t, m, i).GetNvLinkRemotePciInfo(l)
+			if ret != nvml.SUCCESS {
+				t.Fatalf("GPU %d link %d remote: %v", i, l, ret)
+			}
+			for j := range 4 {
+				if pj, _ := dev(t, m, j).GetPciInfo(); pj.Bus == p.Bus && pj.Domain == p.Domain {
+					partner = j
+				}
+			}
+		}
+		return partner, active
+	}
+	tests := []struct {
+		opts     []Option
+		partners []int // -1: no bridge
+	}{
+		{nil, []int{1, 0, 3, 2}},
+		{[]Option{WithNVLinkBridges([2]int{0, 2})}, []int{2, -1, 0, -1}},
+		{[]Option{WithNVLinkBridges()}, []int{-1, -1, -1, -1}},
+	}
+	for _, tc := range tests {
+		m := mustNew(t, "a30x4", tc.opts...)
+		for i, want := range tc.partners {
+			got, active := peerOf(m, i)
+			wantActive := 4
+			if want < 0 {
+				wantActive = 0
+			}
+			if got != want || active != wantActive {
+				t.Errorf("bridges %v: GPU %d partner %d with %d links, want %d with %d", tc.partners, i, got, active, want, wantActive)
+			}
+			for j := range 4 {
+				st, _ := dev(t, m, i).GetP2PStatus(dev(t, m, j), nvml.P2P_CAPS_INDEX_NVLINK)
+				if ok := st == nvml.P2P_STATUS_OK; ok != (j == want) {
+					t.Errorf("bridges %v: NVLink P2P %d-%d: %v", tc.partners, i, j, st)
+				}
+			}
+		}
+	}
+	for _, bad := range []struct {
+		machine string
+		pairs   [][2]int
+	}{
+		{"dgx-h100", [][2]int{{0, 1}}},
+		{"a30x4", [][2]int{{0, 4}}},
+		{"a30x4", [][2]int{{0, 1}, {1, 2}}},
+	} {
+		if _, err := New(bad.machine, WithNVLinkBridges(bad.pairs...)); err == nil {
+			t.Errorf("%s with bridges %v accepted", bad.machine, bad.pairs)
+		}
 	}
 }

@@ -68,10 +68,12 @@ var (
 		ccMajor: 10, ccMinor: 0, memoryMiB: 189471, multiprocessor: 152,
 		pciDeviceID: 0x294110DE, pciSubsystemID: 0x20D510DE, nvLinks: 18, migCapable: true,
 	}
+	// The A30 has third-generation NVLink for a bridge to one other A30: 200 GB/s, at 50 GB/s
+	// per NVLink 3 link that is 4 links (NV4 in nvidia-smi topo -m); see topology/testdata.
 	modelA30 = gpuModel{
 		productName: "NVIDIA A30", arch: nvml.DEVICE_ARCH_AMPERE, brand: nvml.BRAND_NVIDIA,
 		ccMajor: 8, ccMinor: 0, memoryMiB: 24576, multiprocessor: 56,
-		pciDeviceID: 0x20B710DE, pciSubsystemID: 0x153210DE, migCapable: true,
+		pciDeviceID: 0x20B710DE, pciSubsystemID: 0x153210DE, nvLinks: 4, migCapable: true,
 	}
 	// RTX PRO 6000 Blackwell Server Edition: name, 97887 MiB and 188 SMs as nvidia-smi prints
 	// them in the recordings (printouts/rtx-pro-6000*.txt). The brand and the PCI subsystem id
@@ -99,7 +101,7 @@ type nvlinkKind int
 const (
 	nvlinkNone   nvlinkKind = iota // PCIe only
 	nvlinkSwitch                   // every GPU's links go to NVSwitches (DGX/HGX baseboards)
-	nvlinkDirect                   // GPUs are linked to each other directly, all to all
+	nvlinkBridge                   // NVLink bridges join pairs of PCIe cards (machineSpec.bridges)
 )
 
 // slot is where one GPU sits in a machine.
@@ -119,6 +121,13 @@ type machineSpec struct {
 	// switches are the PCI bus IDs of the NVSwitches for nvlinkSwitch machines; link l of every
 	// GPU goes to switches[l*len(switches)/links].
 	switches []string
+	// bridges are the GPU pairs an NVLink bridge joins on nvlinkBridge machines: every link of
+	// both GPUs goes to the other; a GPU in no pair has its links inactive.
+	bridges [][2]int
+	// switchLevel is the PCIe common ancestor of two GPUs behind the same PCIe switch group:
+	// TOPOLOGY_SINGLE (PIX) for one switch, TOPOLOGY_MULTIPLE (PXB, the default) for a tree of
+	// switches.
+	switchLevel nvml.GpuTopologyLevel
 	// fabric is true on machines whose GPUs report an NVLink fabric (clique) through
 	// GetGpuFabricInfo.
 	fabric bool
@@ -148,6 +157,17 @@ var (
 	dgxHSw      = []string{"0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"}
 	dgxBSw      = []string{"0000:05:00.0", "0000:06:00.0"}
 )
+
+// nvlinkSwitchChips returns n made-up PCI bus IDs for NVLink switch chips outside the node (the
+// switch trays of an NVL72 rack): NVML names the far end of every link, but those chips are on
+// no PCIe bus of the node.
+func nvlinkSwitchChips(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("0000:f0:%02x.0", i)
+	}
+	return out
+}
 
 // machineSpecs returns the fake machines, in the order Machines lists them. It builds a fresh
 // table on each call so that no package-level state is mutable.
@@ -179,15 +199,17 @@ func machineSpecs() []machineSpec {
 			nvlink: nvlinkSwitch, switches: dgxBSw,
 		},
 		{
-			name: "a30x4", description: "PCIe server with 4x A30, two per CPU socket, no NVLink",
-			model: modelA30,
-			slots: dgxSlots([]string{"0000:17:00.0", "0000:65:00.0", "0000:ca:00.0", "0000:e3:00.0"}, []int{0, 0, 1, 1}, false),
+			name: "a30x4", description: "PCIe server with 4x A30, two per CPU socket, NVLink bridges joining GPUs 0-1 and 2-3",
+			model:  modelA30,
+			slots:  dgxSlots([]string{"0000:17:00.0", "0000:65:00.0", "0000:ca:00.0", "0000:e3:00.0"}, []int{0, 0, 1, 1}, false),
+			nvlink: nvlinkBridge, bridges: [][2]int{{0, 1}, {2, 3}},
 		},
 		{
-			name: "l4x8", description: "PCIe server with 8x L4 (Ada, no MIG), pairs behind PCIe switches",
+			name: "l4x8", description: "PCIe server with 8x L4 (Ada, no MIG, no NVLink), four per CPU socket, pairs behind one PCIe switch each",
 			model: modelL4,
 			slots: dgxSlots([]string{"0000:38:00.0", "0000:3a:00.0", "0000:3c:00.0", "0000:3e:00.0", "0000:b8:00.0", "0000:ba:00.0", "0000:bc:00.0", "0000:be:00.0"},
 				[]int{0, 0, 0, 0, 1, 1, 1, 1}, true),
+			switchLevel: nvml.TOPOLOGY_SINGLE,
 		},
 		{
 			name: "a10gx4", description: "cloud VM with 4x A10G (Ampere CC 8.6, no MIG) on one host bridge",
@@ -208,10 +230,12 @@ func machineSpecs() []machineSpec {
 			giIDAscending: true,
 		},
 		{
-			name: "gb200-nvl4", description: "GB200 NVL4 board: 2 Grace CPUs, 4 GB200 GPUs in one NVLink domain (clique)",
+			// A compute tray of an NVL72 rack: each GPU has one NVLink to each of the rack's 18
+			// NVLink switch chips, so every pair shows NV18, as recorded GB200 nodes do.
+			name: "gb200-nvl4", description: "GB200 board: 2 Grace CPUs, 4 GB200 GPUs on the rack's NVLink switches, in one NVLink domain (clique)",
 			model:  modelGB200,
 			slots:  dgxSlots([]string{"0008:01:00.0", "0009:01:00.0", "0018:01:00.0", "0019:01:00.0"}, []int{0, 0, 1, 1}, false),
-			nvlink: nvlinkDirect, fabric: true,
+			nvlink: nvlinkSwitch, switches: nvlinkSwitchChips(18), fabric: true,
 		},
 	}
 }

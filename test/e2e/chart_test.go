@@ -381,6 +381,9 @@ func (w *apiWork) prepare(ctx context.Context) error {
 	if _, err := w.n.prepare(ctx, pods[0].Claims...); err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
+	if _, err := deviceStatusOf(ctx, pods[0].Claims[0], "the prepared device described in status.devices", func(d []resourceapi.AllocatedDeviceStatus) bool { return len(d) == 1 }); err != nil {
+		return err
+	}
 	return errors.Join(deletePods(ctx, ns, "p"), w.n.unprepare(ctx, pods[0].Claims...))
 }
 

@@ -330,3 +330,22 @@ func newWorkloadNamespace(ctx context.Context, name, node string) error {
 		"scheduler.alpha.kubernetes.io/node-selector": corev1.LabelHostname + "=" + node,
 	})
 }
+
+// deviceStatusOf waits until the claim's status.devices entries of our driver satisfy done
+// (the driver writes them in the background after prepare and unprepare) and returns them.
+func deviceStatusOf(ctx context.Context, claim *resourceapi.ResourceClaim, what string, done func([]resourceapi.AllocatedDeviceStatus) bool) ([]resourceapi.AllocatedDeviceStatus, error) {
+	var ours []resourceapi.AllocatedDeviceStatus
+	// As long as kubelet waits for a prepare: on a loaded CI machine the API server is slow.
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 45*time.Second, true, func(ctx context.Context) (bool, error) {
+		c, err := suite.Client.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ours = slices.DeleteFunc(slices.Clone(c.Status.Devices), func(d resourceapi.AllocatedDeviceStatus) bool { return d.Driver != driverName })
+		return done(ours), nil
+	})
+	if err != nil {
+		return ours, fmt.Errorf("claim %s/%s: %s: %w (status.devices of %s: %+v)", claim.Namespace, claim.Name, what, err, driverName, ours)
+	}
+	return ours, nil
+}

@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -133,12 +134,15 @@ func (s *Suite) startDriver(ctx context.Context, spec NodeSpec, podUID string) (
 		return nil, err
 	}
 	sa, pod := spec.ServiceAccount, (*corev1.Pod)(nil)
+	var err error
 	if sa == "" {
 		sa = s.ServiceAccount
-		var err error
-		if pod, err = daemonSetPod(ctx, spec.Name); err != nil {
-			return nil, err
-		}
+		pod, err = daemonSetPod(ctx, spec.Name)
+	} else {
+		pod, err = standInPod(ctx, sa, spec.Name)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if podUID == "" && pod != nil {
 		podUID = string(pod.UID)
@@ -172,6 +176,22 @@ func (s *Suite) startDriver(ctx context.Context, spec NodeSpec, podUID string) (
 	}
 	s.track(d)
 	return d, nil
+}
+
+// standInPod creates (once) a pod of ServiceAccount sa bound to node, so that the driver's
+// token for sa names the node as a plugin pod's token does (Kubernetes 1.37 authorizes writes to
+// a claim's status.devices by that node). No kubelet runs it.
+func standInPod(ctx context.Context, sa, node string) (*corev1.Pod, error) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sa + "-plugin", Namespace: releaseNamespace},
+		Spec: corev1.PodSpec{ServiceAccountName: sa, NodeName: node, Containers: []corev1.Container{{Name: "plugin", Image: "gpu-dra-driver"}}}}
+	created, err := suite.Client.CoreV1().Pods(releaseNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return suite.Client.CoreV1().Pods(releaseNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stand-in pod of ServiceAccount %s on node %s: %w", sa, node, err)
+	}
+	return created, nil
 }
 
 // daemonSetPod waits for the chart DaemonSet's pod bound to node (the DaemonSet controller

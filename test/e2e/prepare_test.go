@@ -18,6 +18,8 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/draplugin"
 )
 
 // claimSpec is a claim with one request of class, an optional CEL selector and an optional
@@ -123,6 +125,7 @@ func TestPrepareUnprepareThroughSockets(t *testing.T) {
 	if got := instanceProfiles(st, int(parent)); !slices.Equal(got, []string{"3g.40gb"}) {
 		t.Errorf("after prepare, GPU %d has MIG instances %v, want the claimed 3g.40gb", parent, got)
 	}
+	checkDeviceStatus(ctx, t, c, resp)
 	again, err := n.prepare(ctx, c)
 	if err != nil {
 		t.Fatalf("second prepare: %v", err)
@@ -137,6 +140,9 @@ func TestPrepareUnprepareThroughSockets(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.checkClean(t)
+	if _, err := deviceStatusOf(ctx, c, "our entries removed after unprepare", func(d []resourceapi.AllocatedDeviceStatus) bool { return len(d) == 0 }); err != nil {
+		t.Error(err)
+	}
 
 	// The same GPU, now claimed whole, must be prepared out of MIG mode.
 	whole := claimSpec("whole", "gpu.nvidia.com", fmt.Sprintf("device.attributes['gpu.nvidia.com'].index == %d", parent), nil)
@@ -155,6 +161,35 @@ func TestPrepareUnprepareThroughSockets(t *testing.T) {
 	}
 	n.checkWholeGPUs(t, scheduled[0].Claims, Devices(pool))
 	unprepareAll(t, n, ns, scheduled)
+}
+
+// checkDeviceStatus: after prepare the claim's status.devices names the MIG device it got, as
+// kubectl shows it: UUID, parent, profile, the CDI IDs kubelet was given, the strategy, and
+// condition Prepared.
+func checkDeviceStatus(ctx context.Context, t *testing.T, c *resourceapi.ResourceClaim, resp *drapbv1.NodePrepareResourcesResponse) {
+	t.Helper()
+	devs, err := deviceStatusOf(ctx, c, "an entry for the prepared device", func(d []resourceapi.AllocatedDeviceStatus) bool { return len(d) == 1 })
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	got := devs[0]
+	var data draplugin.DeviceStatusData
+	if got.Data == nil || json.Unmarshal(got.Data.Raw, &data) != nil {
+		t.Fatalf("status.devices[0].data = %v; want the driver's DeviceStatusData", got.Data)
+	}
+	alloc := c.Status.Allocation.Devices.Results[0]
+	want := draplugin.DeviceStatusData{UUID: data.UUID, ParentUUID: data.ParentUUID, MIGProfile: "3g.40gb",
+		CDIDeviceIDs: resp.Claims[string(c.UID)].Devices[0].CdiDeviceIds, Sharing: "Exclusive"}
+	if diff := cmp.Diff(want, data); diff != "" || !strings.HasPrefix(data.UUID, "MIG-") || !strings.HasPrefix(data.ParentUUID, "GPU-") {
+		t.Errorf("status.devices[0].data (-want +got):\n%s(uuid %q, parent %q)", diff, data.UUID, data.ParentUUID)
+	}
+	if got.Pool != alloc.Pool || got.Device != alloc.Device {
+		t.Errorf("status.devices[0] names %s/%s; the allocation %s/%s", got.Pool, got.Device, alloc.Pool, alloc.Device)
+	}
+	if len(got.Conditions) != 1 || got.Conditions[0].Type != draplugin.ConditionPrepared || got.Conditions[0].Status != metav1.ConditionTrue {
+		t.Errorf("status.devices[0].conditions = %+v; want Prepared=True", got.Conditions)
+	}
 }
 
 func instanceProfiles(st FakeState, gpu int) []string {

@@ -1,0 +1,230 @@
+package draplugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	metaapply "k8s.io/client-go/applyconfigurations/meta/v1"
+	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/sharing"
+)
+
+// DeviceStatusData is what the plugin writes into status.devices[].data of a claim it
+// prepared, one entry per device, so that `kubectl get resourceclaim -o yaml` says which
+// hardware a pod got.
+type DeviceStatusData struct {
+	// UUID is the GPU UUID, or the MIG device UUID ("MIG-...") for a MIG device.
+	UUID string `json:"uuid,omitempty"`
+	// ParentUUID is the physical GPU of a MIG device.
+	ParentUUID string `json:"parentUUID,omitempty"`
+	// MIGProfile is the MIG profile of a MIG device ("1g.5gb").
+	MIGProfile string `json:"migProfile,omitempty"`
+	// CDIDeviceIDs are the CDI devices the container runtime injected.
+	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
+	// Sharing is the sharing strategy applied: Exclusive, TimeSlicing or MPS.
+	Sharing string `json:"sharing"`
+	// AdminAccess is set for a device prepared for admin access (nothing was configured).
+	AdminAccess bool `json:"adminAccess,omitempty"`
+}
+
+// ConditionPrepared is the condition type of status.devices[] entries: True once the device
+// is prepared on the node.
+const ConditionPrepared = "Prepared"
+
+// statusAttempts is how often writing one claim's device status is tried before it is given
+// up (logged); a later prepare or unprepare of the claim writes it again.
+const statusAttempts = 5
+
+// statusWriter writes claims' status.devices in the background with server-side apply under
+// the driver's field manager, so that prepare does not wait for the API server. The latest
+// request for a claim wins: an unprepare queued behind its prepare removes the entries.
+type statusWriter struct {
+	client  kubernetes.Interface
+	manager string
+	now     func() time.Time
+
+	mu      sync.Mutex
+	pending map[types.UID]statusJob
+	wake    chan struct{}
+}
+
+// statusJob is the status to apply to one claim; devices nil removes the driver's entries.
+type statusJob struct {
+	namespace, name string
+	uid             types.UID
+	devices         []*resourceapply.AllocatedDeviceStatusApplyConfiguration
+	attempts        int
+}
+
+func newStatusWriter(client kubernetes.Interface, driverName string, now func() time.Time) *statusWriter {
+	return &statusWriter{client: client, manager: driverName, now: now, pending: map[types.UID]statusJob{}, wake: make(chan struct{}, 1)}
+}
+
+// prepared queues the device status of a prepared claim.
+func (w *statusWriter) prepared(st checkpoint.ClaimState, shareIDs map[string]*types.UID) error {
+	devices, err := w.entries(st, shareIDs)
+	if err != nil {
+		return err
+	}
+	w.queue(statusJob{namespace: st.Namespace, name: st.Name, uid: types.UID(st.UID), devices: devices})
+	return nil
+}
+
+// unprepared queues the removal of the driver's entries from an unprepared claim.
+func (w *statusWriter) unprepared(namespace, name string, uid types.UID) {
+	w.queue(statusJob{namespace: namespace, name: name, uid: uid})
+}
+
+func (w *statusWriter) queue(j statusJob) {
+	w.mu.Lock()
+	w.pending[j.uid] = j
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// entries describes each device of a prepared claim.
+func (w *statusWriter) entries(st checkpoint.ClaimState, shareIDs map[string]*types.UID) ([]*resourceapply.AllocatedDeviceStatusApplyConfiguration, error) {
+	s, err := sharingOf(st)
+	if err != nil {
+		return nil, err
+	}
+	var rec *sharing.Record
+	if s != nil {
+		rec = s.Record
+	}
+	now := metav1.NewTime(w.now().Truncate(time.Second))
+	out := make([]*resourceapply.AllocatedDeviceStatusApplyConfiguration, 0, len(st.Devices))
+	for i, d := range st.Devices {
+		data := DeviceStatusData{UUID: d.GPUUUID, CDIDeviceIDs: d.CDIDeviceIDs, AdminAccess: d.AdminAccess}
+		if rec != nil && i < len(rec.Devices) {
+			data.Sharing = string(rec.Devices[i].Strategy)
+		}
+		if d.MIG != nil {
+			data.UUID, data.ParentUUID, data.MIGProfile = d.MIG.UUID, d.MIG.ParentUUID, d.MIG.Profile
+		}
+		raw, err := json.Marshal(data)
+		if err != nil {
+			return nil, fmt.Errorf("device status of %s: %w", d.Device, err)
+		}
+		e := resourceapply.AllocatedDeviceStatus().WithDriver(w.manager).WithPool(d.Pool).WithDevice(d.Device).
+			WithData(runtime.RawExtension{Raw: raw}).
+			WithConditions(preparedCondition(now))
+		if id := shareIDs[d.Request+"\x00"+d.Device]; id != nil {
+			e.WithShareID(string(*id))
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// run applies queued statuses until ctx ends or stopped is closed; failed applies are retried
+// with backoff, up to statusAttempts per claim.
+func (w *statusWriter) run(ctx context.Context, stopped <-chan struct{}) {
+	logger := klog.FromContext(ctx).WithName("device-status")
+	backoff := newBackoff(100*time.Millisecond, 10*time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-stopped:
+			return
+		case <-w.wake:
+		}
+		failed := false
+		for _, j := range w.take() {
+			err := w.apply(ctx, j)
+			if err == nil {
+				continue
+			}
+			if apierrors.IsInvalid(err) {
+				// Retrying the same status cannot help; say so loudly.
+				logger.Error(err, "The API server refused the claim's device status", "claim", klog.KRef(j.namespace, j.name))
+				continue
+			}
+			j.attempts++
+			if j.attempts >= statusAttempts {
+				logger.Error(err, "Giving up writing the claim's device status", "claim", klog.KRef(j.namespace, j.name), "attempts", j.attempts)
+				continue
+			}
+			logger.V(2).Info("Writing the claim's device status failed; retrying", "claim", klog.KRef(j.namespace, j.name), "err", err)
+			w.retry(j)
+			failed = true
+		}
+		if failed {
+			backoff.sleep(ctx)
+		} else {
+			backoff.reset()
+		}
+	}
+}
+
+// take removes and returns the queued jobs.
+func (w *statusWriter) take() []statusJob {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	jobs := make([]statusJob, 0, len(w.pending))
+	for uid, j := range w.pending {
+		jobs = append(jobs, j)
+		delete(w.pending, uid)
+	}
+	return jobs
+}
+
+// retry queues j again unless a newer request for the claim came in meanwhile.
+func (w *statusWriter) retry(j statusJob) {
+	w.mu.Lock()
+	if _, newer := w.pending[j.uid]; !newer {
+		w.pending[j.uid] = j
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// apply writes one claim's entries with server-side apply. The claim's UID is a precondition:
+// a claim deleted and created again under the same name is not touched. A claim that is gone
+// needs nothing.
+func (w *statusWriter) apply(ctx context.Context, j statusJob) error {
+	status := resourceapply.ResourceClaimStatus()
+	if j.devices != nil {
+		status.WithDevices(j.devices...)
+	}
+	claim := resourceapply.ResourceClaim(j.name, j.namespace).WithUID(j.uid).WithStatus(status)
+	_, err := w.client.ResourceV1().ResourceClaims(j.namespace).ApplyStatus(ctx, claim, metav1.ApplyOptions{FieldManager: w.manager, Force: true})
+	if ignorableStatusError(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("apply status.devices of claim %s/%s: %w", j.namespace, j.name, err)
+	}
+	return nil
+}
+
+// preparedCondition is the condition of a prepared device.
+func preparedCondition(now metav1.Time) *metaapply.ConditionApplyConfiguration {
+	return metaapply.Condition().WithType(ConditionPrepared).WithStatus(metav1.ConditionTrue).
+		WithReason("Prepared").WithMessage("the device is prepared on the node").WithLastTransitionTime(now)
+}
+
+// ignorableStatusError reports errors that leave nothing to do: the claim is gone, or was
+// replaced by another claim of the same name (the UID precondition fails with a conflict;
+// ownership conflicts cannot happen with Force).
+func ignorableStatusError(err error) bool {
+	return apierrors.IsNotFound(err) || apierrors.IsConflict(err)
+}

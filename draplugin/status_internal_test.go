@@ -1,0 +1,91 @@
+package draplugin
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpudra/gpudra/internal/checkpoint"
+)
+
+// TestStatusWriterDescribesAndRemovesDevices: the writer applies one status.devices entry per
+// prepared device (UUIDs, CDI IDs, strategy, share ID, condition Prepared) under the driver's
+// field manager, leaves other drivers' entries alone, and removes only its own on unprepare.
+// The fake clientset here is the field-managed one, which implements server-side apply.
+func TestStatusWriterDescribesAndRemovesDevices(t *testing.T) {
+	other := resourceapi.AllocatedDeviceStatus{Driver: "net.example.com", Pool: "node-1", Device: "nic-0"}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-1"},
+		Status: resourceapi.ResourceClaimStatus{Devices: []resourceapi.AllocatedDeviceStatus{other}}}
+	client := fake.NewClientset(claim)
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	w := newStatusWriter(client, "gpu.nvidia.com", func() time.Time { return now })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.run(ctx, make(chan struct{}))
+
+	share := types.UID("share-1")
+	st := checkpoint.ClaimState{UID: "uid-1", Namespace: "ns", Name: "c", Phase: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{
+		{Request: "gpu", Pool: "node-1", Device: "gpu-0", GPUUUID: "GPU-0", CDIDeviceIDs: []string{"k8s.gpu.nvidia.com/claim=uid-1-gpu-0"}},
+		{Request: "mig", Pool: "node-1", Device: "gpu-1-mig-1g5gb-0", GPUUUID: "GPU-1", CDIDeviceIDs: []string{"k8s.gpu.nvidia.com/claim=uid-1-gpu-1-mig-1g5gb-0"},
+			MIG: &checkpoint.MIGInstance{ParentUUID: "GPU-1", Profile: "1g.5gb", UUID: "MIG-1"}},
+	}}
+	if err := w.prepared(st, map[string]*types.UID{"mig\x00gpu-1-mig-1g5gb-0": &share}); err != nil {
+		t.Fatal(err)
+	}
+	want := []DeviceStatusData{
+		{UUID: "GPU-0", CDIDeviceIDs: []string{"k8s.gpu.nvidia.com/claim=uid-1-gpu-0"}, Sharing: "Exclusive"},
+		{UUID: "MIG-1", ParentUUID: "GPU-1", MIGProfile: "1g.5gb", CDIDeviceIDs: []string{"k8s.gpu.nvidia.com/claim=uid-1-gpu-1-mig-1g5gb-0"}, Sharing: "Exclusive"},
+	}
+	got := waitForStatus(t, client, func(devs []resourceapi.AllocatedDeviceStatus) bool { return len(devs) == 3 })
+	var data []DeviceStatusData
+	for _, d := range got {
+		if d.Driver != "gpu.nvidia.com" {
+			continue
+		}
+		var v DeviceStatusData
+		if err := json.Unmarshal(d.Data.Raw, &v); err != nil {
+			t.Fatalf("data of %s: %v", d.Device, err)
+		}
+		data = append(data, v)
+		if len(d.Conditions) != 1 || d.Conditions[0].Type != ConditionPrepared || d.Conditions[0].Status != metav1.ConditionTrue {
+			t.Errorf("conditions of %s: %+v", d.Device, d.Conditions)
+		}
+		if wantShare := d.Device == "gpu-1-mig-1g5gb-0"; (d.ShareID != nil) != wantShare {
+			t.Errorf("share ID of %s: %v", d.Device, d.ShareID)
+		}
+	}
+	if diff := cmp.Diff(want, data); diff != "" {
+		t.Errorf("status.devices data (-want +got):\n%s", diff)
+	}
+
+	w.unprepared("ns", "c", "uid-1")
+	got = waitForStatus(t, client, func(devs []resourceapi.AllocatedDeviceStatus) bool { return len(devs) == 1 })
+	if diff := cmp.Diff([]resourceapi.AllocatedDeviceStatus{other}, got); diff != "" {
+		t.Errorf("status.devices after unprepare (-want +got):\n%s", diff)
+	}
+}
+
+func waitForStatus(t *testing.T, client *fake.Clientset, done func([]resourceapi.AllocatedDeviceStatus) bool) []resourceapi.AllocatedDeviceStatus {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := client.ResourceV1().ResourceClaims("ns").Get(context.Background(), "c", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done(c.Status.Devices) {
+			return c.Status.Devices
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status.devices never as expected: %+v", c.Status.Devices)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
