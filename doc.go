@@ -8,7 +8,8 @@
 //
 // # Which package for which job
 //
-//   - gpudra (this package): device names, attributes, the slice Builder, ResourceSlices.
+//   - gpudra (this package): device names, attributes, the slice Builder, ResourceSlices,
+//     SliceTemplates (what a node of a GPU type publishes, for autoscalers).
 //   - draplugin: the kubelet-plugin core of a node: crash-safe prepare/unprepare, checkpoint,
 //     reconciliation, health taints, metrics; draplugin/draplugintest: a fake node for tests.
 //   - selectors: CEL as the scheduler runs it, selector builders, DeviceClasses, lint, policy.
@@ -17,6 +18,8 @@
 //   - mig: MIG profiles, geometry catalog, layout validation, mig-parted configs, planner, and
 //     instance creation through NVML.
 //   - sharing: the resource.nvidia.com/v1beta1 opaque configs; exclusive, time-slicing and MPS.
+//   - deviceplugin: migrating from NVIDIA's device plugin: its config as DeviceClasses with
+//     extendedResourceName, and detecting it on a node.
 //   - cdi: per-claim CDI specs: generation, validation, writing, cleanup.
 //   - topology: NVLink/PCIe/NUMA links, PCIe roots, NVLink domains, best-connected GPU sets.
 //

@@ -134,6 +134,11 @@ func (s *Simulator) Release(claim *resourceapi.ResourceClaim) {
 
 func (s *Simulator) record(a *resourceapi.AllocationResult, add bool) {
 	for _, r := range a.Devices.Results {
+		if r.AdminAccess != nil && *r.AdminAccess {
+			// As in the scheduler: an admin-access result does not hold the device, so neither
+			// allocating nor releasing it changes what is in use.
+			continue
+		}
 		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
 		if r.ShareID == nil {
 			if add {

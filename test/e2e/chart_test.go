@@ -32,6 +32,7 @@ var chartValueSets = map[string]map[string]any{
 	"consumable":   {"consumableMemory": true, "sharingStrategies": []any{"MPS"}},
 	"exclusive":    {"sharingStrategies": []any{}, "kubeletDir": "/var/lib/k0s/kubelet", "nodeSelector": map[string]any{"gpu": "yes"}},
 	"fake-machine": {"fakeMachine": map[string]any{"name": "l4x8"}},
+	"extended-res": extendedValues,
 }
 
 // TestChartLint runs helm lint --strict on the chart with each value set.
