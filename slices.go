@@ -349,6 +349,9 @@ func (b *Builder) migDevice(inv *gpu.Inventory, g *gpu.GPU, m *gpu.MIGDevice) re
 // the same name in both; a compute instance smaller than its GPU instance ("1c.3g.20gb") gets a
 // "ci<id>" suffix so that the compute instances sharing one GPU instance stay distinct.
 func MIGDeviceNameOf(m *gpu.MIGDevice) string {
+	if m == nil {
+		return ""
+	}
 	giProfile, suffix := m.Profile, ""
 	if p, err := mig.ParseProfile(m.Profile); err == nil && p.IsComputeInstance() {
 		giProfile, suffix = p.GPUInstance().String(), fmt.Sprintf("ci%d", m.CIID)

@@ -255,6 +255,9 @@ type DevicePlan struct {
 // selects it by index with mig-enabled true. Errors name the configuration, GPU index, model and
 // profile.
 func CheckConfig(spec *ConfigSpec, configName string, gpus []GPUInfo) ([]DevicePlan, error) {
+	if spec == nil {
+		return nil, errors.New("mig: CheckConfig: nil *ConfigSpec (use ParseConfig or BuiltinConfigs)")
+	}
 	entries, ok := spec.MigConfigs[configName]
 	if !ok {
 		return nil, fmt.Errorf("mig config %q not present (available: %s)", configName, strings.Join(slices.Sorted(mapKeys(spec.MigConfigs)), ", "))
@@ -417,6 +420,9 @@ func BuiltinConfigs() *ConfigSpec {
 // MIG is enabled and the validated, placed layout. It fails when the name is unknown or has no entry
 // for the model (e.g. "all-1g.5gb" on an H100).
 func NamedConfigLayout(name string, m *Model) (migEnabled bool, layout []Instance, err error) {
+	if m == nil {
+		return false, nil, errNilModel("NamedConfigLayout")
+	}
 	gpu := GPUInfo{Index: 0, Model: m}
 	if len(m.PCIDeviceIDs) > 0 {
 		gpu.PCIDeviceID = m.PCIDeviceIDs[0]

@@ -14,6 +14,9 @@ import (
 // sysfs) and NVLink counts; then the NVLink domains, if any; then a legend. Columns are aligned
 // with spaces and the output ends with a newline.
 func Render(t *Topology) string {
+	if t == nil {
+		return ""
+	}
 	var b strings.Builder
 	matrix(&b, t, func(l Link) string { return l.String() })
 	if hasNVLink(t) {
