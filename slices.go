@@ -167,8 +167,11 @@ type Slice struct {
 // chunked into slices within the API limits; shared counters, when any, come first in slices
 // of their own.
 func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*Pool, error) {
-	if poolName == "" {
-		return nil, fmt.Errorf("pool name is empty: pass the node name")
+	if err := ValidateDriverName(b.driverName); err != nil {
+		return nil, err
+	}
+	if err := ValidatePoolName(poolName); err != nil {
+		return nil, err
 	}
 	pub, err := b.build(inv)
 	if err != nil {
