@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,39 +42,51 @@ var demoWorkloads = []string{
 	"05-mig-1g.yaml", "06-mig-2g.yaml", "07-mig-3g.yaml",
 }
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("demo", stderr)
+func newDemoCmd() *cobra.Command {
 	var nf nodeFlags
-	nf.register(fs)
-	files := fs.String("workloads", strings.Join(demoWorkloads, ","), "comma-separated files of examples/deploy/workloads to serve")
-	keep := fs.Bool("keep", false, "keep the demo's temporary directory (CDI specs, checkpoint) and print its path")
-	verbose := fs.Bool("v", false, "show the plugin's and the gRPC servers' logs")
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "the whole pipeline in one process: slices, allocation, prepare over the DRA socket, CDI injection",
+		Args:  noArgs,
+	}
+	nf.register(cmd, allNodeFlags...)
+	_ = cmd.Flags().MarkHidden(flagNVML) // only fake: kept so that --nvml=real says why not
 	// The demo shows MIG partitions created on demand unless told otherwise.
-	_ = fs.Set("dynamic-mig", "true")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if nf.nvmlMode == "real" {
-		return errors.New("demo runs on a fake machine only: it creates MIG instances and changes GPU settings")
-	}
-	if !*verbose {
-		ctx = klog.NewContext(ctx, logr.Discard())
-	}
+	setDefault(cmd.Flags(), flagDynamicMIG, "true")
+	cmd.Flags().Lookup(flagDynamicMIG).Usage = "create MIG instances when claims need them: every placement of MIG-capable GPUs is published as a partitionable device " +
+		"(--dynamic-mig=false: publish the GPUs' current layout, e.g. from --mig-config)"
+	files := cmd.Flags().String("workloads", strings.Join(demoWorkloads, ","), "comma-separated files of examples/deploy/workloads to serve")
+	keep := cmd.Flags().Bool("keep", false, "keep the demo's temporary directory (CDI specs, checkpoint) and print its path")
+	verbose := cmd.Flags().BoolP("v", "v", false, "show the plugin's and the gRPC servers' logs")
+	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
+		if nf.nvmlMode == "real" {
+			return usageErrorf("--nvml=real: the demo runs on a fake machine only: it creates MIG instances and changes GPU settings")
+		}
+		ctx := cmd.Context()
+		if !*verbose {
+			ctx = klog.NewContext(ctx, logr.Discard())
+		}
+		return runDemo(ctx, &nf, splitList(*files), *keep, cmd.OutOrStdout())
+	})
+	return cmd
+}
+
+func runDemo(ctx context.Context, nf *nodeFlags, files []string, keep bool, stdout io.Writer) error {
 	dir, err := os.MkdirTemp("", "gd")
 	if err != nil {
 		return err
 	}
-	if *keep {
+	if keep {
 		fmt.Fprintf(stdout, "demo directory: %s\n", dir)
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	d, err := newDemo(ctx, &nf, dir)
+	d, err := newDemo(ctx, nf, dir)
 	if err != nil {
 		return err
 	}
 	defer d.stop()
-	return d.run(ctx, strings.Split(*files, ","), stdout)
+	return d.run(ctx, files, stdout)
 }
 
 type demo struct {
@@ -321,7 +334,7 @@ func (d *demo) teardown(ctx context.Context, w io.Writer, failures int) error {
 	fmt.Fprintf(w, "\nprepared %d claims through the DRA socket, unprepared them: %d CDI specs and %d dynamic MIG instances left, %d failures\n",
 		len(d.prepared), len(left), instances, failures)
 	if failures > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("demo: %d claims failed", failures)}
+		return fmt.Errorf("demo: %d claims failed", failures)
 	}
 	return nil
 }
