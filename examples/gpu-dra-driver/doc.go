@@ -4,7 +4,7 @@
 // --nvml=fake is given, and then needs no NVIDIA driver (tests; --fake-control exposes the fake
 // machine to them).
 //
-//	gpu-dra-driver demo       the whole pipeline in one process, with a report
+//	gpu-dra-driver demo       the whole pipeline in one process, with a report (or -o json)
 //	gpu-dra-driver serve      the kubelet plugin (the Helm chart runs it as a DaemonSet)
 //	gpu-dra-driver render     DeviceClasses and ResourceSlices as multi-document YAML
 //	gpu-dra-driver inventory  GPUs, MIG devices and capacity as a table (or -o yaml|json)
