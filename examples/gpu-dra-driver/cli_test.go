@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -330,5 +331,31 @@ func TestDynamicMIGWithConsumableMemory(t *testing.T) {
 	n.close()
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "GPUs 0,1,2,3,4,5,6,7 of dgx-a100-40gb") {
 		t.Errorf("warnings %q, want one naming the 8 GPUs", warnings)
+	}
+}
+
+// TestBuildVersion: the commit comes from the VCS stamp go build records, "(modified)" when the
+// work tree had changes; without a stamp it is "not available", never empty.
+func TestBuildVersion(t *testing.T) {
+	mod := debug.Module{Path: "github.com/gpudra/gpudra", Version: "v0.2.0"}
+	cases := []struct {
+		name string
+		bi   *debug.BuildInfo
+		want versionInfo
+	}{
+		{"no build info", nil, versionInfo{Module: "github.com/gpudra/gpudra", Version: notAvailable, Commit: notAvailable, Go: runtime.Version()}},
+		{"go run", &debug.BuildInfo{GoVersion: "go1.26.1", Main: debug.Module{Path: "github.com/gpudra/gpudra", Version: "(devel)"}},
+			versionInfo{Module: "github.com/gpudra/gpudra", Version: "(devel)", Commit: notAvailable, Go: "go1.26.1"}},
+		{"clean checkout", &debug.BuildInfo{GoVersion: "go1.26.1", Main: mod, Settings: []debug.BuildSetting{
+			{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "3c82c8b"}, {Key: "vcs.modified", Value: "false"}}},
+			versionInfo{Module: "github.com/gpudra/gpudra", Version: "v0.2.0", Commit: "3c82c8b", Go: "go1.26.1"}},
+		{"modified checkout", &debug.BuildInfo{GoVersion: "go1.26.1", Main: mod, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "3c82c8b"}, {Key: "vcs.modified", Value: "true"}}},
+			versionInfo{Module: "github.com/gpudra/gpudra", Version: "v0.2.0", Commit: "3c82c8b (modified)", Go: "go1.26.1"}},
+	}
+	for _, c := range cases {
+		if diff := cmp.Diff(c.want, buildVersion(c.bi)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", c.name, diff)
+		}
 	}
 }
