@@ -114,9 +114,10 @@ Flags may come before or after arguments. Long flags take two dashes (--machine 
 --machine=l4x8).
 
 ` + exitCodesHelp,
-		SilenceErrors: true,
-		SilenceUsage:  true,
-		Args:          noArgs,
+		SilenceErrors:         true,
+		SilenceUsage:          true,
+		DisableFlagsInUseLine: true,
+		Args:                  noArgs,
 		// Without a command: the help, on stderr, and exit 2.
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(stderr)
