@@ -171,8 +171,11 @@ type Slice struct {
 // chunked into slices within the API limits; shared counters, when any, come first in slices
 // of their own.
 func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*Pool, error) {
-	if poolName == "" {
-		return nil, fmt.Errorf("pool name is empty: pass the node name")
+	if err := ValidateDriverName(b.driverName); err != nil {
+		return nil, err
+	}
+	if err := ValidatePoolName(poolName); err != nil {
+		return nil, err
 	}
 	pub, err := b.build(inv)
 	if err != nil {
@@ -363,6 +366,9 @@ func (b *Builder) migDevice(inv *gpu.Inventory, g *gpu.GPU, m *gpu.MIGDevice) re
 // the same name in both; a compute instance smaller than its GPU instance ("1c.3g.20gb") gets a
 // "ci<id>" suffix so that the compute instances sharing one GPU instance stay distinct.
 func MIGDeviceNameOf(m *gpu.MIGDevice) string {
+	if m == nil {
+		return ""
+	}
 	giProfile, suffix := m.Profile, ""
 	if p, err := mig.ParseProfile(m.Profile); err == nil && p.IsComputeInstance() {
 		giProfile, suffix = p.GPUInstance().String(), fmt.Sprintf("ci%d", m.CIID)

@@ -126,6 +126,9 @@ var versionRE = regexp.MustCompile(`Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\
 // root. It fails when the driver version cannot be determined or no libcuda.so.<version> exists,
 // because a spec without them cannot run CUDA.
 func Discover(root DriverRoot, opts ...DiscoverOption) (*Installation, error) {
+	if root == nil {
+		return nil, errors.New("cdi: Discover: nil DriverRoot (use NewHostRoot)")
+	}
 	c := discoverConfig{
 		libPaths: DefaultLibrarySearchPaths(),
 		binPaths: DefaultBinarySearchPaths(),
@@ -138,7 +141,7 @@ func Discover(root DriverRoot, opts ...DiscoverOption) (*Installation, error) {
 	if inst.DriverVersion == "" {
 		data, err := root.ReadFile(DriverVersionPath)
 		if err != nil {
-			return nil, fmt.Errorf("driver version: %w (is the NVIDIA kernel module loaded? WithDriverVersion sets it explicitly)", err)
+			return nil, fmt.Errorf("driver version: %w (is the NVIDIA kernel module loaded?)", err)
 		}
 		m := versionRE.FindSubmatch(data)
 		if m == nil {

@@ -47,6 +47,9 @@ func ReadMIGGeometry(read bool) Option {
 // already be initialized (see Open); Enumerate neither initializes nor shuts it down. The
 // context is checked between GPUs.
 func Enumerate(ctx context.Context, lib nvml.Interface, opts ...Option) (*Inventory, error) {
+	if lib == nil {
+		return nil, errors.New("gpu: Enumerate: nil nvml.Interface (use Open or OpenReal)")
+	}
 	c := enumConfig{lookup: mig.Lookup}
 	for _, o := range opts {
 		o(&c)

@@ -255,48 +255,27 @@ type DevicePlan struct {
 // selects it by index with mig-enabled true. Errors name the configuration, GPU index, model and
 // profile.
 func CheckConfig(spec *ConfigSpec, configName string, gpus []GPUInfo) ([]DevicePlan, error) {
+	if spec == nil {
+		return nil, errors.New("mig: CheckConfig: nil *ConfigSpec (use ParseConfig or BuiltinConfigs)")
+	}
 	entries, ok := spec.MigConfigs[configName]
 	if !ok {
 		return nil, fmt.Errorf("mig config %q not present (available: %s)", configName, strings.Join(slices.Sorted(mapKeys(spec.MigConfigs)), ", "))
 	}
 	var plans []DevicePlan
-	var errs []error
+	problems := gpuErrors{config: configName}
 	for _, gpu := range gpus {
 		m := gpu.model()
-		var chosen *DeviceConfig
-		for i := range entries {
-			e := &entries[i]
-			if (e.Devices.All || slices.Contains(e.Devices.Indexes, gpu.Index)) && e.DeviceFilter.Matches(gpu.PCIDeviceID, gpu.PCISubsystemID) {
-				chosen = e
-			}
-		}
-		where := fmt.Sprintf("mig config %q, device %d", configName, gpu.Index)
+		chosen := chooseEntry(entries, gpu, m)
 		if m == nil {
 			if chosen != nil && !chosen.Devices.All && chosen.MigEnabled != nil && *chosen.MigEnabled {
-				errs = append(errs, fmt.Errorf("%s (%s): cannot enable MIG on a GPU that is not MIG-capable", where, gpu.ProductName))
+				problems.add(gpu.Index, gpu.ProductName, errors.New("cannot enable MIG on a GPU that is not MIG-capable"))
 			}
 			continue
 		}
-		where += " (" + m.Name + ")"
 		if chosen == nil {
-			if gpu.PCIDeviceID == 0 {
-				// No PCI id to match filters against: try the filters with the model's own ids.
-				for i := range entries {
-					e := &entries[i]
-					if !(e.Devices.All || slices.Contains(e.Devices.Indexes, gpu.Index)) {
-						continue
-					}
-					for _, id := range m.PCIDeviceIDs {
-						if e.DeviceFilter.Matches(id, gpu.PCISubsystemID) {
-							chosen = e
-						}
-					}
-				}
-			}
-			if chosen == nil {
-				errs = append(errs, fmt.Errorf("%s: no entry applies to this GPU", where))
-				continue
-			}
+			problems.add(gpu.Index, m.Name, errors.New("no entry applies to this GPU"))
+			continue
 		}
 		plan := DevicePlan{Index: gpu.Index, Model: m.Name, MigEnabled: chosen.MigEnabled != nil && *chosen.MigEnabled}
 		if plan.MigEnabled {
@@ -305,14 +284,93 @@ func CheckConfig(spec *ConfigSpec, configName string, gpus []GPUInfo) ([]DeviceP
 				layout, err = Validate(m, layout)
 			}
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", where, err))
+				problems.add(gpu.Index, m.Name, err)
 				continue
 			}
 			plan.Layout = layout
 		}
 		plans = append(plans, plan)
 	}
-	return plans, errors.Join(errs...)
+	return plans, problems.err()
+}
+
+// chooseEntry returns the last entry that selects the GPU by index and device-filter, nil when
+// none does. A GPU with no PCI id to match filters against is matched with its model's ids.
+func chooseEntry(entries []DeviceConfig, gpu GPUInfo, m *Model) *DeviceConfig {
+	chosen := lastMatch(entries, gpu, gpu.PCIDeviceID)
+	if chosen == nil && gpu.PCIDeviceID == 0 && m != nil {
+		chosen = lastMatch(entries, gpu, m.PCIDeviceIDs...)
+	}
+	return chosen
+}
+
+func lastMatch(entries []DeviceConfig, gpu GPUInfo, pciDeviceIDs ...uint32) *DeviceConfig {
+	var chosen *DeviceConfig
+	for i := range entries {
+		e := &entries[i]
+		if !(e.Devices.All || slices.Contains(e.Devices.Indexes, gpu.Index)) {
+			continue
+		}
+		for _, id := range pciDeviceIDs {
+			if e.DeviceFilter.Matches(id, gpu.PCISubsystemID) {
+				chosen = e
+			}
+		}
+	}
+	return chosen
+}
+
+// gpuErrors collects CheckConfig's errors, one per distinct (model, error) with every GPU it
+// applies to, so that a configuration that is wrong for eight identical GPUs says so once.
+type gpuErrors struct {
+	config string
+	list   []*gpuError
+}
+
+type gpuError struct {
+	indexes []int
+	model   string
+	err     error
+}
+
+func (g *gpuErrors) add(index int, model string, err error) {
+	for _, e := range g.list {
+		if e.model == model && e.err.Error() == err.Error() {
+			e.indexes = append(e.indexes, index)
+			return
+		}
+	}
+	g.list = append(g.list, &gpuError{indexes: []int{index}, model: model, err: err})
+}
+
+func (g *gpuErrors) err() error {
+	errs := make([]error, 0, len(g.list))
+	for _, e := range g.list {
+		which := fmt.Sprintf("device %d", e.indexes[0])
+		if len(e.indexes) > 1 {
+			which = "devices " + indexRanges(e.indexes)
+		}
+		errs = append(errs, fmt.Errorf("mig config %q, %s (%s): %w", g.config, which, e.model, e.err))
+	}
+	return errors.Join(errs...)
+}
+
+// indexRanges writes ascending indexes as ranges: "0-3,5,7-8".
+func indexRanges(idx []int) string {
+	var parts []string
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", idx[i], idx[j]))
+		} else {
+			parts = append(parts, fmt.Sprint(idx[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }
 
 // layoutFromCounts turns a mig-devices map into unplaced GPU instances, largest first.
@@ -417,6 +475,9 @@ func BuiltinConfigs() *ConfigSpec {
 // MIG is enabled and the validated, placed layout. It fails when the name is unknown or has no entry
 // for the model (e.g. "all-1g.5gb" on an H100).
 func NamedConfigLayout(name string, m *Model) (migEnabled bool, layout []Instance, err error) {
+	if m == nil {
+		return false, nil, errNilModel("NamedConfigLayout")
+	}
 	gpu := GPUInfo{Index: 0, Model: m}
 	if len(m.PCIDeviceIDs) > 0 {
 		gpu.PCIDeviceID = m.PCIDeviceIDs[0]

@@ -2,6 +2,7 @@ package mig
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -121,10 +122,14 @@ func TestCheckConfigErrors(t *testing.T) {
 		a30s = append(a30s, GPUInfo{Index: i, ProductName: "NVIDIA A30", PCIDeviceID: 0x20B710DE})
 	}
 	_, err = CheckConfig(spec, "custom-config", a30s)
-	for _, s := range []string{`mig config "custom-config", device 4 (A30)`, `device 7 (A30)`, `"1g.5gb"`} {
+	// GPUs 4-7 fail for the same reason (their entries ask for 1g.5gb): one error names them all.
+	for _, s := range []string{`mig config "custom-config", devices 4-7 (A30)`, `"1g.5gb"`} {
 		if err == nil || !strings.Contains(err.Error(), s) {
 			t.Errorf("error %v does not contain %q", err, s)
 		}
+	}
+	if n := strings.Count(fmt.Sprint(err), "mig config"); n != 1 {
+		t.Errorf("error names the configuration %d times, want once:\n%v", n, err)
 	}
 	if _, err := CheckConfig(spec, "nope", a30s); err == nil || !strings.Contains(err.Error(), "custom-config") {
 		t.Errorf("unknown config error %v should list the available ones", err)
@@ -246,5 +251,47 @@ func TestBuiltinConfigs(t *testing.T) {
 	var dummy *ValidationError
 	if err == nil || errors.As(err, &dummy) || !strings.Contains(err.Error(), "no entry applies") {
 		t.Errorf("all-1g.5gb on H100: %v", err)
+	}
+}
+
+// TestCheckConfigGroupsErrors: GPUs that fail for the same reason share one error naming all of
+// them; different reasons stay apart.
+func TestCheckConfigGroupsErrors(t *testing.T) {
+	spec, err := ParseConfig([]byte(`
+version: v1
+mig-configs:
+  grouped:
+    - devices: [0, 1, 2, 3, 5]
+      mig-enabled: true
+      mig-devices: {"3g.20gb": 3}
+    - devices: [4]
+      mig-enabled: true
+      mig-devices: {"7g.80gb": 1}
+    - devices: [6, 7]
+      mig-enabled: false
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = CheckConfig(spec, "grouped", dgxA100(8))
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("CheckConfig: %v, want joined errors", err)
+	}
+	var got []string
+	for _, e := range joined.Unwrap() {
+		where, _, _ := strings.Cut(e.Error(), "): ")
+		got = append(got, where+")")
+	}
+	want := []string{
+		`mig config "grouped", devices 0-3,5 (A100-SXM4-40GB)`,
+		`mig config "grouped", device 4 (A100-SXM4-40GB)`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("errors (-want +got):\n%s\nfull error:\n%v", diff, err)
+	}
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		t.Errorf("the layout errors are not reachable as *ValidationError: %v", err)
 	}
 }

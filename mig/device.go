@@ -75,6 +75,9 @@ func ProfileName(enum, computeSlices int, memoryMiB, gpuMemoryMiB uint64) string
 // Name and ProductNames are the product name without the "NVIDIA " prefix. Compare reports where
 // the result disagrees with the catalog.
 func ModelFromDevice(dev nvml.Device) (*Model, error) {
+	if dev == nil {
+		return nil, errNilDevice("ModelFromDevice")
+	}
 	name, ret := dev.GetName()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("get GPU name: %w", ret)

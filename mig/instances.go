@@ -75,6 +75,9 @@ func (e *WalkError) Unwrap() error {
 // it. A GPU without MIG support, or with MIG mode off, has none. Instances are sorted by
 // placement, compute instances by id. Failures are *WalkError; callers add which GPU it was.
 func ListInstances(dev nvml.Device) ([]GPUInstanceState, error) {
+	if dev == nil {
+		return nil, errNilDevice("ListInstances")
+	}
 	mode, _, ret := dev.GetMigMode()
 	if ret == nvml.ERROR_NOT_SUPPORTED || (ret == nvml.SUCCESS && mode != nvml.DEVICE_MIG_ENABLE) {
 		return nil, nil

@@ -149,6 +149,9 @@ func (g *geometry) instances(chosen []layoutItem) []Instance {
 // where an instance sits are different layouts. Instances are ordered by catalog profile order, then
 // by start.
 func Layouts(m *Model, opts ...LayoutOption) ([][]Instance, error) {
+	if m == nil {
+		return nil, errNilModel("Layouts")
+	}
 	g := newGeometry(m)
 	var out [][]Instance
 	err := enumerate(m, opts, func(chosen []layoutItem, _ bool) {
@@ -162,6 +165,9 @@ func Layouts(m *Model, opts ...LayoutOption) ([][]Instance, error) {
 // MaximalLayouts returns the valid layouts to which no further instance (of the allowed profiles)
 // can be added.
 func MaximalLayouts(m *Model, opts ...LayoutOption) ([][]Instance, error) {
+	if m == nil {
+		return nil, errNilModel("MaximalLayouts")
+	}
 	g := newGeometry(m)
 	var out [][]Instance
 	err := enumerate(m, opts, func(chosen []layoutItem, maximal bool) {
@@ -175,6 +181,9 @@ func MaximalLayouts(m *Model, opts ...LayoutOption) ([][]Instance, error) {
 // CountLayouts returns the number of valid non-empty layouts and of maximal ones without
 // materialising them.
 func CountLayouts(m *Model, opts ...LayoutOption) (valid, maximal int, err error) {
+	if m == nil {
+		return 0, 0, errNilModel("CountLayouts")
+	}
 	err = enumerate(m, opts, func(chosen []layoutItem, max bool) {
 		if len(chosen) == 0 {
 			return
@@ -199,6 +208,9 @@ func CountLayouts(m *Model, opts ...LayoutOption) (valid, maximal int, err error
 // Instances without placements are assigned as Validate does. An invalid layout is drawn as far as
 // possible (placed instances only) and followed by a line starting "invalid:".
 func Diagram(m *Model, layout []Instance) string {
+	if m == nil {
+		return "invalid: " + errNilModel("Diagram").Error() + "\n"
+	}
 	placed, err := Validate(m, layout)
 	if err != nil {
 		placed = nil

@@ -19,6 +19,9 @@ type Manager struct {
 // NewManager returns a Manager for dev. m is the GPU's model; when nil it is looked up from the
 // device's product name. The GPU is named in errors by its UUID when NVML reports one.
 func NewManager(dev nvml.Device, m *Model) (*Manager, error) {
+	if dev == nil {
+		return nil, errNilDevice("NewManager")
+	}
 	label := "(unknown)"
 	if uuid, ret := dev.GetUUID(); ret == nvml.SUCCESS {
 		label = uuid

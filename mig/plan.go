@@ -99,6 +99,9 @@ func (g *geometry) solve(occupied uint64, free []item) ([]int, bool) {
 // The error is a *ValidationError (possibly several joined) when the request cannot be met: unknown
 // profiles, instance counts, media-engine rules, or no placement that fits (ConflictNoFit).
 func Plan(m *Model, current []Instance, requests []string) ([]Instance, error) {
+	if m == nil {
+		return nil, errNilModel("Plan")
+	}
 	layout := make([]Instance, 0, len(current)+len(requests))
 	for i, in := range current {
 		if in.Placement == nil {

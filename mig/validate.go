@@ -336,6 +336,9 @@ func joinInts(xs []int) string {
 // Errors are *ValidationError values (several joined with errors.Join when the layout has several
 // problems) naming the instances, profiles and memory slices in conflict and what is allowed.
 func Validate(m *Model, layout []Instance) ([]Instance, error) {
+	if m == nil {
+		return nil, errNilModel("Validate")
+	}
 	g := newGeometry(m)
 	items, err := g.resolve(layout)
 	if err != nil {

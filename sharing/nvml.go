@@ -2,6 +2,7 @@ package sharing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -20,6 +21,9 @@ var _ ComputeModeSetter = (*NVMLComputeMode)(nil)
 func NewNVMLComputeMode(lib nvml.Interface) *NVMLComputeMode { return &NVMLComputeMode{lib: lib} }
 
 func (n *NVMLComputeMode) device(uuid string) (nvml.Device, error) {
+	if n.lib == nil {
+		return nil, errors.New("sharing: NVMLComputeMode: nil nvml.Interface (see NewNVMLComputeMode)")
+	}
 	d, ret := n.lib.DeviceGetHandleByUUID(uuid)
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("NVML DeviceGetHandleByUUID(%s): %s", uuid, nvml.ErrorString(ret))

@@ -60,6 +60,9 @@ func requestList(r []string) string {
 
 // ClaimString names a claim in messages: "namespace/name (uid)".
 func ClaimString(claim *resourceapi.ResourceClaim) string {
+	if claim == nil {
+		return "<nil claim>"
+	}
 	return fmt.Sprintf("%s/%s (%s)", claim.Namespace, claim.Name, claim.UID)
 }
 

@@ -102,6 +102,9 @@ func (s *Simulator) Get(name string) (*resourceapi.DeviceClass, error) {
 // status.allocation set (the input is not modified). It returns ErrUnschedulable when the
 // claim does not fit, and other errors for invalid input (bad CEL, unknown class).
 func (s *Simulator) Allocate(ctx context.Context, claim *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) {
+	if claim == nil {
+		return nil, errors.New("simulate: Allocate: nil claim")
+	}
 	claim = claim.DeepCopy()
 	Default(claim)
 	s.mu.Lock()
@@ -162,6 +165,9 @@ func (s *Simulator) record(a *resourceapi.AllocationResult, add bool) {
 
 // Default fills in what the API server defaults in a claim: exact-count requests of one device.
 func Default(claim *resourceapi.ResourceClaim) {
+	if claim == nil {
+		return
+	}
 	for i := range claim.Spec.Devices.Requests {
 		r := &claim.Spec.Devices.Requests[i]
 		if r.Exactly != nil {

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -88,6 +89,9 @@ func (e *Error) Unwrap() error { return e.Return }
 // fabric status is SUCCESS and whose cluster UUID is not zero belongs to the domain of its
 // cluster UUID and clique id.
 func Discover(lib nvml.Interface, opts ...Option) (*Topology, error) {
+	if lib == nil {
+		return nil, errors.New("topology: Discover: nil nvml.Interface")
+	}
 	c := config{sysfsRoot: DefaultSysfsRoot}
 	for _, o := range opts {
 		o(&c)

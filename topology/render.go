@@ -15,6 +15,9 @@ import (
 // their root (PCIeSwitches) and the NVLink domains, each if any; then a legend. Columns are aligned
 // with spaces and the output ends with a newline.
 func Render(t *Topology) string {
+	if t == nil {
+		return ""
+	}
 	var b strings.Builder
 	matrix(&b, t, func(l Link) string { return l.String() })
 	if hasNVLink(t) {

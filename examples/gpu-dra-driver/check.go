@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -43,51 +43,62 @@ type checkOptions struct {
 	cluster kubernetes.Interface
 }
 
-// machineFlags are the flags that choose the fake machine.
-var machineFlags = map[string]bool{"machine": true, "mig-config": true, "dynamic-mig": true, "consumable-memory": true, "nvml": true}
-
-func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("check", stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gpu-dra-driver check [flags] FILE|DIR|- ...\n\nLint, policy and upgrade hints for manifests, then simulated allocation of every claim on a machine.\nExit status: 0 everything passes, 1 findings, violations or unschedulable claims, 2 usage error.\n\nflags:")
-		fs.PrintDefaults()
-	}
+func newCheckCmd() *cobra.Command {
 	o := checkOptions{}
-	o.node.register(fs)
-	fs.StringVar(&o.output, "o", "table", "output format: table or json")
+	cmd := &cobra.Command{
+		Use:   "check FILE|DIR|- ...",
+		Short: "lint, policy and upgrade hints for manifests, then simulated allocation on a machine",
+		Long: `check lints manifests (ResourceClaims, ResourceClaimTemplates, DeviceClasses, Pods and the
+workloads that hold them), applies a policy, hints at upgrades to resource.k8s.io/v1, then
+allocates every claim with the scheduler's allocator on a machine: each file's "# Target machine:"
+comment, or --machine and its flags, or --slices, or a cluster (--kubeconfig).
+It exits 0 when everything passes and 1 on findings, policy violations or unschedulable claims.`,
+		Example: `  gpu-dra-driver check examples/deploy/workloads
+  gpu-dra-driver check claim.yaml --machine dgx-h100 --consumable-memory
+  kubectl get resourceclaims -o yaml | gpu-dra-driver check - --kubeconfig ~/.kube/config`,
+		Args: minArgs("FILE|DIR|- ..."),
+	}
+	o.node.register(cmd, allNodeFlags...)
+	fs := cmd.Flags()
+	o.output = "table"
+	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	completeValues(cmd, "output", "table", "json")
 	fs.StringVar(&o.slicesFile, "slices", "", "check against the ResourceSlices (and DeviceClasses) in this file, e.g. a real node's `render` output")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "check against every ResourceSlice and DeviceClass of the cluster this kubeconfig points at")
 	fs.StringVar(&o.policyFile, "policy", "", "policy file (YAML): blockedMIGProfiles, allowedMIGProfiles, maxGPUsPerClaim, requiredSharing")
 	fs.StringVar(&o.namespace, "namespace", "default", "namespace of objects that name none (as kubectl apply -n)")
 	fs.BoolVar(&o.printUpgraded, "print-upgraded", false, "print the inputs upgraded to resource.k8s.io/v1 instead of checking them")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	cmd.RunE = runE(func(cmd *cobra.Command, args []string) error {
+		for _, name := range []string{flagNVML, flagMachine, flagMIGConfig, flagDynamicMIG, flagConsumableMemory} {
+			o.explicitMachine = o.explicitMachine || changed(fs, name)
+		}
+		o.paths = args
+		if err := o.validate(); err != nil {
+			return usageError(err)
+		}
+		ok, err := check(cmd.Context(), o, cmd.InOrStdin(), cmd.OutOrStdout())
+		if err != nil {
 			return err
 		}
-		return &exitError{code: 2, err: err}
-	}
-	fs.Visit(func(f *flag.Flag) { o.explicitMachine = o.explicitMachine || machineFlags[f.Name] })
-	o.paths = fs.Args()
-	if err := o.validate(); err != nil {
-		fs.Usage()
-		return &exitError{code: 2, err: fmt.Errorf("gpu-dra-driver check: %w", err)}
-	}
-	ok, err := check(ctx, o, os.Stdin, stdout)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return &exitError{code: 1, err: errors.New("check: the answer is no (see the report)")}
-	}
-	return nil
+		if !ok {
+			return answerNo(errors.New("check: the answer is no (see the report)"))
+		}
+		return nil
+	})
+	return cmd
 }
 
 func (o checkOptions) validate() error {
 	if len(o.paths) == 0 {
 		return errors.New("a FILE, DIR or - is required")
 	}
-	if err := oneOf("o", o.output, "table", "json"); err != nil {
+	if err := oneOf("output", o.output, "table", "json"); err != nil {
 		return err
+	}
+	if o.explicitMachine {
+		if err := o.node.validate(); err != nil {
+			return err
+		}
 	}
 	sources := 0
 	for _, set := range []bool{o.explicitMachine, o.slicesFile != "", o.kubeconfig != "" || o.cluster != nil} {
@@ -111,7 +122,7 @@ type input struct {
 func check(ctx context.Context, o checkOptions, stdin io.Reader, stdout io.Writer) (bool, error) {
 	inputs, err := readInputs(o.paths, stdin)
 	if err != nil {
-		return false, &exitError{code: 2, err: err}
+		return false, usageError(err)
 	}
 	if o.printUpgraded {
 		return printUpgraded(inputs, stdout)
@@ -120,10 +131,10 @@ func check(ctx context.Context, o checkOptions, stdin io.Reader, stdout io.Write
 	if o.policyFile != "" {
 		data, err := os.ReadFile(o.policyFile)
 		if err != nil {
-			return false, &exitError{code: 2, err: err}
+			return false, usageError(err)
 		}
 		if policy, err = selectors.ParsePolicy(data); err != nil {
-			return false, &exitError{code: 2, err: fmt.Errorf("%s: %w", o.policyFile, err)}
+			return false, usageError(fmt.Errorf("%s: %w", o.policyFile, err))
 		}
 	}
 	targets := newTargets(o)
@@ -252,7 +263,7 @@ func (ts *targets) forInput(ctx context.Context, in input) (*target, error) {
 	return ts.cached(spec, func() (*target, error) {
 		nf, err := parseTargetMachine(spec, ts.o.node.nodeName)
 		if err != nil {
-			return nil, &exitError{code: 2, err: fmt.Errorf("%s: # Target machine: %s: %w", in.name, spec, err)}
+			return nil, usageError(fmt.Errorf("%s: # Target machine: %s: %w", in.name, spec, err))
 		}
 		return machineTarget(ctx, nf, spec)
 	})
@@ -295,17 +306,19 @@ func targetMachine(data []byte) string {
 // parseTargetMachine turns "dgx-a100-80gb --mig-config all-balanced" into node flags.
 func parseTargetMachine(spec, nodeName string) (nodeFlags, error) {
 	fields := strings.Fields(spec)
-	fs := flag.NewFlagSet("target", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	cmd := &cobra.Command{Use: "target"}
 	var nf nodeFlags
-	nf.register(fs)
-	if err := fs.Parse(append(append([]string{"--node-name", nodeName, "--machine"}, fields[0]), fields[1:]...)); err != nil {
+	nf.register(cmd, flagMachine, flagMIGConfig, flagDynamicMIG, flagConsumableMemory)
+	fs := cmd.Flags()
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(append([]string{"--machine", fields[0]}, fields[1:]...)); err != nil {
 		return nf, err
 	}
 	if fs.NArg() > 0 {
 		return nf, fmt.Errorf("unexpected %q", strings.Join(fs.Args(), " "))
 	}
-	return nf, nil
+	nf.nodeName = nodeName
+	return nf, nf.validate()
 }
 
 func describeNode(nf nodeFlags) string {
@@ -348,7 +361,7 @@ func machineTarget(ctx context.Context, nf nodeFlags, name string) (*target, err
 func slicesTarget(path string) (*target, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &exitError{code: 2, err: err}
+		return nil, usageError(err)
 	}
 	t := &target{name: "slices " + path}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
@@ -364,7 +377,7 @@ func slicesTarget(path string) (*target, error) {
 		}
 	}
 	if len(t.slices) == 0 {
-		return nil, &exitError{code: 2, err: fmt.Errorf("%s: no ResourceSlices", path)}
+		return nil, usageError(fmt.Errorf("%s: no ResourceSlices", path))
 	}
 	return t, nil
 }

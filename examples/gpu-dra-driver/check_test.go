@@ -121,10 +121,10 @@ func TestCheckExitCodes(t *testing.T) {
 		{[]string{"check", "--policy", policy, "../deploy/workloads/10-mig-invalid-profile.yaml"}, 1, "blocked-mig-profile"},
 		// --machine overrides the file's target machine: an A100-80GB selector on an H100.
 		{[]string{"check", "--machine", "dgx-h100", "../deploy/workloads/18-cel-product-name.yaml"}, 1, "(machine: dgx-h100)"},
-		{[]string{"check"}, 2, "a FILE, DIR or - is required"},
+		{[]string{"check"}, 2, "needs FILE|DIR|- ..."},
 		{[]string{"check", "-o", "xml", "x.yaml"}, 2, "allowed values are table, json"},
 		{[]string{"check", "--machine", "l4x8", "--slices", "s.yaml", "x.yaml"}, 2, "choose one machine"},
-		{[]string{"check", "--bogus", "x.yaml"}, 2, "flag provided but not defined"},
+		{[]string{"check", "--bogus", "x.yaml"}, 2, "unknown flag: --bogus"},
 		{[]string{"check", "/nonexistent.yaml"}, 2, "no such file"},
 		{[]string{"check", "--policy", "/nonexistent.yaml", "../deploy/workloads/01-exclusive-gpu.yaml"}, 2, "no such file"},
 	}

@@ -1,48 +1,57 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/mig"
 )
 
-func runInventory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("inventory", stderr)
+func newInventoryCmd() *cobra.Command {
 	var nf nodeFlags
-	nf.register(fs)
-	output := fs.String("o", "table", "output format: table, yaml or json")
-	if err := fs.Parse(args); err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:     "inventory",
+		Short:   "print GPUs, MIG devices and capacity used/free",
+		Example: "  gpu-dra-driver inventory --machine dgx-a100-40gb --mig-config all-balanced\n  gpu-dra-driver inventory --nvml=real -o yaml",
+		Args:    noArgs,
 	}
-	if err := oneOf("o", *output, "table", "yaml", "json"); err != nil {
-		return err
-	}
-	n, err := nf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer n.close()
-	switch *output {
-	case "json":
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(n.inv)
-	case "yaml":
-		b, err := yaml.Marshal(n.inv)
+	nf.register(cmd, flagNVML, flagMachine, flagMIGConfig)
+	output := outputFlag(cmd, "output format: table, yaml or json", "table", "yaml", "json")
+	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
+		if err := oneOf("output", *output, "table", "yaml", "json"); err != nil {
+			return err
+		}
+		n, err := nf.open(cmd.Context())
 		if err != nil {
 			return err
 		}
-		_, err = stdout.Write(b)
+		defer n.close()
+		return writeInventory(cmd.OutOrStdout(), *output, n.inv)
+	})
+	return cmd
+}
+
+func writeInventory(w io.Writer, output string, inv *gpu.Inventory) error {
+	switch output {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(inv)
+	case "yaml":
+		b, err := yaml.Marshal(inv)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
 		return err
 	}
-	return printInventory(stdout, n.inv)
+	return printInventory(w, inv)
 }
 
 func gib(b uint64) string { return fmt.Sprintf("%.1fGiB", float64(b)/(1<<30)) }

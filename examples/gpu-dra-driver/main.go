@@ -3,17 +3,37 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// exitError carries an exit code chosen by a command (e.g. 1 for "layout invalid").
+// Exit codes, as documented in the root command's help and the README.
+const (
+	exitOK = 0
+	// exitNo: the command ran and the answer is "no" (an invalid layout or configuration, an
+	// unschedulable claim, check findings).
+	exitNo = 1
+	// exitUsage: the command line is wrong (unknown command or flag, bad or conflicting values,
+	// missing or extra arguments).
+	exitUsage = 2
+	// exitFailure: the command could not do its work (NVML, files, the API server, ...).
+	exitFailure = 3
+)
+
+const exitCodesHelp = `Exit status:
+  0  success
+  1  the answer is "no": an invalid MIG layout or configuration, an unschedulable claim, check findings
+  2  usage error: unknown command or flag, a bad or conflicting flag value, missing or extra arguments
+  3  runtime failure: NVML, files, the API server or the plugin failed`
+
+// exitError carries the exit code an error ends the command with.
 type exitError struct {
 	code int
 	err  error
@@ -22,22 +42,22 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+// usageErrorf is a usage error (exit 2).
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
 }
 
-func commands() map[string]command {
-	return map[string]command{
-		"demo":      {"the whole pipeline in one process: slices, allocation, prepare over the DRA socket, CDI injection", runDemo},
-		"serve":     {"run the kubelet plugin against a real API server", runServe},
-		"render":    {"print the DeviceClasses and ResourceSlices the driver publishes (YAML stream)", runRender},
-		"inventory": {"print GPUs, MIG devices and capacity used/free", runInventory},
-		"mig":       {"MIG profiles, layout validation, layouts and mig-parted config checks", runMIG},
-		"topo":      {"the GPU topology matrix (NVLink, PCIe, NUMA) of the machine", runTopo},
-		"check":     {"lint, policy and upgrade hints for manifests, then simulated allocation on a machine", runCheck},
+// usageError marks err as a usage error (exit 2), unless it already carries an exit code.
+func usageError(err error) error {
+	var ee *exitError
+	if err == nil || errors.As(err, &ee) {
+		return err
 	}
+	return &exitError{code: exitUsage, err: err}
 }
+
+// answerNo marks err as the answer "no" (exit 1).
+func answerNo(err error) error { return &exitError{code: exitNo, err: err} }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -46,60 +66,195 @@ func main() {
 	os.Exit(code)
 }
 
+// run executes the command line args and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr, cmds)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
+	root := newRootCmd(stdout, stderr)
+	if args == nil {
+		args = []string{} // cobra reads os.Args when given nil
 	}
-	cmd, ok := cmds[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "gpu-dra-driver: unknown command %q\n\n", args[0])
-		usage(stderr, cmds)
-		return 2
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
 	}
-	if err := cmd.run(ctx, args[1:], stdout, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	if cmd == nil {
+		cmd = root
+	}
+	// Errors that carry no exit code come from cobra itself: unknown commands and flags, bad flag
+	// values, argument counts. Errors of a command's work are marked by runE.
+	code := exitUsage
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	switch code {
+	case exitNo:
+		// The answer itself ("invalid: ..."), as the command worded it.
+		fmt.Fprintln(stderr, err)
+	case exitUsage:
+		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", cmd.CommandPath(), err, cmd.CommandPath())
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
+	}
+	return code
+}
+
+// newRootCmd builds the command tree; every call returns a new, independent tree.
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "gpu-dra-driver",
+		Short: "gpudra's reference DRA driver for NVIDIA GPUs",
+		Long: `gpu-dra-driver is gpudra's reference DRA driver for NVIDIA GPUs.
+
+Every command except serve works without a GPU, on an embedded fake machine (--machine, default
+` + defaultMachine + `), unless --nvml=real is given. serve, the kubelet plugin, drives the node's real
+GPUs unless --nvml=fake is given.
+
+Flags may come before or after arguments. Long flags take two dashes (--machine l4x8 or
+--machine=l4x8).
+
+` + exitCodesHelp,
+		SilenceErrors:         true,
+		SilenceUsage:          true,
+		DisableFlagsInUseLine: true,
+		Args:                  noArgs,
+		// Without a command: the help, on stderr, and exit 2.
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.SetOut(stderr)
+			_ = cmd.Help()
+			return usageErrorf("a command is required")
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(flagError)
+	root.AddCommand(newDemoCmd(), newServeCmd(), newRenderCmd(), newInventoryCmd(), newMIGCmd(),
+		newTopoCmd(), newCheckCmd(), newVersionCmd())
+	return root
+}
+
+// runE wraps a command's work: errors without an exit code are runtime failures (exit 3).
+func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		warnNoOps(cmd.Flags(), cmd.ErrOrStderr())
+		err := f(cmd, args)
 		var ee *exitError
-		if errors.As(err, &ee) {
-			fmt.Fprintf(stderr, "%s\n", ee.err)
-			return ee.code
+		if err == nil || errors.As(err, &ee) {
+			return err
 		}
-		fmt.Fprintf(stderr, "gpu-dra-driver %s: %v\n", args[0], err)
-		return 1
+		return &exitError{code: exitFailure, err: err}
 	}
-	return 0
 }
 
-func usage(w io.Writer, cmds map[string]command) {
-	fmt.Fprintln(w, "usage: gpu-dra-driver <command> [flags]\n\ncommands:")
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
+// flagError explains a flag parsing error; in particular a Go-style single-dash long flag
+// (-machine), which pflag reads as the shorthands m, a, c, ...
+func flagError(cmd *cobra.Command, err error) error {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "unknown shorthand flag: "); ok {
+		if _, arg, found := strings.Cut(rest, " in "); found {
+			name, _, _ := strings.Cut(strings.TrimPrefix(arg, "-"), "=")
+			if cmd.Flags().Lookup(name) != nil {
+				return fmt.Errorf("%w (long flags take two dashes: --%s)", err, name)
+			}
+		}
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
-	}
-	fmt.Fprintln(w, "\nRun 'gpu-dra-driver <command> -h' for the flags of a command.")
+	return err
 }
 
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("gpu-dra-driver "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
+// noArgs rejects positional arguments.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		if cmd.HasSubCommands() {
+			return fmt.Errorf("unknown command %q%s", args[0], suggest(cmd, args[0]))
+		}
+		return fmt.Errorf("takes no arguments, got %q", strings.Join(args, " "))
+	}
+	return nil
 }
 
+// exactArgs accepts exactly the named positional arguments.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		switch {
+		case len(args) < len(names):
+			return fmt.Errorf("needs %s", strings.Join(names[len(args):], " "))
+		case len(args) > len(names):
+			return fmt.Errorf("takes %s, got extra arguments %q", strings.Join(names, " "), strings.Join(args[len(names):], " "))
+		}
+		return nil
+	}
+}
+
+// minArgs accepts one or more positional arguments, described by what.
+func minArgs(what string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return fmt.Errorf("needs %s", what)
+		}
+		return nil
+	}
+}
+
+func suggest(cmd *cobra.Command, arg string) string {
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2
+	}
+	if s := cmd.SuggestionsFor(arg); len(s) > 0 {
+		return fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+	}
+	return ""
+}
+
+// groupCmd is a command that only holds subcommands: without one it prints its help to stderr
+// and exits 2.
+func groupCmd(c *cobra.Command) *cobra.Command {
+	c.Args = noArgs
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		cmd.SetOut(cmd.ErrOrStderr())
+		_ = cmd.Help()
+		return usageErrorf("%s needs a subcommand", cmd.CommandPath())
+	}
+	return c
+}
+
+// oneOf checks a flag's value against the allowed ones (a usage error otherwise).
 func oneOf(flagName, value string, allowed ...string) error {
 	for _, a := range allowed {
 		if value == a {
 			return nil
 		}
 	}
-	return fmt.Errorf("--%s=%q: allowed values are %s", flagName, value, strings.Join(allowed, ", "))
+	return usageErrorf("--%s=%q: allowed values are %s", flagName, value, strings.Join(allowed, ", "))
+}
+
+// outputFlag registers -o/--output with its allowed values (the first is the default) and their
+// shell completion.
+func outputFlag(cmd *cobra.Command, usage string, allowed ...string) *string {
+	out := cmd.Flags().StringP("output", "o", allowed[0], usage)
+	completeValues(cmd, "output", allowed...)
+	return out
+}
+
+// completeValues offers values for a flag in shell completion.
+func completeValues(cmd *cobra.Command, flagName string, values ...string) {
+	_ = cmd.RegisterFlagCompletionFunc(flagName, func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return values, cobra.ShellCompDirectiveNoFileComp
+	})
+}
+
+// splitList splits a comma-separated flag value, trimming spaces and dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// changed reports whether the flag was given on the command line.
+func changed(fs *pflag.FlagSet, name string) bool {
+	f := fs.Lookup(name)
+	return f != nil && f.Changed
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
 	"strings"
 	"testing"
 
@@ -21,10 +20,10 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
-// renderedDevices decodes a render YAML stream and returns device type → count.
-func renderedDevices(t *testing.T, stream string) map[string]int {
+// renderedSlices decodes the ResourceSlices of a render YAML stream.
+func renderedSlices(t *testing.T, stream string) []resourceapi.ResourceSlice {
 	t.Helper()
-	counts := map[string]int{}
+	var out []resourceapi.ResourceSlice
 	for _, doc := range strings.Split(stream, "---\n") {
 		if strings.TrimSpace(doc) == "" || !strings.Contains(doc, "kind: ResourceSlice") {
 			continue
@@ -33,6 +32,16 @@ func renderedDevices(t *testing.T, stream string) map[string]int {
 		if err := yaml.UnmarshalStrict([]byte(doc), &s); err != nil {
 			t.Fatalf("render printed an invalid ResourceSlice: %v\n%s", err, doc)
 		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// renderedDevices decodes a render YAML stream and returns device type → count.
+func renderedDevices(t *testing.T, stream string) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	for _, s := range renderedSlices(t, stream) {
 		for _, d := range s.Spec.Devices {
 			counts[*d.Attributes["type"].StringValue]++
 		}
@@ -105,20 +114,20 @@ func TestCommandErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"nope"}, 2, `unknown command "nope"`},
-		{[]string{"render", "--machine", "dgx-z"}, 1, "dgx-a100-40gb"},
-		{[]string{"render", "-o", "xml"}, 1, "allowed values are yaml, json"},
-		{[]string{"mig", "profiles"}, 1, "--gpu is required"},
-		{[]string{"mig", "validate", "--gpu", "GTX 1080", "--profiles", "1g.5gb"}, 1, "A100-SXM4-40GB"},
+		{[]string{"render", "--machine", "dgx-z"}, 2, "dgx-a100-40gb"},
+		{[]string{"render", "-o", "xml"}, 2, "allowed values are yaml, json"},
+		{[]string{"mig", "profiles"}, 2, "--gpu is required"},
+		{[]string{"mig", "validate", "--gpu", "GTX 1080", "--profiles", "1g.5gb"}, 2, "A100-SXM4-40GB"},
 		{[]string{"mig", "check-config", "../deploy/mig-parted/config.yaml"}, 1, `"too-many"`},
-		{[]string{"render", "--nvml", "real", "--mig-config", "all-balanced"}, 1, "fake machines only"},
-		{[]string{"serve", "--node-name", "n1", "--kubeconfig", "/nonexistent/kubeconfig"}, 1, "kubernetes client configuration"},
+		{[]string{"render", "--nvml", "real", "--mig-config", "all-balanced"}, 2, "fake machines only"},
+		{[]string{"serve", "--node-name", "n1", "--kubeconfig", "/nonexistent/kubeconfig"}, 3, "kubernetes client configuration"},
 		{[]string{"serve", "--kubeconfig", "/nonexistent/kubeconfig"}, 2, "--node-name (or $NODE_NAME) is required"},
 		{[]string{"serve", "--node-name", "GPU_node"}, 2, "not a Kubernetes node name"},
 		{[]string{"serve", "--node-name", "n1", "--machine", "l4x8"}, 2, "--machine needs --nvml=fake"},
 		{[]string{"serve", "--node-name", "n1", "--mig-config", "all-balanced"}, 2, "--mig-config needs --nvml=fake"},
 		{[]string{"serve", "--node-name", "n1", "--nvml", "fake", "--fake-control", "0.0.0.0:9"}, 2, "loopback only"},
 		{[]string{"serve", "--node-name", "n1", "--nvml", "fake", "--state-dir", "state"}, 2, "--state-dir=\"state\": must be an absolute path"},
-		{[]string{"demo", "--nvml", "real"}, 1, "fake machine only"},
+		{[]string{"demo", "--nvml", "real"}, 2, "fake machine only"},
 	}
 	for _, c := range cases {
 		code, _, errOut := runCLI(t, c.args...)
@@ -164,7 +173,7 @@ func TestDemo(t *testing.T) {
 // installation, so serve's CDI set-up works on a host without /proc/driver/nvidia.
 func TestServeNeedsNoDriverWithAFakeMachine(t *testing.T) {
 	state := t.TempDir()
-	s, err := parseServeFlags([]string{"--node-name", "n1", "--nvml", "fake", "--machine", "l4x8", "--state-dir", state}, io.Discard)
+	s, err := parseServeFlags([]string{"--node-name", "n1", "--nvml", "fake", "--machine", "l4x8", "--state-dir", state})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +198,7 @@ func TestServeNeedsNoDriverWithAFakeMachine(t *testing.T) {
 // TestServeDefaultsToRealNVML: without --nvml, serve drives the real GPUs.
 func TestServeDefaultsToRealNVML(t *testing.T) {
 	t.Setenv("NODE_NAME", "node-a")
-	s, err := parseServeFlags(nil, io.Discard)
+	s, err := parseServeFlags(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,84 +3,115 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/spf13/cobra"
 
 	"github.com/gpudra/gpudra/mig"
 )
 
-const migUsage = `usage: gpu-dra-driver mig <subcommand> [flags]
-
-subcommands:
-  profiles      --gpu MODEL                      the GPU-instance profiles of a model
-  validate      --gpu MODEL --profiles P,P@S,..  is this layout valid? (exit 0 valid, 1 invalid)
-  layouts       --gpu MODEL [--maximal]          every valid position-aware layout
-  check-config  FILE [--config NAME]             validate a mig-parted config against --machine
-
-MODEL is an NVML product name, "NVIDIA " prefix optional, case-insensitive
+const modelHelp = `MODEL is an NVML product name, "NVIDIA " prefix optional, case-insensitive
 (A100-SXM4-40GB, A100-SXM4-80GB, "H100 80GB HBM3", H200, A30, B200, ...).`
 
-func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stderr, migUsage)
-		if len(args) == 0 {
-			return &exitError{code: 2, err: errors.New("mig: a subcommand is required")}
-		}
-		return flag.ErrHelp
-	}
-	sub, rest := args[0], args[1:]
-	switch sub {
-	case "profiles":
-		return migProfiles(rest, stdout, stderr)
-	case "validate":
-		return migValidate(rest, stdout, stderr)
-	case "layouts":
-		return migLayouts(rest, stdout, stderr)
-	case "check-config":
-		return migCheckConfig(ctx, rest, stdout, stderr)
-	}
-	fmt.Fprintln(stderr, migUsage)
-	return &exitError{code: 2, err: fmt.Errorf("mig: unknown subcommand %q", sub)}
+func newMIGCmd() *cobra.Command {
+	cmd := groupCmd(&cobra.Command{
+		Use:   "mig",
+		Short: "MIG profiles, layout validation, layouts and mig-parted config checks",
+		Long:  "MIG profiles, layout validation, layouts and mig-parted config checks, from the built-in catalog.\n\n" + modelHelp,
+	})
+	cmd.AddCommand(newMIGProfilesCmd(), newMIGValidateCmd(), newMIGLayoutsCmd(), newMIGCheckConfigCmd())
+	return cmd
 }
 
-func modelFlag(fs *flag.FlagSet) *string {
-	return fs.String("gpu", "", "GPU model: an NVML product name such as A100-SXM4-40GB or \"H100 80GB HBM3\" (required)")
+// modelFlag registers --gpu MODEL.
+func modelFlag(cmd *cobra.Command) *string {
+	name := cmd.Flags().String("gpu", "", "GPU model: an NVML product name such as A100-SXM4-40GB or \"H100 80GB HBM3\" (required)")
+	completeValues(cmd, "gpu", mig.ModelNames()...)
+	return name
 }
 
 func lookupModel(name string) (*mig.Model, error) {
 	if name == "" {
-		return nil, fmt.Errorf("--gpu is required; known models: %s", strings.Join(mig.ModelNames(), ", "))
+		return nil, usageErrorf("--gpu is required; known models: %s", strings.Join(mig.ModelNames(), ", "))
 	}
-	return mig.Lookup(name)
+	m, err := mig.Lookup(name)
+	if err != nil {
+		return nil, usageErrorf("--gpu: %w", err)
+	}
+	return m, nil
 }
 
-// parseInterspersed parses flags that may follow positional arguments (FILE --config x).
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+func newMIGProfilesCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "profiles --gpu MODEL",
+		Short:   "the GPU-instance profiles of a model",
+		Long:    "profiles lists the GPU-instance profiles of a model: memory, SMs, engines, instance count, placements.\n\n" + modelHelp,
+		Example: "  gpu-dra-driver mig profiles --gpu A100-SXM4-40GB",
+		Args:    noArgs,
 	}
+	gpuName := modelFlag(cmd)
+	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error { return migProfiles(*gpuName, cmd.OutOrStdout()) })
+	return cmd
 }
 
-func migProfiles(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("mig profiles", stderr)
-	gpuName := modelFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
+func newMIGValidateCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "validate --gpu MODEL --profiles P,P@S,...",
+		Short: "is this MIG layout valid on one GPU? (exit 0 valid, 1 invalid with the reason)",
+		Long: "validate checks a layout of GPU instances on one GPU of the model and draws it; it exits 0 when\n" +
+			"the layout is valid and 1 with the reason on stderr when it is not.\n\n" + modelHelp,
+		Example: "  gpu-dra-driver mig validate --gpu A100-SXM4-80GB --profiles 3g.40gb,2g.20gb,1g.10gb,1g.10gb",
+		Args:    noArgs,
 	}
-	m, err := lookupModel(*gpuName)
+	gpuName := modelFlag(cmd)
+	profiles := cmd.Flags().String("profiles", "", "comma-separated profiles, repeats allowed, optional @start (e.g. 3g.40gb,2g.20gb@4,1g.10gb)")
+	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error { return migValidate(*gpuName, *profiles, cmd.OutOrStdout()) })
+	return cmd
+}
+
+func newMIGLayoutsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "layouts --gpu MODEL",
+		Short:   "every valid position-aware MIG layout of a model",
+		Long:    "layouts lists every valid position-aware layout of GPU instances on one GPU of the model.\n\n" + modelHelp,
+		Example: "  gpu-dra-driver mig layouts --gpu A100-SXM4-40GB --maximal\n  gpu-dra-driver mig layouts --gpu A30 --only 1g.6gb,2g.12gb",
+		Args:    noArgs,
+	}
+	gpuName := modelFlag(cmd)
+	maximal := cmd.Flags().Bool("maximal", false, "only layouts to which no instance can be added")
+	only := cmd.Flags().String("only", "", "restrict to these comma-separated profiles")
+	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
+		return migLayouts(*gpuName, *maximal, *only, cmd.OutOrStdout())
+	})
+	return cmd
+}
+
+func newMIGCheckConfigCmd() *cobra.Command {
+	var nf nodeFlags
+	cmd := &cobra.Command{
+		Use:   "check-config FILE",
+		Short: "validate a mig-parted config file against the machine",
+		Long: "check-config validates every configuration of a mig-parted (version: v1) file against the\n" +
+			"machine's GPUs, or only --config NAME; it exits 1 with the reasons when one is invalid.",
+		Example: "  gpu-dra-driver mig check-config examples/deploy/mig-parted/config.yaml --machine dgx-a100-40gb",
+		Args:    exactArgs("FILE"),
+	}
+	nf.register(cmd, flagNVML, flagMachine)
+	configName := cmd.Flags().String("config", "", "check only this configuration of the file (default: all)")
+	cmd.RunE = runE(func(cmd *cobra.Command, args []string) error {
+		return migCheckConfig(cmd.Context(), &nf, args[0], *configName, cmd.OutOrStdout())
+	})
+	return cmd
+}
+
+func migProfiles(gpuName string, stdout io.Writer) error {
+	m, err := lookupModel(gpuName)
 	if err != nil {
 		return err
 	}
@@ -104,56 +135,43 @@ func migProfiles(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-func migValidate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("mig validate", stderr)
-	gpuName := modelFlag(fs)
-	profiles := fs.String("profiles", "", "comma-separated profiles, repeats allowed, optional @start (e.g. 3g.40gb,2g.20gb@4,1g.10gb)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	m, err := lookupModel(*gpuName)
+func migValidate(gpuName, profiles string, stdout io.Writer) error {
+	m, err := lookupModel(gpuName)
 	if err != nil {
 		return err
 	}
-	if *profiles == "" {
-		return errors.New("--profiles is required")
+	if strings.TrimSpace(profiles) == "" {
+		return usageErrorf("--profiles is required (e.g. --profiles 3g.20gb,2g.10gb)")
 	}
-	layout, err := mig.ParseLayout(*profiles)
+	layout, err := mig.ParseLayout(profiles)
 	if err != nil {
-		return &exitError{code: 1, err: fmt.Errorf("invalid: %w", err)}
+		return answerNo(fmt.Errorf("invalid: %w", err))
 	}
 	placed, err := mig.Validate(m, layout)
 	if err != nil {
-		return &exitError{code: 1, err: fmt.Errorf("invalid: %w", err)}
+		return answerNo(fmt.Errorf("invalid: %w", err))
 	}
 	fmt.Fprintf(stdout, "valid: %s\n\n%s", mig.FormatLayout(placed), mig.Diagram(m, placed))
 	return nil
 }
 
-func migLayouts(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("mig layouts", stderr)
-	gpuName := modelFlag(fs)
-	maximal := fs.Bool("maximal", false, "only layouts to which no instance can be added")
-	only := fs.String("only", "", "restrict to these comma-separated profiles")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	m, err := lookupModel(*gpuName)
+func migLayouts(gpuName string, maximal bool, only string, stdout io.Writer) error {
+	m, err := lookupModel(gpuName)
 	if err != nil {
 		return err
 	}
 	var opts []mig.LayoutOption
-	if *only != "" {
-		opts = append(opts, mig.WithProfiles(strings.Split(*only, ",")...))
+	if profiles := splitList(only); len(profiles) > 0 {
+		opts = append(opts, mig.WithProfiles(profiles...))
 	}
 	list := mig.Layouts
 	kind := "valid"
-	if *maximal {
+	if maximal {
 		list, kind = mig.MaximalLayouts, "maximal"
 	}
 	layouts, err := list(m, opts...)
 	if err != nil {
-		return err
+		return usageErrorf("--only=%q: %w", only, err)
 	}
 	for _, l := range layouts {
 		fmt.Fprintln(stdout, mig.FormatLayout(l))
@@ -162,49 +180,37 @@ func migLayouts(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func migCheckConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("mig check-config", stderr)
-	var nf nodeFlags
-	nf.register(fs)
-	configName := fs.String("config", "", "check only this configuration of the file (default: all)")
-	pos, err := parseInterspersed(fs, args)
+func migCheckConfig(ctx context.Context, nf *nodeFlags, file, configName string, stdout io.Writer) error {
+	data, err := os.ReadFile(file)
 	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New("mig check-config takes exactly one FILE")
-	}
-	data, err := os.ReadFile(pos[0])
-	if err != nil {
-		return err
+		return usageError(err)
 	}
 	spec, err := mig.ParseConfig(data)
 	if err != nil {
-		return &exitError{code: 1, err: fmt.Errorf("invalid: %s: %w", pos[0], err)}
+		return answerNo(fmt.Errorf("invalid: %s: %w", file, err))
+	}
+	names := slices.Sorted(maps.Keys(spec.MigConfigs))
+	if configName != "" {
+		if _, ok := spec.MigConfigs[configName]; !ok {
+			return usageErrorf("--config=%q: %s has %s", configName, file, strings.Join(names, ", "))
+		}
+		names = []string{configName}
 	}
 	n, err := nf.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer n.close()
-	var gpus []mig.GPUInfo
-	for _, g := range n.inv.GPUs {
-		gpus = append(gpus, mig.GPUInfo{Index: g.Index, ProductName: g.ProductName, PCIDeviceID: g.PCIDeviceID})
-	}
-	names := []string{*configName}
-	if *configName == "" {
-		names = names[:0]
-		for name := range spec.MigConfigs {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-	}
+	gpus := migGPUs(n.inv)
 	var errs []error
 	for _, name := range names {
 		plans, err := mig.CheckConfig(spec, name, gpus)
+		if problems := configProblems(spec, name, n.inv); len(problems) > 0 {
+			err = errors.Join(err, fmt.Errorf("mig config %q on %s: %s", name, nf.machineLabel(), strings.Join(problems, "; ")))
+		}
 		if err != nil {
 			errs = append(errs, err)
-			fmt.Fprintf(stdout, "%s: INVALID\n", name)
+			fmt.Fprintf(stdout, "%s: INVALID on %s\n", name, nf.machineLabel())
 			continue
 		}
 		fmt.Fprintf(stdout, "%s: valid on %s\n", name, nf.machineLabel())
@@ -217,14 +223,7 @@ func migCheckConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}
 	if len(errs) > 0 {
-		return &exitError{code: 1, err: errors.Join(errs...)}
+		return answerNo(errors.Join(errs...))
 	}
 	return nil
-}
-
-func (n *nodeFlags) machineLabel() string {
-	if n.nvmlMode == "real" {
-		return "this node"
-	}
-	return n.machine
 }

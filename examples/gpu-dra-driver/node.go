@@ -2,22 +2,43 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"slices"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
 	"github.com/gpudra/gpudra/topology"
 )
 
 const defaultMachine = "dgx-a100-40gb"
 
-// nodeFlags are the flags every node-facing command shares.
+// Names of the node flags; each command registers those it uses.
+const (
+	flagNVML             = "nvml"
+	flagMachine          = "machine"
+	flagMIGConfig        = "mig-config"
+	flagNodeName         = "node-name"
+	flagDynamicMIG       = "dynamic-mig"
+	flagConsumableMemory = "consumable-memory"
+)
+
+// allNodeFlags are the node flags in the order help lists them.
+var allNodeFlags = []string{flagNVML, flagMachine, flagMIGConfig, flagNodeName, flagDynamicMIG, flagConsumableMemory}
+
+// nodeFlags choose the machine a command runs on and what the driver publishes for it.
 type nodeFlags struct {
 	nvmlMode         string
 	machine          string
@@ -25,15 +46,99 @@ type nodeFlags struct {
 	nodeName         string
 	dynamicMIG       bool
 	consumableMemory bool
+	// fs is the flag set the flags were registered in (to tell given flags from defaults).
+	fs *pflag.FlagSet
+	// warn, when set, reports --consumable-memory dropped on GPUs partitioned by --dynamic-mig
+	// instead of refusing the combination (serve: a chart may set both for mixed nodes).
+	warn func(msg string)
 }
 
-func (n *nodeFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&n.nvmlMode, "nvml", "fake", "NVML backend: fake (an embedded fake machine) or real (libnvidia-ml, read-only enumeration)")
-	fs.StringVar(&n.machine, "machine", defaultMachine, "fake machine: "+strings.Join(gputest.Machines(), ", "))
-	fs.StringVar(&n.migConfig, "mig-config", "", "fake machines: start with this mig-parted config (a name like all-balanced, or a file)")
-	fs.StringVar(&n.nodeName, "node-name", "node-1", "node name; also the pool name")
-	fs.BoolVar(&n.dynamicMIG, "dynamic-mig", false, "publish every MIG placement as a partitionable device (shared counters)")
-	fs.BoolVar(&n.consumableMemory, "consumable-memory", false, "let several claims share a full GPU by memory (consumable capacity)")
+// register adds the named node flags to the command; the other node flags, which earlier
+// versions accepted everywhere, stay accepted but are hidden and warn that they do nothing here.
+func (n *nodeFlags) register(cmd *cobra.Command, names ...string) {
+	fs := cmd.Flags()
+	n.fs = fs
+	for _, name := range allNodeFlags {
+		if !slices.Contains(names, name) {
+			registerNoOp(fs, name, cmd.Name())
+			continue
+		}
+		switch name {
+		case flagNVML:
+			fs.StringVar(&n.nvmlMode, name, "fake", "NVML backend: fake (an embedded fake machine) or real (libnvidia-ml, read-only enumeration)")
+			completeValues(cmd, name, "fake", "real")
+		case flagMachine:
+			fs.StringVar(&n.machine, name, defaultMachine, "fake machine: "+strings.Join(gputest.Machines(), ", "))
+			completeValues(cmd, name, gputest.Machines()...)
+		case flagMIGConfig:
+			fs.StringVar(&n.migConfig, name, "", "fake machines: start with this mig-parted config (a built-in name such as all-balanced, or a file)")
+			_ = cmd.RegisterFlagCompletionFunc(name, func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+				return slices.Sorted(maps.Keys(mig.BuiltinConfigs().MigConfigs)), cobra.ShellCompDirectiveDefault
+			})
+		case flagNodeName:
+			fs.StringVar(&n.nodeName, name, "node-1", "node name; also the pool name")
+		case flagDynamicMIG:
+			fs.BoolVar(&n.dynamicMIG, name, false, "publish every MIG placement of MIG-capable GPUs as a partitionable device (shared counters)")
+		case flagConsumableMemory:
+			fs.BoolVar(&n.consumableMemory, name, false, "let several claims share a full GPU by memory (consumable capacity); not on GPUs partitioned by --dynamic-mig")
+		}
+	}
+}
+
+// noOpAnnotation marks a flag that is accepted but does nothing in its command.
+const noOpAnnotation = "gpudra.io/no-op"
+
+// registerNoOp keeps a node flag that does nothing in this command accepted, hidden from help;
+// runE warns when it is used.
+func registerNoOp(fs *pflag.FlagSet, name, command string) {
+	if name == flagDynamicMIG || name == flagConsumableMemory {
+		fs.Bool(name, false, "")
+	} else {
+		fs.String(name, "", "")
+	}
+	_ = fs.MarkHidden(name)
+	_ = fs.SetAnnotation(name, noOpAnnotation, []string{command})
+}
+
+// warnNoOps warns about the no-op flags given on the command line.
+func warnNoOps(fs *pflag.FlagSet, w io.Writer) {
+	fs.Visit(func(f *pflag.Flag) {
+		if cmd, ok := f.Annotations[noOpAnnotation]; ok {
+			fmt.Fprintf(w, "warning: --%s has no effect on %s; it is accepted only for older command lines\n", f.Name, cmd[0])
+		}
+	})
+}
+
+// validate checks the flags that need no machine: a usage error otherwise.
+func (n *nodeFlags) validate() error {
+	if n.has(flagNVML) {
+		if err := oneOf(flagNVML, n.nvmlMode, "fake", "real"); err != nil {
+			return err
+		}
+	}
+	if n.has(flagMachine) && n.nvmlMode != "real" {
+		if err := oneOf(flagMachine, n.machine, gputest.Machines()...); err != nil {
+			return err
+		}
+	}
+	if n.nvmlMode == "real" && n.migConfig != "" {
+		return usageErrorf("--mig-config applies to fake machines only; with --nvml=real the GPUs' current MIG layout is read")
+	}
+	if n.has(flagNodeName) {
+		if err := gpudra.ValidateNodeName(n.nodeName); err != nil {
+			return usageErrorf("--node-name: %w", err)
+		}
+	}
+	return nil
+}
+
+// has says whether the command registered the flag (as more than a no-op).
+func (n *nodeFlags) has(name string) bool {
+	if n.fs == nil {
+		return true // built by a caller, not from flags
+	}
+	f := n.fs.Lookup(name)
+	return f != nil && f.Annotations[noOpAnnotation] == nil
 }
 
 // node is an opened NVML backend and what was enumerated on it.
@@ -48,31 +153,13 @@ type node struct {
 	close func()
 }
 
+// open validates the flags, opens the machine and enumerates it. Flag values the machine
+// rejects (a mig-parted config its GPUs cannot hold) are usage errors.
 func (n *nodeFlags) open(ctx context.Context) (*node, error) {
-	if err := oneOf("nvml", n.nvmlMode, "fake", "real"); err != nil {
+	if err := n.validate(); err != nil {
 		return nil, err
 	}
-	var sess *gpu.Session
-	var machine *gputest.Machine
-	var err error
-	switch n.nvmlMode {
-	case "real":
-		if n.migConfig != "" {
-			return nil, fmt.Errorf("--mig-config applies to fake machines only; with --nvml=real the GPUs' current MIG layout is read")
-		}
-		sess, err = gpu.OpenReal()
-	default:
-		var opts []gputest.Option
-		if n.migConfig != "" {
-			opts = append(opts, gputest.WithMIGConfig(n.migConfig))
-		}
-		m, merr := gputest.New(n.machine, opts...)
-		if merr != nil {
-			return nil, merr
-		}
-		machine = m
-		sess, err = gpu.Open(m)
-	}
+	sess, machine, err := n.session()
 	if err != nil {
 		return nil, err
 	}
@@ -81,8 +168,12 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 		_ = sess.Close()
 		return nil, err
 	}
+	if err := n.checkMachine(inv); err != nil {
+		_ = sess.Close()
+		return nil, err
+	}
 	var topoOpts []topology.Option
-	if n.nvmlMode != "real" {
+	if machine != nil {
 		// Fake machines have no sysfs: PCIe roots are derived from the NVML topology.
 		topoOpts = append(topoOpts, topology.WithoutSysfs())
 	}
@@ -92,6 +183,149 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 		return nil, err
 	}
 	return &node{machine: machine, nvml: sess.Interface(), inv: inv, topo: topo, close: func() { _ = sess.Close() }}, nil
+}
+
+func (n *nodeFlags) session() (*gpu.Session, *gputest.Machine, error) {
+	if n.nvmlMode == "real" {
+		sess, err := gpu.OpenReal()
+		return sess, nil, err
+	}
+	var opts []gputest.Option
+	if n.migConfig != "" {
+		if _, _, err := loadMIGConfig(n.migConfig); err != nil {
+			return nil, nil, usageErrorf("--mig-config: %w", err)
+		}
+		opts = append(opts, gputest.WithMIGConfig(n.migConfig))
+	}
+	m, err := gputest.New(n.machine, opts...)
+	if err != nil {
+		return nil, nil, usageErrorf("--machine %s --mig-config %s: %w", n.machine, n.migConfig, err)
+	}
+	sess, err := gpu.Open(m)
+	return sess, m, err
+}
+
+// checkMachine rejects flags that would silently do nothing or less than asked on this machine.
+func (n *nodeFlags) checkMachine(inv *gpu.Inventory) error {
+	if n.migConfig != "" {
+		spec, name, err := loadMIGConfig(n.migConfig)
+		if err != nil {
+			return usageErrorf("--mig-config: %w", err)
+		}
+		if problems := configProblems(spec, name, inv); len(problems) > 0 {
+			return usageErrorf("--mig-config %s on %s: %s", n.migConfig, n.machineLabel(), strings.Join(problems, "; "))
+		}
+	}
+	if n.dynamicMIG && n.consumableMemory {
+		var partitioned []string
+		for _, g := range inv.GPUs {
+			if g.MIGCapable {
+				partitioned = append(partitioned, fmt.Sprint(g.Index))
+			}
+		}
+		if len(partitioned) > 0 {
+			msg := fmt.Sprintf("--consumable-memory shares full GPUs by memory, but --dynamic-mig publishes MIG-capable GPUs as MIG partitions instead "+
+				"(GPUs %s of %s)", strings.Join(partitioned, ","), n.machineLabel())
+			if n.warn == nil {
+				return usageErrorf("%s; drop one of the two flags", msg)
+			}
+			n.warn(msg + ": consumable memory applies to the other GPUs only")
+		}
+	}
+	return nil
+}
+
+// loadMIGConfig reads a --mig-config value the way gputest.WithMIGConfig does: a mig-parted file
+// holding one configuration, or the name of a built-in configuration.
+func loadMIGConfig(nameOrFile string) (*mig.ConfigSpec, string, error) {
+	data, err := os.ReadFile(nameOrFile)
+	switch {
+	case err == nil:
+		spec, err := mig.ParseConfig(data)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", nameOrFile, err)
+		}
+		if len(spec.MigConfigs) != 1 {
+			return nil, "", fmt.Errorf("%s holds %d configurations (%s); --mig-config needs a file with one",
+				nameOrFile, len(spec.MigConfigs), strings.Join(slices.Sorted(maps.Keys(spec.MigConfigs)), ", "))
+		}
+		for name := range spec.MigConfigs {
+			return spec, name, nil
+		}
+	case errors.Is(err, fs.ErrNotExist) && !strings.ContainsRune(nameOrFile, os.PathSeparator):
+		spec := mig.BuiltinConfigs()
+		if _, ok := spec.MigConfigs[nameOrFile]; !ok {
+			return nil, "", fmt.Errorf("%q is neither a file nor a built-in mig-parted configuration (built-in: %s)",
+				nameOrFile, strings.Join(slices.Sorted(maps.Keys(spec.MigConfigs)), ", "))
+		}
+		return spec, nameOrFile, nil
+	}
+	return nil, "", err
+}
+
+// configProblems are what mig.CheckConfig accepts but a person would not mean: entries naming
+// GPU indexes the machine does not have, and a configuration that asks for MIG but enables it
+// on no GPU of the machine.
+func configProblems(spec *mig.ConfigSpec, name string, inv *gpu.Inventory) []string {
+	var problems []string
+	enables := false
+	for i, e := range spec.MigConfigs[name] {
+		enables = enables || (e.MigEnabled != nil && *e.MigEnabled)
+		var missing []string
+		for _, idx := range e.Devices.Indexes {
+			if idx < 0 || idx >= len(inv.GPUs) {
+				missing = append(missing, fmt.Sprint(idx))
+			}
+		}
+		if len(missing) > 0 {
+			problems = append(problems, fmt.Sprintf("entry %d names device %s, but the machine has GPUs 0-%d only",
+				i, strings.Join(missing, ", "), len(inv.GPUs)-1))
+		}
+	}
+	if !enables {
+		return problems
+	}
+	plans, err := mig.CheckConfig(spec, name, migGPUs(inv))
+	if err != nil {
+		return problems // the configuration's own errors say more
+	}
+	for _, p := range plans {
+		if p.MigEnabled {
+			return problems
+		}
+	}
+	for _, g := range inv.GPUs {
+		if g.MIGCapable {
+			return append(problems, "it enables MIG, but on none of this machine's GPUs")
+		}
+	}
+	return append(problems, fmt.Sprintf("it enables MIG, but no GPU is MIG-capable (%s)", productNames(inv)))
+}
+
+// migGPUs describes the inventory's GPUs for mig.CheckConfig.
+func migGPUs(inv *gpu.Inventory) []mig.GPUInfo {
+	gpus := make([]mig.GPUInfo, 0, len(inv.GPUs))
+	for _, g := range inv.GPUs {
+		gpus = append(gpus, mig.GPUInfo{Index: g.Index, ProductName: g.ProductName, PCIDeviceID: g.PCIDeviceID})
+	}
+	return gpus
+}
+
+func productNames(inv *gpu.Inventory) string {
+	var names []string
+	for _, g := range inv.GPUs {
+		if !slices.Contains(names, g.ProductName) {
+			names = append(names, g.ProductName)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+func (n *nodeFlags) machineLabel() string {
+	if n.nvmlMode == "real" {
+		return "this node"
+	}
+	return n.machine
 }
 
 func (n *nodeFlags) builderOptions(nd *node) []gpudra.Option {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
@@ -13,17 +14,31 @@ import (
 	"github.com/gpudra/gpudra/selectors"
 )
 
-func runRender(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("render", stderr)
+func newRenderCmd() *cobra.Command {
 	var nf nodeFlags
-	nf.register(fs)
-	output := fs.String("o", "yaml", "output format: yaml (multi-document stream) or json (a v1 List)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:   "render",
+		Short: "print the DeviceClasses and ResourceSlices the driver publishes (YAML stream)",
+		Long: `render prints every DeviceClass the driver ships followed by every ResourceSlice it would publish
+for the machine, as complete resource.k8s.io/v1 objects: a multi-document YAML stream that
+kubectl apply -f - accepts, or a v1 List with -o json.`,
+		Example: `  gpu-dra-driver render --machine l4x8
+  gpu-dra-driver render --machine dgx-a100-40gb --mig-config all-balanced
+  gpu-dra-driver render --nvml=real -o json`,
+		Args: noArgs,
 	}
-	if err := oneOf("o", *output, "yaml", "json"); err != nil {
-		return err
-	}
+	nf.register(cmd, allNodeFlags...)
+	output := outputFlag(cmd, "output format: yaml (multi-document stream) or json (a v1 List)", "yaml", "json")
+	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
+		if err := oneOf("output", *output, "yaml", "json"); err != nil {
+			return err
+		}
+		return render(cmd.Context(), &nf, *output, cmd.OutOrStdout())
+	})
+	return cmd
+}
+
+func render(ctx context.Context, nf *nodeFlags, output string, stdout io.Writer) error {
 	n, err := nf.open(ctx)
 	if err != nil {
 		return err
@@ -45,7 +60,7 @@ func runRender(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	for _, s := range slices {
 		objs = append(objs, s)
 	}
-	return writeObjects(stdout, *output, objs)
+	return writeObjects(stdout, output, objs)
 }
 
 // writeObjects prints objects as a YAML stream or a JSON v1 List.

@@ -10,14 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -50,18 +50,41 @@ type serveFlags struct {
 	allowed      map[string]bool
 	qps          float64
 	burst        int
-	// set are the flags given on the command line.
-	set map[string]bool
+	fs           *pflag.FlagSet
 }
 
-func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
-	fs := newFlagSet("serve", stderr)
-	s := &serveFlags{set: map[string]bool{}}
-	s.node.register(fs)
+func newServeCmd() *cobra.Command {
+	s := &serveFlags{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "run the kubelet plugin against a real API server",
+		Long: `serve runs the kubelet plugin: it publishes the node's GPUs as ResourceSlices, registers with
+kubelet and prepares claims (CDI specs, MIG instances, sharing) until SIGTERM. It drives the node's
+real GPUs unless --nvml=fake asks for a fake machine (tests; then no NVIDIA driver is needed).
+Every flag is checked before anything is created on the node.`,
+		Example: `  gpu-dra-driver serve --kubeconfig ~/.kube/config --node-name worker-1
+  gpu-dra-driver serve --node-name worker-1 --nvml=fake --machine l4x8 --kubeconfig ~/.kube/config \
+      --plugin-dir /tmp/p --registrar-dir /tmp/r --cdi-root /tmp/cdi`,
+		Args: noArgs,
+	}
+	s.register(cmd)
+	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
+		if err := s.complete(); err != nil {
+			return err
+		}
+		return s.serve(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+	})
+	return cmd
+}
+
+func (s *serveFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	s.fs = fs
+	s.node.register(cmd, allNodeFlags...)
 	// On a node, serve drives the real GPUs: a fake machine is only used when asked for.
-	setDefault(fs, "nvml", "real")
-	setDefault(fs, "node-name", os.Getenv("NODE_NAME"))
-	fs.Lookup("node-name").Usage = "node name, also the pool name (default $NODE_NAME; required)"
+	setDefault(fs, flagNVML, "real")
+	setDefault(fs, flagNodeName, os.Getenv("NODE_NAME"))
+	fs.Lookup(flagNodeName).Usage = "node name, also the pool name (default $NODE_NAME; required)"
 	fs.StringVar(&s.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
 	fs.StringVar(&s.pluginDir, "plugin-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, gpudra.DefaultDriverName), "the plugin's directory for its DRA socket")
 	fs.StringVar(&s.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet's plugin registration directory")
@@ -74,30 +97,47 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&s.podUID, "pod-uid", os.Getenv("POD_UID"), "the plugin pod's UID (downward API): enables kubelet rolling updates")
 	fs.StringVar(&s.fakeControl, "fake-control", "", "TESTS ONLY, --nvml=fake only: serve the fake machine's test controls (inject XIDs, mark GPUs healthy, list MIG instances) over HTTP on this loopback address")
 	fs.StringVar(&s.strategies, "sharing-strategies", strategyTimeSlicing+","+strategyMPS, "sharing strategies claims may ask for in their opaque config (comma-separated subset of TimeSlicing,MPS; empty: exclusive use only)")
+	completeValues(cmd, "sharing-strategies", strategyTimeSlicing+","+strategyMPS, strategyTimeSlicing, strategyMPS, "")
 	fs.Float64Var(&s.qps, "kube-api-qps", 200, "API client QPS; kubelet's helper GETs every claim before prepare, so a low limit delays pods")
 	fs.IntVar(&s.burst, "kube-api-burst", 400, "API client burst")
-	// klog's verbosity is process-wide; serve exposes only -v of klog's flags.
+	// klog's verbosity is process-wide; serve exposes only -v of klog's flags (-v=2 and --v=2).
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
-	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity (klog); 2 logs every prepare and unprepare")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
+	v := pflag.PFlagFromGoFlag(klogFlags.Lookup("v"))
+	v.Usage = "log verbosity (klog); 2 logs every prepare and unprepare"
+	fs.AddFlag(v)
+}
+
+// parseServeFlags parses and checks serve's flags as the command does.
+func parseServeFlags(args []string) (*serveFlags, error) {
+	cmd := &cobra.Command{Use: "serve"}
+	s := &serveFlags{}
+	s.register(cmd)
+	if err := cmd.Flags().Parse(args); err != nil {
+		return nil, usageError(err)
 	}
-	fs.Visit(func(f *flag.Flag) { s.set[f.Name] = true })
+	if cmd.Flags().NArg() > 0 {
+		return nil, usageErrorf("serve takes no arguments, got %q", cmd.Flags().Args())
+	}
+	return s, s.complete()
+}
+
+// setDefault changes a registered flag's default value (and what --help prints).
+func setDefault(fs *pflag.FlagSet, name, value string) {
+	f := fs.Lookup(name)
+	f.DefValue = value
+	_ = f.Value.Set(value)
+}
+
+// complete checks the flags (usage errors) and fills in defaults that depend on others.
+func (s *serveFlags) complete() error {
 	if err := s.validate(); err != nil {
-		return nil, &exitError{code: 2, err: fmt.Errorf("gpu-dra-driver serve: %w", err)}
+		return usageError(err)
 	}
 	if s.stateDir == "" {
 		s.stateDir = s.pluginDir
 	}
-	return s, nil
-}
-
-// setDefault changes a registered flag's default value (and what -h prints).
-func setDefault(fs *flag.FlagSet, name, value string) {
-	f := fs.Lookup(name)
-	f.DefValue = value
-	_ = f.Value.Set(value)
+	return nil
 }
 
 // validate checks the flags before anything is created on the node.
@@ -105,10 +145,13 @@ func (s *serveFlags) validate() error {
 	if s.node.nodeName == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required: it names this node's pool and must be the Kubernetes node name")
 	}
-	if errs := validation.IsDNS1123Subdomain(s.node.nodeName); len(errs) > 0 {
-		return fmt.Errorf("--node-name=%q is not a Kubernetes node name: %s", s.node.nodeName, strings.Join(errs, "; "))
+	fake := s.node.nvmlMode == "fake"
+	for _, name := range []string{flagMachine, flagMIGConfig, "fake-control"} {
+		if changed(s.fs, name) && !fake {
+			return fmt.Errorf("--%s needs --nvml=fake: serve uses the node's real GPUs unless a fake machine is asked for", name)
+		}
 	}
-	if err := oneOf("nvml", s.node.nvmlMode, "fake", "real"); err != nil {
+	if err := s.node.validate(); err != nil {
 		return err
 	}
 	allowed, err := parseStrategies(s.strategies)
@@ -116,50 +159,53 @@ func (s *serveFlags) validate() error {
 		return err
 	}
 	s.allowed = allowed
-	fake := s.node.nvmlMode == "fake"
-	for _, name := range []string{"machine", "mig-config", "fake-control"} {
-		if s.set[name] && !fake {
-			return fmt.Errorf("--%s needs --nvml=fake: serve uses the node's real GPUs unless a fake machine is asked for", name)
-		}
-	}
 	if s.fakeControl != "" {
 		if err := loopbackAddr(s.fakeControl); err != nil {
 			return fmt.Errorf("--fake-control=%q: %w", s.fakeControl, err)
 		}
 	}
-	for name, dir := range map[string]string{"plugin-dir": s.pluginDir, "registrar-dir": s.registrarDir, "cdi-root": s.cdiRoot, "driver-root": s.driverRoot} {
-		if !filepath.IsAbs(dir) {
-			return fmt.Errorf("--%s=%q: must be an absolute path", name, dir)
+	if s.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(s.metricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr=%q: want HOST:PORT or :PORT: %w", s.metricsAddr, err)
 		}
 	}
-	for name, dir := range map[string]string{"state-dir": s.stateDir, "host-driver-root": s.hostRoot, "dev-root": s.devRoot} {
-		if dir != "" && !filepath.IsAbs(dir) {
+	if s.qps <= 0 || s.burst <= 0 {
+		return fmt.Errorf("--kube-api-qps=%v --kube-api-burst=%d: both must be positive", s.qps, s.burst)
+	}
+	for _, name := range []string{"plugin-dir", "registrar-dir", "cdi-root", "driver-root", "state-dir", "host-driver-root", "dev-root"} {
+		dir := s.fs.Lookup(name).Value.String()
+		optional := name == "state-dir" || name == "host-driver-root" || name == "dev-root"
+		if (dir != "" || !optional) && !filepath.IsAbs(dir) {
 			return fmt.Errorf("--%s=%q: must be an absolute path", name, dir)
 		}
 	}
 	return nil
 }
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	s, err := parseServeFlags(args, stderr)
-	if err != nil {
-		return err
-	}
+// serve loads the API client configuration, opens the node and checks the flags that depend on
+// it before it creates directories, then starts the plugin and serves until ctx ends.
+func (s *serveFlags) serve(ctx context.Context, stdout, stderr io.Writer) error {
 	logger := klog.FromContext(ctx)
+	// The chart may set --dynamic-mig and --consumable-memory for a cluster of mixed nodes: on a
+	// node's MIG-capable GPUs dynamic MIG wins, said once here rather than refused.
+	s.node.warn = func(msg string) {
+		logger.Info("WARNING: " + msg)
+		fmt.Fprintf(stderr, "WARNING: %s\n", msg)
+	}
 	client, err := kubeClient(s.kubeconfig, float32(s.qps), s.burst)
 	if err != nil {
 		return err
-	}
-	for _, d := range []string{s.pluginDir, s.stateDir, s.cdiRoot, s.registrarDir} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			return fmt.Errorf("create %s: %w", d, err)
-		}
 	}
 	n, err := s.node.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer n.close()
+	for _, d := range []string{s.pluginDir, s.stateDir, s.cdiRoot, s.registrarDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
 	if n.machine != nil {
 		logger.Info("WARNING: serving a FAKE GPU machine (--nvml=fake): the devices published for this node do not exist", "machine", s.node.machine, "migConfig", s.node.migConfig)
 		fmt.Fprintf(stderr, "WARNING: gpu-dra-driver serve is publishing the FAKE machine %q for node %s; its devices do not exist\n", s.node.machine, s.node.nodeName)
@@ -175,6 +221,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer stop()
 	}
+	return s.run(ctx, plugin, reg, client, n, stdout)
+}
+
+func (s *serveFlags) run(ctx context.Context, plugin *draplugin.Plugin, reg *prometheus.Registry, client kubernetes.Interface, n *node, stdout io.Writer) error {
+	logger := klog.FromContext(ctx)
 	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client, RegistrarDir: s.registrarDir,
 		PluginDir: s.pluginDir, RollingUpdatePodUID: types.UID(s.podUID)})
 	if err != nil {
@@ -288,7 +339,7 @@ func (r recordedComputeMode) SetComputeMode(ctx context.Context, uuid string, mo
 // gets a fake installation (device nodes, libraries, /proc files) under the state directory,
 // unless --driver-root names one: it needs no NVIDIA kernel module or driver on the host.
 func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot, error) {
-	if n.machine == nil || s.set["driver-root"] {
+	if n.machine == nil || changed(s.fs, "driver-root") {
 		var opts []cdi.HostRootOption
 		if s.hostRoot != "" {
 			opts = append(opts, cdi.WithHostDriverRoot(s.hostRoot))

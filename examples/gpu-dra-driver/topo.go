@@ -1,43 +1,67 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
+
+	"github.com/spf13/cobra"
 
 	"github.com/gpudra/gpudra/topology"
 )
 
-func runTopo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("topo", stderr)
+// topoJSON is what topo -o json prints: the topology, and the best set when --best asks for one.
+type topoJSON struct {
+	*topology.Topology
+	BestSet []int `json:"bestSet,omitempty"`
+}
+
+func newTopoCmd() *cobra.Command {
 	var nf nodeFlags
-	nf.register(fs)
-	output := fs.String("o", "table", "output format: table (nvidia-smi topo -m style) or json")
-	best := fs.Int("best", 0, "also print the best-connected set of this many GPUs")
-	if err := fs.Parse(args); err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:   "topo",
+		Short: "the GPU topology matrix (NVLink, PCIe, NUMA) of the machine",
+		Long: `topo prints the machine's GPU topology in the manner of nvidia-smi topo -m: the link between
+every pair of GPUs, NUMA nodes, PCIe roots and NVLink domains. --best N also picks the
+best-connected set of N GPUs.`,
+		Example: "  gpu-dra-driver topo --machine dgx-h100 --best 4\n  gpu-dra-driver topo --nvml=real -o json",
+		Args:    noArgs,
 	}
-	if err := oneOf("o", *output, "table", "json"); err != nil {
-		return err
-	}
-	n, err := nf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer n.close()
-	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(n.topo)
-	}
-	fmt.Fprint(stdout, topology.Render(n.topo))
-	if *best > 0 {
-		set, err := topology.BestSet(n.topo, *best, nil)
+	nf.register(cmd, flagNVML, flagMachine)
+	output := outputFlag(cmd, "output format: table (nvidia-smi topo -m style) or json", "table", "json")
+	best := cmd.Flags().Int("best", 0, "also print the best-connected set of this many GPUs (1 to the number of GPUs)")
+	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
+		if err := oneOf("output", *output, "table", "json"); err != nil {
+			return err
+		}
+		asked := changed(cmd.Flags(), "best")
+		if asked && *best < 1 {
+			return usageErrorf("--best=%d: want a number of GPUs, at least 1", *best)
+		}
+		n, err := nf.open(cmd.Context())
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "\nbest set of %d GPUs: %v\n", *best, set)
-	}
-	return nil
+		defer n.close()
+		out := topoJSON{Topology: n.topo}
+		if asked {
+			if *best > len(n.topo.GPUs) {
+				return usageErrorf("--best=%d: %s has %d GPUs", *best, nf.machineLabel(), len(n.topo.GPUs))
+			}
+			if out.BestSet, err = topology.BestSet(n.topo, *best, nil); err != nil {
+				return err
+			}
+		}
+		w := cmd.OutOrStdout()
+		if *output == "json" {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(out)
+		}
+		fmt.Fprint(w, topology.Render(n.topo))
+		if asked {
+			fmt.Fprintf(w, "\nbest set of %d GPUs: %v\n", *best, out.BestSet)
+		}
+		return nil
+	})
+	return cmd
 }

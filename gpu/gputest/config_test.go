@@ -91,7 +91,7 @@ mig-configs:
 		want    string
 	}{
 		{"dgx-a100-40gb", WithMIGConfig("all-bogus"), "all-balanced"},
-		{"dgx-h100", WithMIGConfig("all-1g.5gb"), "device 0"},
+		{"dgx-h100", WithMIGConfig("all-1g.5gb"), "devices 0-7 (H100 80GB HBM3): no entry applies"},
 		{"dgx-a100-40gb", WithMIGConfig(two), "use WithMIGConfigFile"},
 		{"dgx-a100-40gb", WithMIGConfigFile(two, "c"), `"c" not present`},
 		{"dgx-a100-40gb", WithMIGConfig(filepath.Join(dir, "missing.yaml")), "no such file"},

@@ -1,0 +1,361 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// cliCase is one command line and what it must do.
+type cliCase struct {
+	name string
+	args []string
+	code int
+	// stdout and stderr must contain these (when set); notStdout must not be in stdout.
+	stdout, stderr, notStdout string
+}
+
+func runCases(t *testing.T, cases []cliCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, c.args...)
+			got := cliResult{code, strings.Contains(out, c.stdout), strings.Contains(errOut, c.stderr),
+				c.notStdout != "" && strings.Contains(out, c.notStdout)}
+			want := cliResult{Code: c.code, Stdout: true, Stderr: true}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%q (-want +got):\n%s\nstdout:\n%s\nstderr:\n%s", c.args, diff, out, errOut)
+			}
+		})
+	}
+}
+
+type cliResult struct {
+	Code                          int
+	Stdout, Stderr, NotStdoutSeen bool
+}
+
+// TestExitCodes: 0 ok, 1 the answer is "no", 2 usage error, 3 runtime failure, as --help says.
+func TestExitCodes(t *testing.T) {
+	runCases(t, []cliCase{
+		{name: "ok", args: []string{"render", "--machine", "l4x8"}, code: 0, stdout: "kind: ResourceSlice"},
+		{name: "no: invalid layout", args: []string{"mig", "validate", "--gpu", "A100-SXM4-80GB", "--profiles", "3g.40gb,3g.40gb,1g.10gb"},
+			code: 1, stderr: "invalid: "},
+		{name: "no: unschedulable claim", args: []string{"check", "../deploy/workloads/10-mig-invalid-profile.yaml"}, code: 1, stdout: "UNSCHEDULABLE"},
+		{name: "no: invalid mig-parted config", args: []string{"mig", "check-config", "../deploy/mig-parted/config.yaml"}, code: 1, stdout: "too-many: INVALID"},
+		{name: "usage: unknown command", args: []string{"rendr"}, code: 2, stderr: `unknown command "rendr" (did you mean render?)`},
+		{name: "usage: unknown subcommand", args: []string{"mig", "valdate"}, code: 2, stderr: `unknown command "valdate" (did you mean validate?)`},
+		{name: "usage: no command", args: nil, code: 2, stderr: "a command is required"},
+		{name: "usage: no subcommand", args: []string{"mig"}, code: 2, stderr: "needs a subcommand"},
+		{name: "usage: unknown flag", args: []string{"render", "--bogus"}, code: 2, stderr: "unknown flag: --bogus"},
+		{name: "usage: Go-style single dash", args: []string{"render", "-machine", "l4x8"}, code: 2, stderr: "long flags take two dashes: --machine"},
+		{name: "usage: bad flag value", args: []string{"topo", "--best", "four"}, code: 2, stderr: `invalid argument "four"`},
+		{name: "usage: missing argument", args: []string{"mig", "check-config"}, code: 2, stderr: "needs FILE"},
+		{name: "usage: extra argument", args: []string{"mig", "check-config", "a.yaml", "b.yaml"}, code: 2, stderr: `extra arguments "b.yaml"`},
+		{name: "usage: missing file", args: []string{"mig", "check-config", "/nonexistent.yaml"}, code: 2, stderr: "no such file"},
+		{name: "runtime: API client", args: []string{"serve", "--node-name", "n1", "--kubeconfig", "/nonexistent/kubeconfig"}, code: 3,
+			stderr: "kubernetes client configuration"},
+	})
+}
+
+// TestFlagsAfterPositionals: flags are read wherever they are; arguments a command does not
+// take are refused instead of silently ending flag parsing (render oops --machine l4x8 used to
+// render the default DGX A100 and exit 0).
+func TestFlagsAfterPositionals(t *testing.T) {
+	runCases(t, []cliCase{
+		{name: "render oops", args: []string{"render", "oops", "--machine", "l4x8"}, code: 2, stderr: `takes no arguments, got "oops"`},
+		{name: "check-config FILE --machine", args: []string{"mig", "check-config", "../deploy/mig-parted/config.yaml", "--machine", "a30x4"},
+			code: 1, stdout: "INVALID on a30x4"},
+		{name: "check FILE --machine", args: []string{"check", "../deploy/workloads/18-cel-product-name.yaml", "--machine", "dgx-h100"},
+			code: 1, stdout: "(machine: dgx-h100)"},
+		// 2g.10gb@0 takes memory slices 0-1; 3g.20gb starts at 0 or 4 on an A100-40GB, so 4.
+		{name: "mig validate flags in any order", args: []string{"mig", "validate", "--profiles", "3g.20gb,2g.10gb@0", "--gpu", "A100-SXM4-40GB"},
+			code: 0, stdout: "valid: 3g.20gb@4,2g.10gb@0"},
+		{name: "flags between command and subcommand args", args: []string{"mig", "check-config", "--config", "inference-mix", "../deploy/mig-parted/config.yaml"},
+			code: 0, stdout: "inference-mix: valid on dgx-a100-40gb", notStdout: "too-many"},
+	})
+}
+
+// TestHelp: help goes to stdout with exit 0 (--help, -h, help CMD); each command lists the node
+// flags it uses and no other; flags that earlier versions accepted everywhere still parse, with
+// a warning that they do nothing there.
+func TestHelp(t *testing.T) {
+	runCases(t, []cliCase{
+		{name: "--help", args: []string{"--help"}, code: 0, stdout: "Exit status:\n  0  success"},
+		{name: "help render", args: []string{"help", "render"}, code: 0, stdout: "--mig-config"},
+		{name: "render -h", args: []string{"render", "-h"}, code: 0, stdout: "--consumable-memory"},
+		{name: "mig validate --help", args: []string{"mig", "validate", "--help"}, code: 0, stdout: "exits 0 when\nthe layout is valid and 1"},
+		{name: "no-op flag warns", args: []string{"topo", "--dynamic-mig"}, code: 0, stdout: "GPU0", stderr: "--dynamic-mig has no effect on topo"},
+	})
+	// The node flags each command uses: topology ignores MIG and publishing options; inventory
+	// shows the machine, not what is published; check-config checks a file, not --mig-config.
+	uses := map[string][]string{
+		"render":           {"nvml", "machine", "mig-config", "node-name", "dynamic-mig", "consumable-memory"},
+		"check":            {"nvml", "machine", "mig-config", "node-name", "dynamic-mig", "consumable-memory"},
+		"serve":            {"nvml", "machine", "mig-config", "node-name", "dynamic-mig", "consumable-memory"},
+		"demo":             {"machine", "mig-config", "node-name", "dynamic-mig", "consumable-memory"},
+		"inventory":        {"nvml", "machine", "mig-config"},
+		"topo":             {"nvml", "machine"},
+		"mig check-config": {"nvml", "machine"},
+		"mig validate":     {},
+		"version":          {},
+	}
+	for command, want := range uses {
+		_, out, _ := runCLI(t, append(strings.Fields(command), "--help")...)
+		var got []string
+		for _, f := range allNodeFlags {
+			if strings.Contains(out, "--"+f+" ") {
+				got = append(got, f)
+			}
+		}
+		if diff := cmp.Diff(want, got, cmpEmpty); diff != "" {
+			t.Errorf("%s --help: node flags (-want +got):\n%s", command, diff)
+		}
+	}
+}
+
+var cmpEmpty = cmp.Comparer(func(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") })
+
+// TestCompletion: the completion command writes shell scripts, and flag values complete.
+func TestCompletion(t *testing.T) {
+	runCases(t, []cliCase{
+		{name: "bash", args: []string{"completion", "bash"}, code: 0, stdout: "bash completion V2 for gpu-dra-driver"},
+		{name: "zsh", args: []string{"completion", "zsh"}, code: 0, stdout: "#compdef gpu-dra-driver"},
+		{name: "machine values", args: []string{"__complete", "render", "--machine", ""}, code: 0, stdout: "l4x8\n"},
+		{name: "gpu values", args: []string{"__complete", "mig", "profiles", "--gpu", "A3"}, code: 0, stdout: "A30\n"},
+	})
+}
+
+// TestVersion: the Go version is the running one, commit and NVML say "not available" rather
+// than nothing when unknown, and -o json has the same fields.
+func TestVersion(t *testing.T) {
+	code, out, errOut := runCLI(t, "version", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var v versionInfo
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("version -o json: %v\n%s", err, out)
+	}
+	if v.Go != runtime.Version() {
+		t.Errorf("go = %q, want %q", v.Go, runtime.Version())
+	}
+	// A test binary carries no VCS stamp.
+	if v.Commit != notAvailable {
+		t.Errorf("commit = %q, want %q in a test binary", v.Commit, notAvailable)
+	}
+	if v.NVML == "" || (!strings.HasPrefix(v.NVML, notAvailable+" (") && !strings.Contains(v.NVML, "(driver ")) {
+		t.Errorf("nvml = %q, want a version with its driver or %q with the reason", v.NVML, notAvailable)
+	}
+	_, text, _ := runCLI(t, "version")
+	for _, want := range []string{"module:  " + v.Module, "go:      " + v.Go, "nvml:    " + v.NVML} {
+		if !strings.Contains(text, want) {
+			t.Errorf("version text lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// TestFormerSilentAccepts: each input the CLI used to accept while doing something else than
+// asked is now a clear error (or, where asked for, done).
+func TestFormerSilentAccepts(t *testing.T) {
+	dir := t.TempDir()
+	badIndex := filepath.Join(dir, "bad-index.yaml")
+	writeFile(t, badIndex, "version: v1\nmig-configs:\n  eight:\n    - devices: [0, 9]\n      mig-enabled: false\n    - devices: all\n      mig-enabled: false\n")
+	runCases(t, []cliCase{
+		{name: "topo --best -1", args: []string{"topo", "--best", "-1"}, code: 2, stderr: "--best=-1: want a number of GPUs, at least 1"},
+		{name: "topo --best 0", args: []string{"topo", "--best", "0"}, code: 2, stderr: "--best=0"},
+		// The matrix is not printed before the error.
+		{name: "topo --best 99", args: []string{"topo", "--best", "99"}, code: 2, stderr: "--best=99: dgx-a100-40gb has 8 GPUs", notStdout: "GPU0"},
+		{name: "dynamic MIG drops consumable memory", args: []string{"render", "--dynamic-mig", "--consumable-memory"}, code: 2,
+			stderr: "(GPUs 0,1,2,3,4,5,6,7 of dgx-a100-40gb); drop one of the two flags"},
+		{name: "mig-config without MIG GPUs", args: []string{"render", "--machine", "l4x8", "--mig-config", "all-balanced"}, code: 2,
+			stderr: "it enables MIG, but no GPU is MIG-capable (NVIDIA L4)"},
+		{name: "mig-config disabling MIG without MIG GPUs", args: []string{"render", "--machine", "l4x8", "--mig-config", "all-disabled"}, code: 0,
+			stdout: "kind: ResourceSlice"},
+		{name: "invalid node name", args: []string{"render", "--node-name", "GPU_node"}, code: 2, stderr: `node name "GPU_node" is not a Kubernetes node name`},
+		{name: "check-config enabling MIG on no GPU", args: []string{"mig", "check-config", "../deploy/mig-parted/config.yaml", "--machine", "l4x8", "--config", "too-many"},
+			code: 1, stdout: "too-many: INVALID on l4x8", stderr: "it enables MIG, but no GPU is MIG-capable"},
+		{name: "check-config missing device index", args: []string{"mig", "check-config", badIndex}, code: 1,
+			stderr: "entry 0 names device 9, but the machine has GPUs 0-7 only"},
+		{name: "check-config unknown --config", args: []string{"mig", "check-config", badIndex, "--config", "nine"}, code: 2, stderr: `--config="nine"`},
+	})
+	// A configuration wrong for all eight GPUs says so once.
+	_, _, errOut := runCLI(t, "mig", "check-config", "../deploy/mig-parted/config.yaml", "--config", "too-many")
+	if n := strings.Count(errOut, `mig config "too-many"`); n != 1 {
+		t.Errorf("check-config names the failing configuration %d times, want once:\n%s", n, errOut)
+	}
+	if !strings.Contains(errOut, "devices 0-7 (A100-SXM4-40GB)") {
+		t.Errorf("check-config does not name the GPUs the error applies to:\n%s", errOut)
+	}
+	// --only trims spaces as --profiles does.
+	_, spaced, _ := runCLI(t, "mig", "layouts", "--gpu", "A30", "--only", " 1g.6gb , 2g.12gb ")
+	_, plain, _ := runCLI(t, "mig", "layouts", "--gpu", "A30", "--only", "1g.6gb,2g.12gb")
+	if diff := cmp.Diff(plain, spaced); diff != "" || !strings.Contains(plain, "valid layouts on A30") {
+		t.Errorf("--only with spaces differs from without (-plain +spaced):\n%s", diff)
+	}
+}
+
+// TestTopoBestJSON: -o json carries the best set that the table prints.
+func TestTopoBestJSON(t *testing.T) {
+	_, table, _ := runCLI(t, "topo", "--machine", "dgx-h100", "--best", "4")
+	code, out, errOut := runCLI(t, "topo", "--machine", "dgx-h100", "--best", "4", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var got struct {
+		GPUs    []json.RawMessage `json:"gpus"`
+		BestSet []int             `json:"bestSet"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.GPUs) != 8 || len(got.BestSet) != 4 {
+		t.Fatalf("topo -o json: %d GPUs, best set %v; want 8 GPUs and 4 in the set", len(got.GPUs), got.BestSet)
+	}
+	if want := fmt.Sprintf("best set of 4 GPUs: %v\n", got.BestSet); !strings.Contains(table, want) {
+		t.Errorf("the table does not print the JSON's best set (%q):\n%s", want, table)
+	}
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serveDirs are serve's directory flags under dir.
+func serveDirs(t *testing.T, dir string) []string {
+	t.Helper()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	// A configuration that loads; nothing listens on its server.
+	writeFile(t, kubeconfig, `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {}}]
+current-context: c
+`)
+	return []string{"--kubeconfig", kubeconfig, "--plugin-dir", filepath.Join(dir, "plugin"), "--registrar-dir", filepath.Join(dir, "registry"),
+		"--cdi-root", filepath.Join(dir, "cdi"), "--state-dir", filepath.Join(dir, "state")}
+}
+
+// TestServeChecksFlagsBeforeCreatingDirectories: a flag value that serve can only judge on the
+// machine (a mig-parted config its GPUs cannot use) or that used to fail only when served
+// (--metrics-addr) is a usage error, and serve has created none of its directories.
+func TestServeChecksFlagsBeforeCreatingDirectories(t *testing.T) {
+	cases := []struct {
+		name  string
+		flags []string
+		want  string
+	}{
+		{"mig-config on a machine without MIG", []string{"--machine", "l4x8", "--mig-config", "all-balanced"}, "no GPU is MIG-capable"},
+		{"unknown mig-config", []string{"--mig-config", "all-bogus"}, "neither a file nor a built-in"},
+		{"unknown machine", []string{"--machine", "dgx-z"}, `--machine="dgx-z"`},
+		{"metrics address", []string{"--metrics-addr", "8080"}, `--metrics-addr="8080": want HOST:PORT`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := append(append([]string{"serve", "--nvml", "fake", "--node-name", "n1"}, serveDirs(t, dir)...), c.flags...)
+			code, _, errOut := runCLI(t, args...)
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var created []string
+			for _, e := range entries {
+				if e.IsDir() {
+					created = append(created, e.Name())
+				}
+			}
+			got := cliResult{Code: code, Stderr: strings.Contains(errOut, c.want)}
+			if diff := cmp.Diff(cliResult{Code: 2, Stderr: true}, got); diff != "" || len(created) > 0 {
+				t.Errorf("(-want +got):\n%s\ndirectories created: %v\nstderr: %s", diff, created, errOut)
+			}
+		})
+	}
+}
+
+// TestServeErrorsNameNoGoOptions: a driver root without a driver fails with a hint for the
+// person running the command, not the name of a Go option of the cdi package.
+func TestServeErrorsNameNoGoOptions(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "driver-root")
+	if err := os.Mkdir(empty, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	args := append(append([]string{"serve", "--nvml", "fake", "--node-name", "n1"}, serveDirs(t, dir)...), "--driver-root", empty)
+	code, _, errOut := runCLI(t, args...)
+	if code != 3 || !strings.Contains(errOut, "is the NVIDIA kernel module loaded?") || strings.Contains(errOut, "With") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 3, the kernel-module hint and no Go option name", code, errOut)
+	}
+}
+
+// TestDynamicMIGWithConsumableMemory: where no GPU is MIG-capable, both flags apply (every L4
+// is shared by memory); where dynamic MIG would take the GPUs, offline commands refuse (see
+// TestFormerSilentAccepts) and serve, which a chart may start with both on mixed nodes, says
+// which GPUs lose consumable memory.
+func TestDynamicMIGWithConsumableMemory(t *testing.T) {
+	code, out, errOut := runCLI(t, "render", "--machine", "l4x8", "--dynamic-mig", "--consumable-memory")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	shared := 0
+	for _, s := range renderedSlices(t, out) {
+		for _, d := range s.Spec.Devices {
+			if d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
+				shared++
+			}
+		}
+	}
+	if shared != 8 {
+		t.Errorf("%d of l4x8's 8 GPUs are shared by memory, want all", shared)
+	}
+
+	var warnings []string
+	nf := nodeFlags{nvmlMode: "fake", machine: "dgx-a100-40gb", nodeName: "n1", dynamicMIG: true, consumableMemory: true,
+		warn: func(msg string) { warnings = append(warnings, msg) }}
+	n, err := nf.open(context.Background())
+	if err != nil {
+		t.Fatalf("with a warning function, the combination is not an error: %v", err)
+	}
+	n.close()
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "GPUs 0,1,2,3,4,5,6,7 of dgx-a100-40gb") {
+		t.Errorf("warnings %q, want one naming the 8 GPUs", warnings)
+	}
+}
+
+// TestBuildVersion: the commit comes from the VCS stamp go build records, "(modified)" when the
+// work tree had changes; without a stamp it is "not available", never empty.
+func TestBuildVersion(t *testing.T) {
+	mod := debug.Module{Path: "github.com/gpudra/gpudra", Version: "v0.2.0"}
+	cases := []struct {
+		name string
+		bi   *debug.BuildInfo
+		want versionInfo
+	}{
+		{"no build info", nil, versionInfo{Module: "github.com/gpudra/gpudra", Version: notAvailable, Commit: notAvailable, Go: runtime.Version()}},
+		{"go run", &debug.BuildInfo{GoVersion: "go1.26.1", Main: debug.Module{Path: "github.com/gpudra/gpudra", Version: "(devel)"}},
+			versionInfo{Module: "github.com/gpudra/gpudra", Version: "(devel)", Commit: notAvailable, Go: "go1.26.1"}},
+		{"clean checkout", &debug.BuildInfo{GoVersion: "go1.26.1", Main: mod, Settings: []debug.BuildSetting{
+			{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "3c82c8b"}, {Key: "vcs.modified", Value: "false"}}},
+			versionInfo{Module: "github.com/gpudra/gpudra", Version: "v0.2.0", Commit: "3c82c8b", Go: "go1.26.1"}},
+		{"modified checkout", &debug.BuildInfo{GoVersion: "go1.26.1", Main: mod, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "3c82c8b"}, {Key: "vcs.modified", Value: "true"}}},
+			versionInfo{Module: "github.com/gpudra/gpudra", Version: "v0.2.0", Commit: "3c82c8b (modified)", Go: "go1.26.1"}},
+	}
+	for _, c := range cases {
+		if diff := cmp.Diff(c.want, buildVersion(c.bi)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", c.name, diff)
+		}
+	}
+}
