@@ -219,7 +219,8 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		func(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult { return p.prepareClaim(ctx, c) }), nil
 }
 
-// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown claims succeed. Claims
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown claims succeed, once a
+// CDI spec left for them (by a prepare that crashed after writing it) is removed. Claims
 // are unprepared concurrently; what succeeded is made to survive a power loss, with one fsync
 // for the whole call, before it returns.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {

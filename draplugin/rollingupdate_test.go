@@ -2,6 +2,7 @@ package draplugin_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
+	"github.com/gpudra/gpudra/draplugin/draplugintest"
 )
 
 // TestRollingUpdateUnprepareThroughTheNewPod: kubelet prepares through the old plugin pod and
@@ -32,6 +34,32 @@ func TestRollingUpdateUnprepareThroughTheNewPod(t *testing.T) {
 	}
 	if got := e.specs(); len(got) != 0 {
 		t.Errorf("CDI specs leaked: %v", got)
+	}
+}
+
+// TestRollingUpdateCrashedPrepareThenUnprepare (random sequence seed 132): an exclusive claim's
+// prepare records no intent, and the old pod crashes right after writing its spec. The new pod
+// serves on without reconciling; kubelet gives up on the pod and unprepares the claim through
+// it. The spec must go: the claim is not prepared, and no start will prune the spec before the
+// runtime could see it.
+func TestRollingUpdateCrashedPrepareThenUnprepare(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", true)
+	c := e.claim(gpudra.GPUDeviceClassName, gpuIndex(0), "")
+	old := e.plugin(withHooks(draplugintest.CrashAt(c.UID, 3).Hooks())) // 3: cdi-written
+	e.reconcile(old)
+	updated := e.plugin()
+	e.reconcile(updated)
+	if _, err := prepareOne(t, old, c); !errors.Is(err, draplugintest.ErrCrash) {
+		t.Fatalf("prepare with a crash after the spec was written: %v, want the crash", err)
+	}
+	if got := e.specs(); !slices.Equal(got, []string{string(c.UID)}) {
+		t.Fatalf("CDI specs after the crash = %v, want the crashed prepare's %s (the scenario needs it)", got, c.UID)
+	}
+	if err := unprepareOne(t, updated, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.specs(); len(got) != 0 {
+		t.Errorf("CDI specs after kubelet unprepared the claim = %v, want none", got)
 	}
 }
 

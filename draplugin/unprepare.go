@@ -45,7 +45,7 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 	}
 	st, ok := p.store.Get(uid)
 	if !ok {
-		return nil
+		return p.removeUnrecordedSpec(uid)
 	}
 	unlock, err := p.lockGPUs(claimGPUs(st))
 	if err != nil {
@@ -53,7 +53,7 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 	}
 	defer unlock()
 	if st, ok = p.store.Get(uid); !ok {
-		return nil
+		return p.removeUnrecordedSpec(uid)
 	}
 	switch st.Phase {
 	case checkpoint.PrepareStarted:
@@ -68,6 +68,18 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 		}
 	}
 	return p.finishUnprepare(ctx, st, stepDurability)
+}
+
+// removeUnrecordedSpec removes the CDI spec of a claim the checkpoint does not hold. A prepare
+// that creates nothing and changes no host setting records no intent, so a crash after its spec
+// was written leaves the spec alone; when another plugin process serves kubelet meanwhile (a
+// rolling update), no reconciliation runs before kubelet gives up on the claim and unprepares
+// it, and this is the last chance to remove the spec. No spec is fine.
+func (p *Plugin) removeUnrecordedSpec(uid string) error {
+	if err := p.writer.Remove(uid); err != nil {
+		return p.unprepareFail(StepRemoveCDI, "", err)
+	}
+	return nil
 }
 
 // makeDurable makes the results of the unprepares that succeeded survive a power loss before
