@@ -12,6 +12,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // cliCase is one command line and what it must do.
@@ -261,6 +265,7 @@ func TestServeChecksFlagsBeforeCreatingDirectories(t *testing.T) {
 		{"unknown mig-config", []string{"--mig-config", "all-bogus"}, "neither a file nor a built-in"},
 		{"unknown machine", []string{"--machine", "dgx-z"}, `--machine="dgx-z"`},
 		{"metrics address", []string{"--metrics-addr", "8080"}, `--metrics-addr="8080": want HOST:PORT`},
+		{"health taint effect", []string{"--health-taint-effect", "Evict"}, `NoExecute`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -356,6 +361,22 @@ func TestBuildVersion(t *testing.T) {
 	for _, c := range cases {
 		if diff := cmp.Diff(c.want, buildVersion(c.bi)); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", c.name, diff)
+		}
+	}
+}
+
+// TestServeRefusesANodeWithADevicePlugin: a Node that reports nvidia.com/gpu from the device
+// plugin makes serve refuse to publish (both would give the same GPUs away), unless the
+// operator says otherwise.
+func TestServeRefusesANodeWithADevicePlugin(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}}}
+	for _, allow := range []bool{false, true} {
+		s := &serveFlags{allowDevicePlugin: allow}
+		s.node.nodeName = "n1"
+		err := s.guardDevicePlugin(context.Background(), fake.NewSimpleClientset(node))
+		if got := err != nil && strings.Contains(err.Error(), "--allow-device-plugin"); got == allow {
+			t.Errorf("allow=%v: guard error %v", allow, err)
 		}
 	}
 }

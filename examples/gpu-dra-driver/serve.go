@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -27,6 +29,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/deviceplugin"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/sharing"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
@@ -50,7 +53,12 @@ type serveFlags struct {
 	allowed      map[string]bool
 	qps          float64
 	burst        int
-	fs           *pflag.FlagSet
+	// taintEffect and recovery configure health taints; allowDevicePlugin skips the guard
+	// against a device plugin serving the same GPUs.
+	taintEffect       string
+	recovery          time.Duration
+	allowDevicePlugin bool
+	fs                *pflag.FlagSet
 }
 
 func newServeCmd() *cobra.Command {
@@ -100,6 +108,10 @@ func (s *serveFlags) register(cmd *cobra.Command) {
 	completeValues(cmd, "sharing-strategies", strategyTimeSlicing+","+strategyMPS, strategyTimeSlicing, strategyMPS, "")
 	fs.Float64Var(&s.qps, "kube-api-qps", 200, "API client QPS; kubelet's helper GETs every claim before prepare, so a low limit delays pods")
 	fs.IntVar(&s.burst, "kube-api-burst", 400, "API client burst")
+	fs.StringVar(&s.taintEffect, "health-taint-effect", string(resourceapi.DeviceTaintEffectNoSchedule), "effect of the taint an unhealthy GPU gets (NoSchedule, NoExecute: also evict its pods, None: inform only)")
+	completeValues(cmd, "health-taint-effect", string(resourceapi.DeviceTaintEffectNoSchedule), string(resourceapi.DeviceTaintEffectNoSchedule), string(resourceapi.DeviceTaintEffectNoExecute), string(resourceapi.DeviceTaintEffectNone))
+	fs.DurationVar(&s.recovery, "health-recovery-window", draplugin.DefaultRecoveryWindow, "a GPU tainted for XIDs or ECC errors is untainted after this long without new ones (negative: only after an operator's action)")
+	fs.BoolVar(&s.allowDevicePlugin, "allow-device-plugin", false, "publish GPUs even when the node reports nvidia.com/ resources from a device plugin (both would hand out the same GPUs)")
 	// klog's verbosity is process-wide; serve exposes only -v of klog's flags (-v=2 and --v=2).
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -159,6 +171,9 @@ func (s *serveFlags) validate() error {
 		return err
 	}
 	s.allowed = allowed
+	if err := oneOf("health-taint-effect", s.taintEffect, string(resourceapi.DeviceTaintEffectNoSchedule), string(resourceapi.DeviceTaintEffectNoExecute), string(resourceapi.DeviceTaintEffectNone)); err != nil {
+		return err
+	}
 	if s.fakeControl != "" {
 		if err := loopbackAddr(s.fakeControl); err != nil {
 			return fmt.Errorf("--fake-control=%q: %w", s.fakeControl, err)
@@ -226,6 +241,9 @@ func (s *serveFlags) serve(ctx context.Context, stdout, stderr io.Writer) error 
 
 func (s *serveFlags) run(ctx context.Context, plugin *draplugin.Plugin, reg *prometheus.Registry, client kubernetes.Interface, n *node, stdout io.Writer) error {
 	logger := klog.FromContext(ctx)
+	if err := s.guardDevicePlugin(ctx, client); err != nil {
+		return err
+	}
 	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client, RegistrarDir: s.registrarDir,
 		PluginDir: s.pluginDir, RollingUpdatePodUID: types.UID(s.podUID)})
 	if err != nil {
@@ -279,6 +297,7 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*draplugin.Plugin,
 	plugin, err := draplugin.New(ctx, draplugin.Config{
 		NodeName: s.node.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: s.stateDir,
 		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, Slices: s.node.builderOptions(n), Metrics: reg,
+		Health: draplugin.HealthConfig{TaintEffect: resourceapi.DeviceTaintEffect(s.taintEffect), RecoveryWindow: s.recovery},
 	})
 	if err != nil {
 		return nil, nil, err
@@ -401,4 +420,20 @@ func kubeClient(kubeconfig string, qps float32, burst int) (kubernetes.Interface
 	cfg.QPS, cfg.Burst = qps, burst
 	cfg.UserAgent = "gpu-dra-driver"
 	return kubernetes.NewForConfig(cfg)
+}
+
+// guardDevicePlugin refuses to publish the node's GPUs when its Node reports NVIDIA device
+// plugin resources: the device plugin and this driver would give the same GPUs to two pods.
+func (s *serveFlags) guardDevicePlugin(ctx context.Context, client kubernetes.Interface) error {
+	if s.allowDevicePlugin {
+		return nil
+	}
+	node, err := client.CoreV1().Nodes().Get(ctx, s.node.nodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read node %s to check for a GPU device plugin: %w", s.node.nodeName, err)
+	}
+	if err := deviceplugin.CheckNode(node); err != nil {
+		return fmt.Errorf("%w (remove the device plugin from this node first, or pass --allow-device-plugin)", err)
+	}
+	return nil
 }
