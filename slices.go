@@ -58,7 +58,9 @@ type Builder struct {
 	taints     []func(device string) []resourceapi.DeviceTaint
 	migLookup  func(productName string) (*mig.Model, error)
 	migOwned   func(g *gpu.GPU, d *gpu.MIGDevice) bool
-	consumable *ConsumableMemory
+	// migProfiles, when not nil, are the only GPU-instance profiles dynamic MIG publishes.
+	migProfiles map[string]bool
+	consumable  *ConsumableMemory
 }
 
 // Option configures a Builder.
