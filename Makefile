@@ -78,7 +78,7 @@ bench-e2e-latency: e2e-binaries
 ## library publishes, SCALE_PODS pods with a claim each, one fresh control plane per kind.
 SCALE_NODES ?= 500
 SCALE_PODS ?= 2000
-SCALE_KINDS ?= exclusive,static-mig,dynamic-mig,consumable-memory
+SCALE_KINDS ?= exclusive,static-mig,dynamic-mig,dynamic-mig-4-profiles,consumable-memory
 bench-e2e-scale: e2e-binaries
 	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'Scheduling' -benchtime 1x -timeout 120m ./scale \
 		-scale.nodes=$(SCALE_NODES) -scale.pods=$(SCALE_PODS) -scale.kinds=$(SCALE_KINDS)

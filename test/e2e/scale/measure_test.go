@@ -47,9 +47,9 @@ func watchBinds(ctx context.Context, client kubernetes.Interface, want int) (*bi
 
 func (w *bindWatch) stop() { w.rw.Stop() }
 
-// wait returns the bind times, in order, once every pod is bound. It fails when the scheduler
-// exits or binds nothing for stallTimeout.
-func (w *bindWatch) wait(ctx context.Context, scheduler *framework.Process) ([]time.Time, error) {
+// wait returns the bind times, in order, once every pod is bound; onFirst is called at the
+// first. It fails when the scheduler exits or binds nothing for stallTimeout.
+func (w *bindWatch) wait(ctx context.Context, scheduler *framework.Process, onFirst func()) ([]time.Time, error) {
 	seen := map[string]bool{}
 	var binds []time.Time
 	stall := time.NewTimer(stallTimeout)
@@ -73,10 +73,60 @@ func (w *bindWatch) wait(ctx context.Context, scheduler *framework.Process) ([]t
 			}
 			seen[p.Name] = true
 			binds = append(binds, time.Now())
+			if len(binds) == 1 {
+				onFirst()
+			}
 			stall.Reset(stallTimeout)
 		}
 	}
 	return binds, nil
+}
+
+// clockTick is the unit of utime and stime in /proc/<pid>/stat (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// cpuTime is the CPU time (user and system) a process has used so far; zero when unknown.
+func cpuTime(p *framework.Process) time.Duration {
+	if p == nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may hold spaces) start at field 3, state; utime and
+	// stime are fields 14 and 15.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	user, _ := strconv.ParseInt(f[11], 10, 64)
+	sys, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(user+sys) * clockTick
+}
+
+// cpuMeter measures the CPU time processes use between start and stop.
+type cpuMeter struct {
+	procs      []*framework.Process
+	start, use []time.Duration
+}
+
+func (m *cpuMeter) begin() {
+	m.start = make([]time.Duration, len(m.procs))
+	for i, p := range m.procs {
+		m.start[i] = cpuTime(p)
+	}
+}
+
+func (m *cpuMeter) end() {
+	m.use = make([]time.Duration, len(m.procs))
+	for i, p := range m.procs {
+		m.use[i] = cpuTime(p) - m.start[i]
+	}
 }
 
 // memory is a process's resident memory now and at its peak.
@@ -125,6 +175,26 @@ type result struct {
 	binds          []time.Time
 	scheduler      memory
 	apiserver      memory
+	// schedulerCPU and apiserverCPU are the CPU time each used from the first bind to the last.
+	schedulerCPU, apiserverCPU time.Duration
+}
+
+// idleBound is the pods/s two otherwise idle cores would allow kube-scheduler and
+// kube-apiserver at the CPU time per pod measured: 2 s of CPU per second over their sum.
+func (r result) idleBound() float64 {
+	perPod := r.cpuPerPod(r.schedulerCPU) + r.cpuPerPod(r.apiserverCPU)
+	if perPod == 0 {
+		return 0
+	}
+	return 2000 / perPod
+}
+
+// cpuPerPod is a CPU time per pod bound after the first, in milliseconds.
+func (r result) cpuPerPod(d time.Duration) float64 {
+	if len(r.binds) < 2 {
+		return 0
+	}
+	return float64(d) / float64(time.Millisecond) / float64(len(r.binds)-1)
 }
 
 // podsPerSecond is the scheduler's rate from its first bind to its last.
@@ -161,17 +231,17 @@ func mib(b int64) string { return strconv.FormatInt(b>>20, 10) }
 // table renders the rows as markdown.
 func table(rows []result) string {
 	var b strings.Builder
-	b.WriteString("\n| kind | nodes | devices/node (slices) | pods | pods/s first→last bind | 1-s windows median / min | scheduler start → first bind | kube-scheduler RSS (peak) MiB | kube-apiserver RSS (peak) MiB | set-up |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n| kind | nodes | devices/node (slices) | pods | pods/s first→last bind | 1-s windows median / min | CPU ms per pod: kube-scheduler / kube-apiserver | bound on 2 idle cores, pods/s | scheduler start → first bind | kube-scheduler RSS (peak) MiB | kube-apiserver RSS (peak) MiB | set-up |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, row := range rows {
 		med, low := row.windows()
 		firstBind := time.Duration(0)
 		if len(row.binds) > 0 {
 			firstBind = row.binds[0].Sub(row.schedulerStart)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d (%d) | %d | **%.0f** | %.0f / %.0f | %s | %s (%s) | %s (%s) | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d (%d) | %d | **%.0f** | %.0f / %.0f | %.1f / %.1f | %.0f | %s | %s (%s) | %s (%s) | %s |\n",
 			row.kind, row.nodes, row.devicesPerNode, row.slicesPerNode, row.pods, row.podsPerSecond(), med, low,
-			firstBind.Round(100*time.Millisecond), mib(row.scheduler.rss), mib(row.scheduler.peak),
+			row.cpuPerPod(row.schedulerCPU), row.cpuPerPod(row.apiserverCPU), row.idleBound(), firstBind.Round(100*time.Millisecond), mib(row.scheduler.rss), mib(row.scheduler.peak),
 			mib(row.apiserver.rss), mib(row.apiserver.peak), row.setup.Round(time.Second))
 	}
 	return b.String()

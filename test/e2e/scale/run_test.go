@@ -70,16 +70,24 @@ func run(ctx context.Context, tb testing.TB, k kind, nodes, pods int) (result, e
 	if err := c.cp.StartScheduler(ctx, c.bins); err != nil {
 		return row, err
 	}
-	profile := c.profileScheduler(ctx, tb, k.name)
-	binds, err := w.wait(ctx, c.cp.Process(binaries.KubeScheduler))
+	cpu := &cpuMeter{procs: []*framework.Process{c.cp.Process(binaries.KubeScheduler), c.cp.Process(binaries.KubeAPIServer)}}
+	var profile <-chan error
+	binds, err := w.wait(ctx, c.cp.Process(binaries.KubeScheduler), func() {
+		cpu.begin()
+		profile = c.profileScheduler(ctx, tb, k.name)
+	})
 	if err != nil {
 		return row, fmt.Errorf("%s: %w; scheduler log %s", k.name, err, c.cp.Process(binaries.KubeScheduler).LogFile)
 	}
+	cpu.end()
 	row.binds, row.schedulerStart = binds, schedStart
+	row.schedulerCPU, row.apiserverCPU = cpu.use[0], cpu.use[1]
 	row.scheduler = memoryOf(c.cp.Process(binaries.KubeScheduler))
 	row.apiserver = memoryOf(c.cp.Process(binaries.KubeAPIServer))
-	if err := <-profile; err != nil {
-		tb.Logf("scheduler CPU profile: %v", err)
+	if profile != nil {
+		if err := <-profile; err != nil {
+			tb.Logf("scheduler CPU profile: %v", err)
+		}
 	}
 	return row, c.checkAllocated(ctx, pods)
 }
@@ -234,8 +242,8 @@ func (c *cluster) checkAllocated(ctx context.Context, n int) error {
 	return nil
 }
 
-// profileScheduler fetches a CPU profile of kube-scheduler for the first 30 s of scheduling
-// when -scale.cpuprofile is set; the channel yields the outcome.
+// profileScheduler fetches a CPU profile of kube-scheduler for the next 30 s (from the first
+// bind on) when -scale.cpuprofile is set; the channel yields the outcome.
 func (c *cluster) profileScheduler(ctx context.Context, tb testing.TB, name string) <-chan error {
 	out := make(chan error, 1)
 	if *cpuProfile == "" {

@@ -18,7 +18,7 @@ import (
 var (
 	nodesFlag = flag.Int("scale.nodes", 500, "simulated GPU nodes (each a DGX A100 40GB)")
 	podsFlag  = flag.Int("scale.pods", 2000, "pods, each with its own ResourceClaim")
-	kindsFlag = flag.String("scale.kinds", "exclusive,static-mig,dynamic-mig,consumable-memory",
+	kindsFlag = flag.String("scale.kinds", "exclusive,static-mig,dynamic-mig,dynamic-mig-4-profiles,consumable-memory",
 		"comma-separated kinds of claim to run, each on a fresh control plane")
 	schedulerQPS = flag.Int("scale.scheduler-qps", 5000,
 		"kube-scheduler --kube-api-qps and --kube-api-burst (upstream scheduler_perf gives its scheduler 5000)")
@@ -48,6 +48,10 @@ var kinds = []kind{
 	{name: "static-mig", machineOpts: []gputest.Option{gputest.WithMIGConfig("all-balanced")},
 		class: gpudra.MIGDeviceClassName, selector: profileSelector("1g.5gb")},
 	{name: "dynamic-mig", builderOpts: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
+		class: gpudra.MIGDeviceClassName, selector: profileSelector("1g.5gb")},
+	// Dynamic MIG publishing only the profiles a cluster might use: 14 devices per GPU, not 26.
+	{name: "dynamic-mig-4-profiles", builderOpts: []gpudra.Option{gpudra.WithDynamicMIG(nil),
+		gpudra.WithDynamicMIGProfiles("1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb")},
 		class: gpudra.MIGDeviceClassName, selector: profileSelector("1g.5gb")},
 	{name: "consumable-memory", builderOpts: []gpudra.Option{gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})},
 		class: gpudra.GPUDeviceClassName, memory: "8Gi"},
@@ -95,6 +99,7 @@ func BenchmarkScheduling(b *testing.B) {
 				row = r
 			}
 			b.ReportMetric(row.podsPerSecond(), "pods/s")
+			b.ReportMetric(row.cpuPerPod(row.schedulerCPU), "scheduler-cpu-ms/pod")
 			b.ReportMetric(float64(row.scheduler.rss)/(1<<20), "scheduler-MiB")
 			b.ReportMetric(float64(row.apiserver.rss)/(1<<20), "apiserver-MiB")
 			rows = append(rows, row)
