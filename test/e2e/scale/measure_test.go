@@ -1,10 +1,8 @@
 package scale
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,33 +80,6 @@ func (w *bindWatch) wait(ctx context.Context, scheduler *framework.Process, onFi
 	return binds, nil
 }
 
-// clockTick is the unit of utime and stime in /proc/<pid>/stat (USER_HZ, 100 on Linux).
-const clockTick = 10 * time.Millisecond
-
-// cpuTime is the CPU time (user and system) a process has used so far; zero when unknown.
-func cpuTime(p *framework.Process) time.Duration {
-	if p == nil {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command (which may hold spaces) start at field 3, state; utime and
-	// stime are fields 14 and 15.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	user, _ := strconv.ParseInt(f[11], 10, 64)
-	sys, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(user+sys) * clockTick
-}
-
 // cpuMeter measures the CPU time processes use between start and stop.
 type cpuMeter struct {
 	procs      []*framework.Process
@@ -118,49 +89,17 @@ type cpuMeter struct {
 func (m *cpuMeter) begin() {
 	m.start = make([]time.Duration, len(m.procs))
 	for i, p := range m.procs {
-		m.start[i] = cpuTime(p)
+		u, _ := p.Usage() // zero where /proc cannot be read: the table shows no figure
+		m.start[i] = u.CPU
 	}
 }
 
 func (m *cpuMeter) end() {
 	m.use = make([]time.Duration, len(m.procs))
 	for i, p := range m.procs {
-		m.use[i] = cpuTime(p) - m.start[i]
+		u, _ := p.Usage()
+		m.use[i] = max(u.CPU-m.start[i], 0)
 	}
-}
-
-// memory is a process's resident memory now and at its peak.
-type memory struct{ rss, peak int64 }
-
-// memoryOf reads VmRSS and VmHWM of a process from /proc; zero where they cannot be read.
-func memoryOf(p *framework.Process) memory {
-	var m memory
-	if p == nil {
-		return m
-	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.Pid()))
-	if err != nil {
-		return m
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 {
-			continue
-		}
-		kb, err := strconv.ParseInt(fields[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch fields[0] {
-		case "VmRSS:":
-			m.rss = kb << 10
-		case "VmHWM:":
-			m.peak = kb << 10
-		}
-	}
-	return m
 }
 
 // result is one run of one kind.
@@ -173,8 +112,8 @@ type result struct {
 	// schedulerStart is when kube-scheduler was started; binds are when each pod was seen bound.
 	schedulerStart time.Time
 	binds          []time.Time
-	scheduler      memory
-	apiserver      memory
+	// scheduler and apiserver are the components' usage once every pod is bound.
+	scheduler, apiserver framework.Usage
 	// schedulerCPU and apiserverCPU are the CPU time each used from the first bind to the last.
 	schedulerCPU, apiserverCPU time.Duration
 }
@@ -241,8 +180,8 @@ func table(rows []result) string {
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d (%d) | %d | **%.0f** | %.0f / %.0f | %.1f / %.1f | %.0f | %s | %s (%s) | %s (%s) | %s |\n",
 			row.kind, row.nodes, row.devicesPerNode, row.slicesPerNode, row.pods, row.podsPerSecond(), med, low,
-			row.cpuPerPod(row.schedulerCPU), row.cpuPerPod(row.apiserverCPU), row.idleBound(), firstBind.Round(100*time.Millisecond), mib(row.scheduler.rss), mib(row.scheduler.peak),
-			mib(row.apiserver.rss), mib(row.apiserver.peak), row.setup.Round(time.Second))
+			row.cpuPerPod(row.schedulerCPU), row.cpuPerPod(row.apiserverCPU), row.idleBound(), firstBind.Round(100*time.Millisecond), mib(row.scheduler.RSS), mib(row.scheduler.PeakRSS),
+			mib(row.apiserver.RSS), mib(row.apiserver.PeakRSS), row.setup.Round(time.Second))
 	}
 	return b.String()
 }

@@ -82,8 +82,8 @@ func run(ctx context.Context, tb testing.TB, k kind, nodes, pods int) (result, e
 	cpu.end()
 	row.binds, row.schedulerStart = binds, schedStart
 	row.schedulerCPU, row.apiserverCPU = cpu.use[0], cpu.use[1]
-	row.scheduler = memoryOf(c.cp.Process(binaries.KubeScheduler))
-	row.apiserver = memoryOf(c.cp.Process(binaries.KubeAPIServer))
+	row.scheduler, _ = c.cp.Process(binaries.KubeScheduler).Usage()
+	row.apiserver, _ = c.cp.Process(binaries.KubeAPIServer).Usage()
 	if profile != nil {
 		if err := <-profile; err != nil {
 			tb.Logf("scheduler CPU profile: %v", err)

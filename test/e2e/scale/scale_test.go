@@ -100,8 +100,8 @@ func BenchmarkScheduling(b *testing.B) {
 			}
 			b.ReportMetric(row.podsPerSecond(), "pods/s")
 			b.ReportMetric(row.cpuPerPod(row.schedulerCPU), "scheduler-cpu-ms/pod")
-			b.ReportMetric(float64(row.scheduler.rss)/(1<<20), "scheduler-MiB")
-			b.ReportMetric(float64(row.apiserver.rss)/(1<<20), "apiserver-MiB")
+			b.ReportMetric(float64(row.scheduler.RSS)/(1<<20), "scheduler-MiB")
+			b.ReportMetric(float64(row.apiserver.RSS)/(1<<20), "apiserver-MiB")
 			rows = append(rows, row)
 		})
 	}
