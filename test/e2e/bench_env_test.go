@@ -71,7 +71,7 @@ func newBenchEnv(ctx context.Context, b *testing.B) *benchEnv {
 			claimSpec("dynamic", "mig.nvidia.com", `device.attributes['gpu.nvidia.com'].profile == '1g.5gb'`, nil)}},
 	} {
 		node := suite.StartNode(b, n.spec)
-		t := &target{bench: "gpudra", driver: oursDriver, plugin: node.Kubelet}
+		t := &target{bench: "gpudra", driver: oursDriver, plugin: node.Kubelet, proc: node.Driver.Proc}
 		t.claims, t.devices = scheduleClaims(ctx, b, node.Spec.Name, n.claims)
 		for _, c := range t.claims {
 			env.ours[c.Name] = claimTarget{t, c}
@@ -84,7 +84,7 @@ func newBenchEnv(ctx context.Context, b *testing.B) *benchEnv {
 		c.Spec.Devices.Requests[0].Exactly.Capacity = memoryRequest(burstMemory)
 		claims = append(claims, c)
 	}
-	env.oursBurst = &target{bench: "gpudra", driver: oursDriver, plugin: node.Kubelet, memory: burstMemory}
+	env.oursBurst = &target{bench: "gpudra", driver: oursDriver, plugin: node.Kubelet, proc: node.Driver.Proc, memory: burstMemory}
 	env.oursBurst.claims, env.oursBurst.devices = scheduleClaims(ctx, b, node.Spec.Name, claims)
 	if *benchExample {
 		env.startExamples(ctx, b)
@@ -144,12 +144,12 @@ func (e *benchEnv) startExamples(ctx context.Context, b *testing.B) {
 		{"bench-ex5", "example-qps5", 5, 10, &e.exSlow},
 	} {
 		driver := fmt.Sprintf("%s %s (%d/%d)", exampleName, version, x.qps, x.burst)
-		plugin := startExample(ctx, b, path, kubeconfig, x.node, x.qps, x.burst)
+		plugin, proc := startExample(ctx, b, path, kubeconfig, x.node, x.qps, x.burst)
 		var claims []*resourceapi.ResourceClaim
 		for i := range exampleDevices {
 			claims = append(claims, claimSpec(fmt.Sprintf("e%03d", i), exampleDriverName, "", nil))
 		}
-		t := &target{bench: x.bench, driver: driver, plugin: plugin}
+		t := &target{bench: x.bench, driver: driver, plugin: plugin, proc: proc}
 		t.claims, t.devices = scheduleClaims(ctx, b, x.node, claims)
 		*x.into = t
 	}
@@ -190,7 +190,7 @@ func exampleCredentials(ctx context.Context) (string, error) {
 // startExample creates a Ready node and runs the example driver's kubelet plugin for it with
 // fake GPUs, as its DaemonSet would (directories below the suite's), then registers it as
 // kubelet does. The process is stopped when b ends.
-func startExample(ctx context.Context, b *testing.B, path, kubeconfig, node string, qps, burst int) *fakekubelet.Plugin {
+func startExample(ctx context.Context, b *testing.B, path, kubeconfig, node string, qps, burst int) (*fakekubelet.Plugin, *framework.Process) {
 	if _, err := framework.CreateReadyNode(ctx, suite.Client, node, nil); err != nil {
 		b.Fatal(err)
 	}
@@ -233,5 +233,5 @@ func startExample(ctx context.Context, b *testing.B, path, kubeconfig, node stri
 	if err != nil {
 		b.Fatalf("example driver on %s never registered: %v; log %s", node, err, proc.LogFile)
 	}
-	return plugin
+	return plugin, proc
 }

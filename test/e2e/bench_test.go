@@ -15,6 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpudra/gpudra/test/e2e/framework"
 	"github.com/gpudra/gpudra/test/e2e/framework/fakekubelet"
 )
 
@@ -84,6 +85,8 @@ type target struct {
 	claims        []fakekubelet.Claim
 	// devices are the devices the claims got, by index.
 	devices []string
+	// proc is the driver's process.
+	proc *framework.Process
 	// memory says what each claim of a consumable-memory burst asks for ("" for whole devices).
 	memory string
 }
@@ -108,6 +111,13 @@ func (t *target) unprepare(ctx context.Context, c fakekubelet.Claim) error {
 	return fakekubelet.UnprepareErrors(resp, err, c)
 }
 
+// cpuTime is the CPU time the target's driver has used so far (zero where it cannot be read:
+// the table then shows none).
+func (t *target) cpuTime() time.Duration {
+	u, _ := t.proc.Usage()
+	return u.CPU
+}
+
 // timed returns how long f took.
 func timed(f func() error) (time.Duration, error) {
 	start := time.Now()
@@ -130,6 +140,10 @@ func cycles(ctx context.Context, b *testing.B, label string, targets ...claimTar
 			}
 		}
 	}
+	cpu0 := make([]time.Duration, len(targets))
+	for i, t := range targets {
+		cpu0[i] = t.cpuTime()
+	}
 	for b.Loop() {
 		for i, t := range targets {
 			p, err := timed(func() error { return t.prepare(ctx, t.claim) })
@@ -143,7 +157,8 @@ func cycles(ctx context.Context, b *testing.B, label string, targets ...claimTar
 			rows[i].prepare, rows[i].unprepare = append(rows[i].prepare, p), append(rows[i].unprepare, u)
 		}
 	}
-	for _, r := range rows {
+	for i, r := range rows {
+		r.cpu = targets[i].cpuTime() - cpu0[i]
 		r.report(b, len(rows) > 1)
 	}
 	return rows
@@ -163,6 +178,7 @@ func burst(ctx context.Context, b *testing.B, t *target) *latencyRow {
 	var walls []time.Duration
 	var start time.Time
 	i := 0
+	cpu0 := t.cpuTime()
 	for b.Loop() {
 		k := i % burstSize
 		if k == 0 {
@@ -184,6 +200,7 @@ func burst(ctx context.Context, b *testing.B, t *target) *latencyRow {
 	if err := unprepareBurst(ctx, t, t.claims[:i%burstSize], row); err != nil {
 		b.Fatal(err)
 	}
+	row.cpu = t.cpuTime() - cpu0
 	row.report(b, false)
 	if len(walls) == 0 {
 		row.note = fmt.Sprintf("no whole burst: run with -benchtime %dx or more", burstSize)
@@ -219,7 +236,7 @@ func concurrent(ctx context.Context, b *testing.B, t *target, n int) *latencyRow
 	var mu sync.Mutex
 	var next atomic.Int64
 	b.SetParallelism((n + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
-	start := time.Now()
+	start, cpu0 := time.Now(), t.cpuTime()
 	b.RunParallel(func(pb *testing.PB) {
 		c := claims[int(next.Add(1)-1)%len(claims)]
 		var prep, unprep []time.Duration
@@ -241,6 +258,7 @@ func concurrent(ctx context.Context, b *testing.B, t *target, n int) *latencyRow
 		row.prepare, row.unprepare = append(row.prepare, prep...), append(row.unprepare, unprep...)
 	})
 	rate := float64(len(row.prepare)) / time.Since(start).Seconds()
+	row.cpu = t.cpuTime() - cpu0
 	row.report(b, false)
 	b.ReportMetric(rate, "cycles/s")
 	row.note = fmt.Sprintf("%.0f prepare+unprepare cycles/s", rate)
@@ -283,7 +301,17 @@ type latencyRow struct {
 	claim, driver      string
 	prepare, unprepare []time.Duration
 	burst              time.Duration
-	note               string
+	// cpu is the CPU time the driver used for all the row's calls.
+	cpu  time.Duration
+	note string
+}
+
+// cpuPerCycle is the driver's CPU time per prepare and unprepare, in milliseconds.
+func (r *latencyRow) cpuPerCycle() float64 {
+	if len(r.prepare) == 0 {
+		return 0
+	}
+	return ms(r.cpu) / float64(len(r.prepare))
 }
 
 // report adds the row's medians and p99s to the benchmark's output; prefixed names them by
@@ -297,6 +325,7 @@ func (r *latencyRow) report(b *testing.B, prefixed bool) {
 	b.ReportMetric(ms(percentile(r.prepare, 0.99)), prefix+"prep-p99-ms")
 	b.ReportMetric(ms(percentile(r.unprepare, 0.5)), prefix+"unprep-p50-ms")
 	b.ReportMetric(ms(percentile(r.unprepare, 0.99)), prefix+"unprep-p99-ms")
+	b.ReportMetric(r.cpuPerCycle(), prefix+"cpu-ms/cycle")
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -344,12 +373,12 @@ func (t *latencyTable) markdown() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var b strings.Builder
-	b.WriteString("\n| claim | driver (API client QPS/burst) | calls | prepare p50 / p99 ms | unprepare p50 / p99 ms | notes |\n")
-	b.WriteString("|---|---|---|---|---|---|\n")
+	b.WriteString("\n| claim | driver (API client QPS/burst) | calls | prepare p50 / p99 ms | unprepare p50 / p99 ms | driver CPU ms per prepare+unprepare | notes |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
 	for _, r := range t.rows {
-		fmt.Fprintf(&b, "| %s | %s | %d | %s / %s | %s / %s | %s |\n", r.claim, r.driver, len(r.prepare),
+		fmt.Fprintf(&b, "| %s | %s | %d | %s / %s | %s / %s | %.1f | %s |\n", r.claim, r.driver, len(r.prepare),
 			fmtMS(percentile(r.prepare, 0.5)), fmtMS(percentile(r.prepare, 0.99)),
-			fmtMS(percentile(r.unprepare, 0.5)), fmtMS(percentile(r.unprepare, 0.99)), r.note)
+			fmtMS(percentile(r.unprepare, 0.5)), fmtMS(percentile(r.unprepare, 0.99)), r.cpuPerCycle(), r.note)
 	}
 	b.WriteString(t.goals())
 	return b.String()
