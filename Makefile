@@ -12,7 +12,7 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn islands build image e2e e2e-binaries demo render generate verify-generate
+.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn islands build image e2e e2e-binaries bench-e2e bench-e2e-latency bench-e2e-scale demo render generate verify-generate
 
 all: test
 
@@ -64,6 +64,26 @@ E2E_ARGS ?=
 e2e: e2e-binaries
 	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 ./framework/... ./cmd/...
 	cd test/e2e && $(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' . $(E2E_ARGS)
+
+## bench-e2e: the e2e benchmarks against real control planes; each prints a markdown table
+## (docs/benchmarks.md records them). About 10 + 15 minutes on 2 cores.
+bench-e2e: bench-e2e-latency bench-e2e-scale
+
+## bench-e2e-latency: NodePrepareResources/NodeUnprepareResources through the DRA socket of
+## `serve` and of dra-example-driver (built into the e2e cache on first use), claims allocated by
+## the real scheduler; BENCH_E2E_CALLS calls per row (a burst row needs at least 100).
+BENCH_E2E_CALLS ?= 300
+bench-e2e-latency: e2e-binaries
+	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'PrepareLatency' -benchtime $(BENCH_E2E_CALLS)x -timeout 60m .
+
+## bench-e2e-scale: pods/s of the real kube-scheduler on SCALE_NODES nodes whose slices the
+## library publishes, SCALE_PODS pods with a claim each, one fresh control plane per kind.
+SCALE_NODES ?= 500
+SCALE_PODS ?= 2000
+SCALE_KINDS ?= exclusive,static-mig,dynamic-mig,dynamic-mig-4-profiles,consumable-memory
+bench-e2e-scale: e2e-binaries
+	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'Scheduling' -benchtime 1x -timeout 120m ./scale \
+		-scale.nodes=$(SCALE_NODES) -scale.pods=$(SCALE_PODS) -scale.kinds=$(SCALE_KINDS)
 
 ## fuzz: run each fuzz target for FUZZTIME (make test runs their seed corpora only).
 FUZZTIME ?= 10m

@@ -88,6 +88,10 @@ func BenchmarkAllocate(b *testing.B) {
 		{"full-gpu", "dgx-a100-40gb", nil, nil, gpudra.GPUDeviceClassName, ""},
 		{"static-mig", "dgx-a100-40gb", opts(balanced40), nil, gpudra.MIGDeviceClassName, "1g.5gb"},
 		{"dynamic-mig", "dgx-a100-40gb", nil, dynamic, gpudra.MIGDeviceClassName, "1g.5gb"},
+		// The same with only four profiles published (14 devices per GPU instead of 26).
+		{"dynamic-mig-4-profiles", "dgx-a100-40gb", nil,
+			append(dynamic, gpudra.WithDynamicMIGProfiles("1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb")),
+			gpudra.MIGDeviceClassName, "1g.5gb"},
 	}
 	for _, nodes := range []int{100, 500} {
 		for _, l := range layouts {

@@ -72,6 +72,21 @@ func WithDynamicMIGOwned(owned func(g *gpu.GPU, d *gpu.MIGDevice) bool) Option {
 	return func(b *Builder) { b.migOwned = owned }
 }
 
+// WithDynamicMIGProfiles limits dynamic MIG to the named GPU-instance profiles (as mig formats
+// them: "1g.5gb", "3g.20gb", "1g.5gb+me"); the other profiles are not published, so claims
+// cannot ask for them. Full GPUs are published as without it. Every device of a node is work in
+// each scheduling attempt on it (the scheduler converts and checks all of them), so a cluster
+// that uses a few profiles schedules faster publishing only those. Names no GPU of the node
+// knows are ignored.
+func WithDynamicMIGProfiles(profiles ...string) Option {
+	return func(b *Builder) {
+		b.migProfiles = map[string]bool{}
+		for _, p := range profiles {
+			b.migProfiles[p] = true
+		}
+	}
+}
+
 // ConsumableMemory makes full GPUs shareable by memory: each GPU allows multiple allocations, and
 // a claim asks for part of it with capacity.requests.memory. A claim that asks for nothing gets
 // Default (the whole GPU when Default is zero), so exclusive claims keep working.
@@ -197,6 +212,9 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) (*dynamicMIG
 	}
 	for i := range model.Profiles {
 		p := &model.Profiles[i]
+		if b.migProfiles != nil && !b.migProfiles[p.Name] {
+			continue
+		}
 		for _, pl := range p.Placements {
 			if present.blocks(model, p.Name, pl) {
 				continue

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -217,5 +218,30 @@ func TestConsumableMemoryNeverOvercommits(t *testing.T) {
 	}
 	if refused == 0 {
 		t.Fatal("200 claims of up to 40Gi fit on 8 GPUs: the test never reached full GPUs")
+	}
+}
+
+// TestDynamicMIGProfilesPublishesOnlyThose: with WithDynamicMIGProfiles, a DGX A100 40GB node
+// publishes its 8 full GPUs and, per GPU, the placements of the listed profiles only. The
+// placement counts are NVIDIA's (MIG user guide, A100-40GB: seven 1g.5gb, three 2g.10gb, two
+// 3g.20gb, one 7g.40gb); a name no GPU knows adds nothing.
+func TestDynamicMIGProfilesPublishesOnlyThose(t *testing.T) {
+	inv := inventory(t, "dgx-a100-40gb")
+	b := gpudra.NewBuilder(gpudra.WithDynamicMIG(nil), gpudra.WithDynamicMIGProfiles("1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb", "9g.99gb"))
+	devs, err := b.Devices(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, d := range devs {
+		key := *d.Attributes[gpudra.AttrType].StringValue
+		if p, ok := d.Attributes[gpudra.AttrProfile]; ok {
+			key = *p.StringValue
+		}
+		got[key]++
+	}
+	want := map[string]int{"gpu": 8, "1g.5gb": 8 * 7, "2g.10gb": 8 * 3, "3g.20gb": 8 * 2, "7g.40gb": 8 * 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("devices by profile (-want +got):\n%s", diff)
 	}
 }

@@ -58,6 +58,8 @@ type Builder struct {
 	taints     []func(device string) []resourceapi.DeviceTaint
 	migLookup  func(productName string) (*mig.Model, error)
 	migOwned   func(g *gpu.GPU, d *gpu.MIGDevice) bool
+	// migProfiles, when not nil, are the only GPU-instance profiles dynamic MIG publishes.
+	migProfiles map[string]bool
 	consumable *ConsumableMemory
 	topo       *placements // WithTopology, nil without
 	// listAttributes publishes list-valued attributes (WithListAttributes).

@@ -12,4 +12,12 @@
 //
 // Run it with `make e2e` from the repository root; E2E_RUN selects tests and E2E_KEEP=1 keeps
 // the cluster directory (logs of every component and driver) even when the tests pass.
+//
+// # Benchmarks
+//
+// BenchmarkPrepareLatency times NodePrepareResources and NodeUnprepareResources through the
+// DRA socket, as kubelet calls them, for claims the real scheduler allocated: serve beside
+// dra-example-driver's kubelet plugin (pinned in tools/dra-example-driver). Package scale
+// measures kube-scheduler's pods/s on hundreds of nodes. `make bench-e2e` runs both and each
+// prints a markdown table for docs/benchmarks.md.
 package e2e

@@ -91,7 +91,7 @@ func (spec NodeSpec) args(ctrl, metrics, kubeconfig string) []string {
 // StartNode creates a Ready Node, starts its driver authenticated as the chart's
 // ServiceAccount, registers it with the fake kubelet and waits for its pool to be published.
 // Everything is stopped when t ends.
-func (s *Suite) StartNode(t *testing.T, spec NodeSpec) *TestNode {
+func (s *Suite) StartNode(t testing.TB, spec NodeSpec) *TestNode {
 	t.Helper()
 	ctx := context.Background()
 	node, err := framework.CreateReadyNode(ctx, s.Client, spec.Name, gpuNodeLabels(spec.Machine))
@@ -226,7 +226,7 @@ func (n *TestNode) register(ctx context.Context) error {
 	return nil
 }
 
-func (n *TestNode) stop(t *testing.T) {
+func (n *TestNode) stop(t testing.TB) {
 	if n.Kubelet != nil {
 		_ = n.Kubelet.Close()
 	}

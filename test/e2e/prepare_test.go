@@ -58,7 +58,7 @@ func podUsing(name string, claims ...string) *corev1.Pod {
 
 // createPodsWithClaims creates claims and pods in a new namespace pinned to n and returns
 // the namespace; it is deleted when t ends.
-func createPodsWithClaims(t *testing.T, n *TestNode, ns string, claims []*resourceapi.ResourceClaim, pods ...*corev1.Pod) {
+func createPodsWithClaims(t testing.TB, n *TestNode, ns string, claims []*resourceapi.ResourceClaim, pods ...*corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
 	if err := newWorkloadNamespace(ctx, ns, n.Spec.Name); err != nil {

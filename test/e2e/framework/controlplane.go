@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -45,15 +46,41 @@ type ControlPlane struct {
 	// Admin is the rest.Config of AdminKubeconfig.
 	Admin *rest.Config
 
-	pki   *pki
-	procs []*Process
+	pki           *pki
+	procs         []*Process
+	cfg           controlPlaneConfig
+	schedulerPort int
+}
+
+// ControlPlaneOption configures StartControlPlane.
+type ControlPlaneOption func(*controlPlaneConfig)
+
+type controlPlaneConfig struct {
+	schedulerFlags []string
+	deferScheduler bool
+}
+
+// WithSchedulerFlags appends flags to kube-scheduler's command line (later flags win), for
+// example "--kube-api-qps=5000" for a scale test, as upstream scheduler_perf raises its client's
+// limits.
+func WithSchedulerFlags(flags ...string) ControlPlaneOption {
+	return func(c *controlPlaneConfig) { c.schedulerFlags = append(c.schedulerFlags, flags...) }
+}
+
+// WithDeferredScheduler starts everything but kube-scheduler; StartScheduler starts it later.
+// A throughput test creates its pending pods first, so that it times the scheduler alone.
+func WithDeferredScheduler() ControlPlaneOption {
+	return func(c *controlPlaneConfig) { c.deferScheduler = true }
 }
 
 // StartControlPlane starts the components from bins in dir (created if missing) and returns
 // once the API server is ready, the scheduler and controller-manager answer their health
 // checks and the default namespace has its ServiceAccount. On error, what started is stopped.
-func StartControlPlane(ctx context.Context, bins *binaries.Set, dir string) (cp *ControlPlane, err error) {
+func StartControlPlane(ctx context.Context, bins *binaries.Set, dir string, opts ...ControlPlaneOption) (cp *ControlPlane, err error) {
 	cp = &ControlPlane{Dir: dir, LogDir: filepath.Join(dir, "logs")}
+	for _, o := range opts {
+		o(&cp.cfg)
+	}
 	defer func() {
 		if err != nil {
 			cp.Stop()
@@ -77,21 +104,45 @@ func StartControlPlane(ctx context.Context, bins *binaries.Set, dir string) (cp 
 	if err := cp.startAPIServer(ctx, bins, etcdURL, ports[2]); err != nil {
 		return nil, err
 	}
-	if err := cp.startScheduler(bins, ports[3]); err != nil {
-		return nil, err
+	cp.schedulerPort = ports[3]
+	if !cp.cfg.deferScheduler {
+		if err := cp.startScheduler(bins); err != nil {
+			return nil, err
+		}
 	}
 	if err := cp.startControllerManager(bins, ports[4]); err != nil {
 		return nil, err
 	}
-	for _, c := range []struct {
-		name string
-		port int
-	}{{binaries.KubeScheduler, ports[3]}, {binaries.KubeControllerManager, ports[4]}} {
-		if err := cp.waitHealthy(ctx, c.name, c.port); err != nil {
+	if !cp.cfg.deferScheduler {
+		if err := cp.waitHealthy(ctx, binaries.KubeScheduler, cp.schedulerPort); err != nil {
 			return nil, err
 		}
 	}
+	if err := cp.waitHealthy(ctx, binaries.KubeControllerManager, ports[4]); err != nil {
+		return nil, err
+	}
 	return cp, cp.waitDefaultServiceAccount(ctx)
+}
+
+// StartScheduler starts kube-scheduler after StartControlPlane was given WithDeferredScheduler,
+// and waits for its health check.
+func (cp *ControlPlane) StartScheduler(ctx context.Context, bins *binaries.Set) error {
+	if !cp.cfg.deferScheduler {
+		return errors.New("start kube-scheduler: the control plane started it already (no WithDeferredScheduler)")
+	}
+	if cp.Process(binaries.KubeScheduler) != nil {
+		return errors.New("start kube-scheduler: already started")
+	}
+	if err := cp.startScheduler(bins); err != nil {
+		return err
+	}
+	return cp.waitHealthy(ctx, binaries.KubeScheduler, cp.schedulerPort)
+}
+
+// SchedulerURL is the https URL of kube-scheduler's secure port (/metrics, /debug/pprof; a
+// client certificate of the admin user is authorized).
+func (cp *ControlPlane) SchedulerURL() string {
+	return "https://127.0.0.1:" + strconv.Itoa(cp.schedulerPort)
 }
 
 func (cp *ControlPlane) start(name string, args ...string) (*Process, error) {
@@ -185,15 +236,16 @@ func (cp *ControlPlane) component(name, cn string) (string, error) {
 	return path, WriteKubeconfig(path, cp.URL, cp.CAFile, Credentials{CertFile: c.CertFile, KeyFile: c.KeyFile})
 }
 
-func (cp *ControlPlane) startScheduler(bins *binaries.Set, port int) error {
+func (cp *ControlPlane) startScheduler(bins *binaries.Set) error {
 	kc, err := cp.component("kube-scheduler", "system:kube-scheduler")
 	if err != nil {
 		return err
 	}
-	_, err = cp.start(binaries.KubeScheduler, bins.Path(binaries.KubeScheduler),
-		"--kubeconfig="+kc, "--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc,
-		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(cp.Dir, "scheduler-certs"))
+	args := append([]string{bins.Path(binaries.KubeScheduler),
+		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(cp.schedulerPort),
+		"--cert-dir=" + filepath.Join(cp.Dir, "scheduler-certs")}, cp.cfg.schedulerFlags...)
+	_, err = cp.start(binaries.KubeScheduler, args...)
 	return err
 }
 
@@ -257,6 +309,17 @@ func (cp *ControlPlane) Stop() {
 
 // Processes returns the running components, in start order.
 func (cp *ControlPlane) Processes() []*Process { return cp.procs }
+
+// Process returns the component named name (binaries.KubeAPIServer, ...), or nil when it is not
+// running.
+func (cp *ControlPlane) Process(name string) *Process {
+	for _, p := range cp.procs {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
 
 // FreePorts returns n distinct TCP ports that were free on 127.0.0.1 a moment ago.
 func FreePorts(n int) ([]int, error) {

@@ -8,6 +8,7 @@
 //
 //	go run ./cmd/e2e-binaries            # build what is missing
 //	go run ./cmd/e2e-binaries -rebuild   # rebuild everything
+//	go run ./cmd/e2e-binaries -example-driver   # also dra-example-driver's kubelet plugin (make bench-e2e)
 //
 // The cache root is $GPUDRA_E2E_CACHE, or ~/.cache/gpudra-e2e.
 package main
@@ -36,6 +37,7 @@ func main() {
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("e2e-binaries", flag.ContinueOnError)
 	rebuild := fs.Bool("rebuild", false, "rebuild every binary even when the cache has it")
+	example := fs.Bool("example-driver", false, "also build dra-example-driver's kubelet plugin at the version "+binaries.ExampleDriverModuleDir+" pins (the benchmarks compare against it)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -45,6 +47,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if err := set.Build(ctx, out, *rebuild); err != nil {
 		return err
+	}
+	if *example {
+		if _, err := set.ExampleDriverPath(ctx, out, *rebuild); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(out, set.Dir)
 	return nil
