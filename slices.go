@@ -60,8 +60,8 @@ type Builder struct {
 	migOwned   func(g *gpu.GPU, d *gpu.MIGDevice) bool
 	// migProfiles, when not nil, are the only GPU-instance profiles dynamic MIG publishes.
 	migProfiles map[string]bool
-	consumable *ConsumableMemory
-	topo       *placements // WithTopology, nil without
+	consumable  *ConsumableMemory
+	topo        *placements // WithTopology, nil without
 	// listAttributes publishes list-valued attributes (WithListAttributes).
 	listAttributes bool
 }
