@@ -52,7 +52,9 @@ func TestUsageMatchesTheKernelsAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	kernel := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
-	if d := u.CPU - kernel; d < -20*time.Millisecond || d > 20*time.Millisecond || kernel == 0 {
+	// After /proc says "sleep", the new image still loads and later exits: CPU the kernel
+	// counts after Usage read it (tens of ms on a loaded machine), never before.
+	if d := u.CPU - kernel; d < -60*time.Millisecond || d > 20*time.Millisecond || kernel == 0 {
 		t.Errorf("Usage CPU = %s, getrusage says the child used %s", u.CPU, kernel)
 	}
 	if u.RSS <= 0 || u.PeakRSS < u.RSS {
