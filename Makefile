@@ -12,7 +12,7 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn islands build image e2e e2e-binaries bench-e2e bench-e2e-latency bench-e2e-scale demo render generate verify-generate
+.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build image e2e e2e-binaries bench-e2e bench-e2e-latency bench-e2e-scale demo render generate verify-generate
 
 all: test
 
@@ -93,6 +93,16 @@ fuzz:
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./$$pkg/; \
 	done
+
+## random-long: the long randomized node-runtime run (RANDOM_SEQUENCES sequences of prepare,
+## unprepare, crash, restart, reboot and NVML faults against the model; hours on 2 cores).
+RANDOM_SEQUENCES ?= 10000
+random-long:
+	TMPDIR=/dev/shm $(GO) test -count=1 -run '^TestRandomSequences$$' -timeout 6h ./draplugin/ -random.sequences=$(RANDOM_SEQUENCES)
+
+## crash-all: the real-kill crash test at every side effect (make test kills at a sample).
+crash-all:
+	TMPDIR=/dev/shm $(GO) test -count=1 -run '^TestRealCrash$$' -timeout 2h ./draplugin/ -crash.all
 
 ## churn: the full MIG churn simulation (10,000 arrivals through the scheduler's allocator; minutes).
 churn:
