@@ -89,7 +89,7 @@ func TestDemoText(t *testing.T) {
 			t.Errorf("%q appears %d times, want once", note, n)
 		}
 	}
-	for _, want := range []string{"dynamic MIG on (the demo's default)", "mounts:       12 (", "not run: 28 seed workloads",
+	for _, want := range []string{"dynamic MIG on (the demo's default)", "mounts:       12 (", "\nnot run: ",
 		"a negative example: it is expected not to allocate: 10-mig-invalid-profile"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q", want)
