@@ -297,6 +297,11 @@ func driverAPIWork(t *testing.T, node, sa string, env []string, reduced bool) er
 		t.Fatal(err)
 	}
 	w.n = suite.StartNode(t, NodeSpec{Name: node, Machine: "l4x8", ServiceAccount: sa, NoWaitForSlices: true, Env: env, StopMayFail: reduced})
+	if w.n.StartErr != nil {
+		// serve reads its Node before it serves (the device-plugin guard): without the
+		// permission it refuses to start.
+		return fmt.Errorf("the driver did not start: %w", w.n.StartErr)
+	}
 	for _, step := range []func(context.Context) error{w.publish, w.republishOnXID, w.repairDeletedSlice, w.prepare, w.noForbiddenCalls} {
 		if err := step(ctx); err != nil {
 			return err

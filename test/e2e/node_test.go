@@ -42,7 +42,8 @@ type NodeSpec struct {
 	ExtraArgs []string
 	// Env is added to the driver's environment ("NAME=value").
 	Env []string
-	// StopMayFail: the driver may exit with an error on SIGTERM (it never finished starting).
+	// StopMayFail: the driver may exit with an error on SIGTERM (it never finished starting),
+	// and it may fail to start at all: StartNode then records why in TestNode.StartErr.
 	StopMayFail bool
 	// NoWaitForSlices returns before the pool is published (for tests that expect it not
 	// to be).
@@ -60,6 +61,8 @@ type TestNode struct {
 	Kubelet *fakekubelet.Plugin
 	// Baseline is the fake machine and host state right after the driver started.
 	Baseline FakeState
+	// StartErr is why the driver never registered (only with NodeSpec.StopMayFail).
+	StartErr error
 }
 
 // FakeState mirrors the driver's GET /state answer (examples/gpu-dra-driver fakecontrol.go).
@@ -101,11 +104,19 @@ func (s *Suite) StartNode(t testing.TB, spec NodeSpec) *TestNode {
 	n := &TestNode{Spec: spec, Node: node}
 	d, err := s.startDriver(ctx, spec, "")
 	if err != nil {
+		if spec.StopMayFail {
+			n.StartErr = err
+			return n
+		}
 		t.Fatal(err)
 	}
 	n.Driver = d
 	t.Cleanup(func() { n.stop(t) })
 	if err := n.register(ctx); err != nil {
+		if spec.StopMayFail {
+			n.StartErr = err
+			return n
+		}
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
