@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 const (
@@ -42,7 +43,17 @@ func MIGDeviceName(parentMinor int, profile string, giProfileID, placementStart 
 // profileLabel lowers a MIG profile name to DNS-label characters: dots dropped, "+" and ","
 // become "-" ("1g.10gb+me" → "1g10gb-me").
 func profileLabel(profile string) string {
-	return strings.NewReplacer(".", "", "+", "-", ",", "-").Replace(strings.ToLower(profile))
+	// strings.Map, not a strings.Replacer built per call: this runs for every MIG device and
+	// partition of every slice build.
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.':
+			return -1
+		case '+', ',':
+			return '-'
+		}
+		return unicode.ToLower(r)
+	}, profile)
 }
 
 var migNameRE = regexp.MustCompile(`^gpu-(\d+)-mig-([a-z0-9-]+?)-(\d+)-(\d+)(?:-(ci\d+))?$`)
