@@ -5,7 +5,7 @@ import (
 	"os"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/cdi/cdifake"
 )
 
 // Example generates the spec of a claim with one full GPU and one MIG device on a fake driver
@@ -16,7 +16,7 @@ func Example() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	root, err := cditest.Build(dir+"/driver", cditest.Layout{GPUs: 2})
+	root, err := cdifake.Build(dir+"/driver", cdifake.Layout{GPUs: 2})
 	if err != nil {
 		panic(err)
 	}
@@ -37,7 +37,7 @@ func Example() {
 	const uid = "0b7a4c4e-7a8e-4f0b-9a52-6c1d2e3f4a01"
 	cs, err := gen.Generate(cdi.ClaimDevices{ClaimUID: uid, Devices: []cdi.Device{
 		{Name: "gpu-0", GPUMinor: 0},
-		{Name: "gpu-1-mig-1g5gb-19-0", GPUMinor: 1, MIG: &cdi.MIGDevice{GI: 7, CI: 0}},
+		{Name: "gpu-1-mig-1g5gb-19-0", GPUMinor: 1, MIG: &cdi.MIGInstanceIDs{GI: 7, CI: 0}},
 	}})
 	if err != nil {
 		panic(err)

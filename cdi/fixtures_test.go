@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/cdi/cdifake"
 	"tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -37,7 +37,7 @@ func mpsEdits(threads, memLimit string) *specs.ContainerEdits {
 
 type claimCase struct {
 	name   string
-	layout cditest.Layout
+	layout cdifake.Layout
 	opts   []cdi.GeneratorOption
 	claim  cdi.ClaimDevices
 }
@@ -53,8 +53,8 @@ func claimCases() []claimCase {
 		{
 			name: "mig",
 			claim: cdi.ClaimDevices{ClaimUID: uidMIG, Devices: []cdi.Device{
-				{Name: "gpu-1-mig-1g5gb-19-0", GPUMinor: 1, UUID: "MIG-5e9a2b3c-0000-0000-0000-000000000000", MIG: &cdi.MIGDevice{GI: 7, CI: 0}},
-				{Name: "gpu-1-mig-3g20gb-9-4", GPUMinor: 1, UUID: "MIG-6fab3c4d-0000-0000-0000-000000000000", MIG: &cdi.MIGDevice{GI: 2, CI: 0}},
+				{Name: "gpu-1-mig-1g5gb-19-0", GPUMinor: 1, UUID: "MIG-5e9a2b3c-0000-0000-0000-000000000000", MIG: &cdi.MIGInstanceIDs{GI: 7, CI: 0}},
+				{Name: "gpu-1-mig-3g20gb-9-4", GPUMinor: 1, UUID: "MIG-6fab3c4d-0000-0000-0000-000000000000", MIG: &cdi.MIGInstanceIDs{GI: 2, CI: 0}},
 			}},
 		},
 		{
@@ -76,22 +76,22 @@ func claimCases() []claimCase {
 			// The GPU operator's driver container: files below /run/nvidia/driver on the host, no
 			// UVM and modeset nodes yet, hooks through nvidia-ctk, no void env.
 			name:   "driver-container-hooks",
-			layout: cditest.Layout{HostDriverRoot: "/run/nvidia/driver", NoUVM: true, NoModeset: true, CapsNodes: true},
+			layout: cdifake.Layout{HostDriverRoot: "/run/nvidia/driver", NoUVM: true, NoModeset: true, CapsNodes: true},
 			opts: []cdi.GeneratorOption{
 				cdi.WithHooks(cdi.Hooks{Path: "/usr/local/nvidia/toolkit/nvidia-ctk", CreateSymlinks: true, UpdateLdcache: true, LdconfigPath: "@/sbin/ldconfig"}),
 				cdi.WithVisibleDevicesVoid(false),
 			},
 			claim: cdi.ClaimDevices{ClaimUID: uidHook, Devices: []cdi.Device{
-				{Name: "gpu-6-mig-2g10gb-14-0", GPUMinor: 6, MIG: &cdi.MIGDevice{GI: 3, CI: 1}},
+				{Name: "gpu-6-mig-2g10gb-14-0", GPUMinor: 6, MIG: &cdi.MIGInstanceIDs{GI: 3, CI: 1}},
 			}, Edits: &specs.ContainerEdits{Env: []string{"GPUDRA_CLAIM=" + uidHook}}},
 		},
 	}
 }
 
 // generator builds a Generator on a fresh fake root.
-func generator(t testing.TB, layout cditest.Layout, opts ...cdi.GeneratorOption) (*cdi.Generator, *cditest.DriverRoot) {
+func generator(t testing.TB, layout cdifake.Layout, opts ...cdi.GeneratorOption) (*cdi.Generator, *cdifake.DriverRoot) {
 	t.Helper()
-	root := cditest.New(t, layout)
+	root := newRoot(t, layout)
 	inst, err := cdi.Discover(root)
 	if err != nil {
 		t.Fatalf("Discover: %v", err)
@@ -113,3 +113,13 @@ func writer(t testing.TB, dir string) *cdi.Writer {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// newRoot lays out a fake driver root in a temporary directory of t.
+func newRoot(t testing.TB, l cdifake.Layout) *cdifake.DriverRoot {
+	t.Helper()
+	r, err := cdifake.Build(t.TempDir(), l)
+	if err != nil {
+		t.Fatalf("fake driver root: %v", err)
+	}
+	return r
+}

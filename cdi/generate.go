@@ -52,13 +52,13 @@ type Device struct {
 	// UUID is the GPU or MIG device UUID; it only appears in error messages.
 	UUID string
 	// MIG, when set, makes this a MIG device that also gets its GI and CI capability nodes.
-	MIG *MIGDevice
+	MIG *MIGInstanceIDs
 	// Edits are extra container edits for this device (for example from the sharing package).
 	Edits *specs.ContainerEdits
 }
 
-// MIGDevice identifies a MIG device inside its parent GPU.
-type MIGDevice struct {
+// MIGInstanceIDs identifies a MIG device inside its parent GPU.
+type MIGInstanceIDs struct {
 	// GI is the GPU instance ID and CI the compute instance ID (NVML ids, not profile ids).
 	GI, CI int
 }

@@ -44,7 +44,7 @@ func BenchmarkPrepareGRPC(b *testing.B) {
 			e := newEnv(b, "dgx-a100-40gb", true)
 			cs := tc.claims(e)
 			w := newSyncWatch(e.StateDir)
-			p := e.plugin(withHealth(draplugin.HealthConfig{Disabled: true}), withHooks(draplugin.Hooks{Synced: w.synced}))
+			p := e.plugin(withHealth(draplugin.HealthConfig{Disabled: true}), withHooks(draplugin.TestHooks{Synced: w.synced}))
 			srv := serve(b, e, p, cs...)
 			ctx := context.Background()
 			prep := make([]time.Duration, 0, b.N)

@@ -62,12 +62,14 @@ type Config struct {
 	SuperviseInterval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// Hooks are for tests; production drivers leave them empty.
-	Hooks Hooks
+	// TestHooks are for tests only (crash injection, fsync accounting); production drivers
+	// leave them empty.
+	TestHooks TestHooks
 }
 
-// Hooks let tests stop the plugin where a crash could. Production drivers leave them empty.
-type Hooks struct {
+// TestHooks let tests stop the plugin where a crash could and see what it syncs. They exist
+// for tests only; production drivers leave them empty.
+type TestHooks struct {
 	// AfterStep, when set, is called at every CrashPoint of prepare and unprepare. An error stops
 	// the operation at once, without any cleanup, as a crash would.
 	AfterStep func(point CrashPoint, claimUID types.UID) error

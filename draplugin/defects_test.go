@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/cdi/cdifake"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/gpu"
@@ -272,7 +272,7 @@ func TestDefect7StaticMIGLayoutChangedByReboot(t *testing.T) {
 	if now == nil {
 		t.Fatalf("device %s is not on the machine after the reboot", dev)
 	}
-	giPath := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", cditest.GIMinor(inv.GPUs[1].Minor, now.GIID))
+	giPath := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", cdifake.GIMinor(inv.GPUs[1].Minor, now.GIID))
 	if !strings.Contains(string(spec), giPath) {
 		t.Errorf("rewritten spec of %s does not grant the GPU instance that exists now (%s):\n%s", dev, giPath, spec)
 	}

@@ -62,8 +62,8 @@ func (h hookSyncer) SyncDir(dir string) error {
 	return nil
 }
 
-// syncer is the plugin's: the operating system's, reported to Hooks.Synced when it is set.
-func (h Hooks) syncer() atomicfile.Syncer {
+// syncer is the plugin's: the operating system's, reported to TestHooks.Synced when it is set.
+func (h TestHooks) syncer() atomicfile.Syncer {
 	if h.Synced == nil {
 		return atomicfile.OSSyncer{}
 	}

@@ -20,13 +20,13 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/cdi/cdifake"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
 )
 
-// syncWatch counts the plugin's fsyncs (Hooks.Synced) and keeps what a power loss could leave
+// syncWatch counts the plugin's fsyncs (TestHooks.Synced) and keeps what a power loss could leave
 // of the checkpoint: its content at the last sync of the state directory and every version
 // written since (a power loss keeps one of them, or tears it).
 type syncWatch struct {
@@ -48,7 +48,7 @@ func (w *syncWatch) read() []byte {
 	return b
 }
 
-// synced is Hooks.Synced.
+// synced is TestHooks.Synced.
 func (w *syncWatch) synced(path string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -67,14 +67,14 @@ func (w *syncWatch) snapshot() {
 	}
 }
 
-// afterStep is Hooks.AfterStep: every crash point follows a checkpoint write or a side effect.
+// afterStep is TestHooks.AfterStep: every crash point follows a checkpoint write or a side effect.
 func (w *syncWatch) afterStep(draplugin.CrashPoint, types.UID) error {
 	w.snapshot()
 	return nil
 }
 
-func (w *syncWatch) hooks() draplugin.Hooks {
-	return draplugin.Hooks{Synced: w.synced, AfterStep: w.afterStep}
+func (w *syncWatch) hooks() draplugin.TestHooks {
+	return draplugin.TestHooks{Synced: w.synced, AfterStep: w.afterStep}
 }
 
 // take returns the number of fsyncs since the last take.
@@ -343,7 +343,7 @@ func checkComplete(t *testing.T, e *env, c *resourceapi.ResourceClaim, devs []ku
 			t.Errorf("claim %s: MIG device %s does not exist on the machine", c.Name, r.Device)
 			continue
 		}
-		gi := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d\"", cditest.GIMinor(g.Minor, m.GIID))
+		gi := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d\"", cdifake.GIMinor(g.Minor, m.GIID))
 		if !strings.Contains(string(spec), gi) {
 			t.Errorf("claim %s: the spec does not grant the GPU instance of %s that exists (%s)", c.Name, r.Device, gi)
 		}

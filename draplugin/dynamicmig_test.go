@@ -163,7 +163,7 @@ func removeInstance(t *testing.T, e *env, gpuIndex int, instance string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := mig.NewManager(e.Machine.Device(gpuIndex), model)
+	mgr, err := mig.NewInstanceManager(e.Machine.Device(gpuIndex), model)
 	if err != nil {
 		t.Fatal(err)
 	}

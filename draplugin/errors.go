@@ -67,7 +67,7 @@ func stepErr(step Step, device string, err error) error {
 }
 
 // CrashPoint names a point between two steps of prepare or unprepare at which a test can stop
-// the plugin as a crash would (Hooks.AfterStep).
+// the plugin as a crash would (TestHooks.AfterStep).
 type CrashPoint string
 
 // The crash points, in the order prepare and unprepare pass them.
@@ -95,7 +95,7 @@ const (
 	CrashAfterUnprepareCompleted CrashPoint = "unprepare-completed"
 )
 
-// crashError marks an error returned by Hooks.AfterStep: the operation stops at once, without
+// crashError marks an error returned by TestHooks.AfterStep: the operation stops at once, without
 // any cleanup, as a crash would.
 type crashError struct{ err error }
 

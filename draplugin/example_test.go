@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/cdi/cdifake"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu/gputest"
 )
@@ -26,7 +26,7 @@ func ExampleNew() {
 	defer os.RemoveAll(dir)
 	_ = os.WriteFile(filepath.Join(dir, "boot_id"), []byte("example-boot\n"), 0o600)
 	machine, _ := gputest.New("dgx-a100-40gb")
-	root, _ := cditest.Build(filepath.Join(dir, "driver-root"), cditest.Layout{})
+	root, _ := cdifake.Build(filepath.Join(dir, "driver-root"), cdifake.Layout{})
 	inst, _ := cdi.Discover(root)
 	gen, _ := cdi.NewGenerator(inst)
 	writer, _ := cdi.NewWriter(cdi.WithSpecDir(filepath.Join(dir, "cdi")))

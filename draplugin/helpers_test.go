@@ -66,8 +66,8 @@ func (e *env) plugin(mutate ...func(*draplugin.Config)) *draplugin.Plugin {
 	return p
 }
 
-func withHooks(h draplugin.Hooks) func(*draplugin.Config) {
-	return func(c *draplugin.Config) { c.Hooks = h }
+func withHooks(h draplugin.TestHooks) func(*draplugin.Config) {
+	return func(c *draplugin.Config) { c.TestHooks = h }
 }
 
 func withMetrics(reg prometheus.Registerer) func(*draplugin.Config) {

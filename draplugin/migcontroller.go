@@ -10,26 +10,26 @@ import (
 	"github.com/gpudra/gpudra/mig"
 )
 
-// NewNVMLMIGController returns a MIGController that drives NVML through mig.Manager. lookup
+// NewNVMLMIGController returns a MIGController that drives NVML through mig.InstanceManager. lookup
 // maps product names to MIG geometry (nil: mig.Lookup). Device handles and managers are cached
 // per GPU.
 func NewNVMLMIGController(lib nvml.Interface, lookup func(productName string) (*mig.Model, error)) MIGController {
 	if lookup == nil {
 		lookup = mig.Lookup
 	}
-	return &nvmlMIG{lib: lib, lookup: lookup, managers: map[string]*mig.Manager{}}
+	return &nvmlMIG{lib: lib, lookup: lookup, managers: map[string]*mig.InstanceManager{}}
 }
 
 type nvmlMIG struct {
 	lib      nvml.Interface
 	lookup   func(string) (*mig.Model, error)
 	mu       sync.Mutex
-	managers map[string]*mig.Manager // by GPU UUID
+	managers map[string]*mig.InstanceManager // by GPU UUID
 }
 
 var _ MIGController = (*nvmlMIG)(nil)
 
-func (n *nvmlMIG) manager(uuid string) (*mig.Manager, error) {
+func (n *nvmlMIG) manager(uuid string) (*mig.InstanceManager, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if m, ok := n.managers[uuid]; ok {
@@ -47,7 +47,7 @@ func (n *nvmlMIG) manager(uuid string) (*mig.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("GPU %s: %w", uuid, err)
 	}
-	m, err := mig.NewManager(dev, model)
+	m, err := mig.NewInstanceManager(dev, model)
 	if err != nil {
 		return nil, err
 	}

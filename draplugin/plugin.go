@@ -44,7 +44,7 @@ type Plugin struct {
 	mig        MIGController
 	builder    *gpudra.Builder
 	sliceOpts  []gpudra.Option // the builder's options, for the builds that publish
-	hooks      Hooks
+	hooks      TestHooks
 	now        func() time.Time
 	supervise  time.Duration
 	metrics    *metrics
@@ -87,9 +87,9 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	p := &Plugin{
 		nodeName: cfg.NodeName, lib: cfg.NVML, inv: inv, stateDir: cfg.StateDir,
 		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
-		hooks: cfg.Hooks, now: cfg.Now, fatal: make(chan struct{}), supervise: cfg.SuperviseInterval,
+		hooks: cfg.TestHooks, now: cfg.Now, fatal: make(chan struct{}), supervise: cfg.SuperviseInterval,
 		synced: map[string]uint64{}, republishReq: make(chan struct{}, 1),
-		files: atomicfile.New(atomicfile.WithSyncer(cfg.Hooks.syncer())),
+		files: atomicfile.New(atomicfile.WithSyncer(cfg.TestHooks.syncer())),
 	}
 	if p.supervise == 0 {
 		p.supervise = time.Minute

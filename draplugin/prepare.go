@@ -246,7 +246,7 @@ type attempt struct {
 // migDevice is an existing MIG device: its UUID and NVML ids.
 type migDevice struct {
 	uuid string
-	ids  cdi.MIGDevice
+	ids  cdi.MIGInstanceIDs
 }
 
 // prepareLocked runs the prepare steps with the claim's GPU locks held. Once the intent is
@@ -319,7 +319,7 @@ func (a *attempt) planDevice(ctx context.Context, d prepDevice) (checkpoint.Prep
 		pd.MIG = &checkpoint.MIGInstance{ParentUUID: d.GPU.UUID, Profile: m.Profile, GIProfileID: m.GIProfileID,
 			CIProfileID: m.CIProfileID, Placement: checkpoint.Placement{Start: m.Placement.Start, Size: m.Placement.Size},
 			GIID: m.GIID, CIID: m.CIID, UUID: m.UUID}
-		a.mig[d.result.Device] = migDevice{uuid: m.UUID, ids: cdi.MIGDevice{GI: m.GIID, CI: m.CIID}}
+		a.mig[d.result.Device] = migDevice{uuid: m.UUID, ids: cdi.MIGInstanceIDs{GI: m.GIID, CI: m.CIID}}
 	case d.Partition != nil:
 		mi, err := a.planPartition(ctx, d)
 		if err != nil {
@@ -356,7 +356,7 @@ func (a *attempt) planPartition(ctx context.Context, d prepDevice) (*checkpoint.
 	case admin:
 		in := existing[i]
 		mi.GIID, mi.CIID, mi.UUID = in.GIID, in.CIID, in.UUID
-		a.mig[dev] = migDevice{uuid: in.UUID, ids: cdi.MIGDevice{GI: in.GIID, CI: in.CIID}}
+		a.mig[dev] = migDevice{uuid: in.UUID, ids: cdi.MIGInstanceIDs{GI: in.GIID, CI: in.CIID}}
 	case i >= 0:
 		in := existing[i]
 		return nil, stepErr(StepCreateMIG, dev, fmt.Errorf("MIG instance %s at placement %d on GPU %s overlaps the partition and no claim prepared it: it is not taken over; remove it (nvidia-smi mig -dci/-dgi) or restart the plugin to have reconciliation report it",
@@ -385,7 +385,7 @@ func (a *attempt) createMIG(ctx context.Context) error {
 			return a.fail(StepCreateMIG, d.result.Device, err)
 		}
 		pd.MIG.GIID, pd.MIG.CIID, pd.MIG.UUID = in.GIID, in.CIID, in.UUID
-		a.mig[d.result.Device] = migDevice{uuid: in.UUID, ids: cdi.MIGDevice{GI: in.GIID, CI: in.CIID}}
+		a.mig[d.result.Device] = migDevice{uuid: in.UUID, ids: cdi.MIGInstanceIDs{GI: in.GIID, CI: in.CIID}}
 		klog.FromContext(ctx).V(2).Info("Created MIG instance", "device", d.result.Device, "migUUID", in.UUID, "gi", in.GIID, "ci", in.CIID)
 		if err := a.p.crashPoint(CrashAfterMIGCreated, a.claim.UID); err != nil {
 			return err
@@ -429,8 +429,8 @@ func (a *attempt) applySharing(ctx context.Context) error {
 func (a *attempt) writeCDI(_ context.Context) error {
 	cds := cdi.ClaimDevices{ClaimUID: a.st.UID}
 	for i, d := range a.ours {
-		cd := cdi.Device{Name: d.result.Device, GPUMinor: d.GPU.Minor, UUID: d.GPU.UUID}
-		if m, ok := a.mig[d.result.Device]; ok {
+		cd := d.CDIDevice()
+		if m, ok := a.mig[d.result.Device]; ok { // the MIG instance: existing, or created for a partition
 			cd.MIG, cd.UUID = &m.ids, m.uuid
 		}
 		cd.Edits = editsFor(a.rec, a.st.Devices[i])

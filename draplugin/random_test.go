@@ -148,7 +148,7 @@ func runSequence(t *testing.T, seed uint64, ops int) {
 
 // start starts a plugin process that reconciles, as a driver's start does.
 func (w *world) start() *draplugin.Plugin {
-	p := w.e.plugin(withHooks(draplugin.Hooks{AfterStep: w.afterStep}))
+	p := w.e.plugin(withHooks(draplugin.TestHooks{AfterStep: w.afterStep}))
 	if rep, err := p.Reconcile(context.Background()); err != nil {
 		// Start serves after a partial reconciliation: what it left (an interrupted unprepare
 		// that met the fault, seed 53) is completed by kubelet's retry, which settle makes and

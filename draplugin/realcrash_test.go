@@ -119,7 +119,7 @@ func crashChild() int {
 	}
 	ctx := context.Background()
 	p, err := node.NewPlugin(ctx, func(c *draplugin.Config) {
-		c.Hooks.AfterStep = func(pt draplugin.CrashPoint, uid types.UID) error { return k.point(pt, string(uid)) }
+		c.TestHooks.AfterStep = func(pt draplugin.CrashPoint, uid types.UID) error { return k.point(pt, string(uid)) }
 		c.SuperviseInterval = -1
 	})
 	if err != nil {

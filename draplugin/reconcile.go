@@ -376,7 +376,7 @@ func (p *Plugin) rewriteSpec(c checkpoint.ClaimState) error {
 		}
 		cd := cdi.Device{Name: d.Device, GPUMinor: g.Minor, UUID: g.UUID, Edits: editsFor(rec, d)}
 		if d.MIG != nil {
-			cd.MIG, cd.UUID = &cdi.MIGDevice{GI: d.MIG.GIID, CI: d.MIG.CIID}, d.MIG.UUID
+			cd.MIG, cd.UUID = &cdi.MIGInstanceIDs{GI: d.MIG.GIID, CI: d.MIG.CIID}, d.MIG.UUID
 		}
 		cds.Devices = append(cds.Devices, cd)
 	}

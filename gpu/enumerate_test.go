@@ -226,7 +226,7 @@ func TestEnumerateFailures(t *testing.T) {
 		{"MIG mode of GPU 1", "a30x4", []gputest.Option{gputest.WithFault("GetMigMode", 2, nvml.ERROR_NO_PERMISSION)},
 			&DeviceError{Index: 1, MIGIndex: -1, Op: "GetMigMode", Return: nvml.ERROR_NO_PERMISSION}},
 		{"second MIG device of GPU 0", "dgx-a100-40gb",
-			[]gputest.Option{gputest.WithMIG(0, "3g.20gb", "3g.20gb"), gputest.WithFault("MigDevice.GetUUID", 2, nvml.ERROR_GPU_IS_LOST)},
+			[]gputest.Option{gputest.WithMIG(0, "3g.20gb", "3g.20gb"), gputest.WithFault("MIGDeviceHandle.GetUUID", 2, nvml.ERROR_GPU_IS_LOST)},
 			&DeviceError{Index: 0, MIGIndex: 1, Op: "GetUUID", Return: nvml.ERROR_GPU_IS_LOST}},
 		{"GPU instance of GPU 0", "dgx-a100-40gb",
 			[]gputest.Option{gputest.WithMIG(0, "7g.40gb"), gputest.WithFault("GetGpuInstanceById", 1, nvml.ERROR_UNKNOWN)},

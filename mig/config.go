@@ -19,11 +19,11 @@ type ConfigSpec struct {
 	// Version must be "v1".
 	Version string `json:"version"`
 	// MigConfigs maps a configuration name (e.g. "all-balanced") to its entries.
-	MigConfigs map[string][]DeviceConfig `json:"mig-configs"`
+	MigConfigs map[string][]ConfigEntry `json:"mig-configs"`
 }
 
-// DeviceConfig is one entry of a named configuration.
-type DeviceConfig struct {
+// ConfigEntry is one entry of a named configuration.
+type ConfigEntry struct {
 	// DeviceFilter optionally restricts the entry to GPUs with these PCI ids: "0x20B010DE" (device
 	// id and vendor id) or "0x20B010DE:0x<subsystem device><subsystem vendor>". YAML may give one
 	// string or a list.
@@ -296,7 +296,7 @@ func CheckConfig(spec *ConfigSpec, configName string, gpus []GPUInfo) ([]DeviceP
 
 // chooseEntry returns the last entry that selects the GPU by index and device-filter, nil when
 // none does. A GPU with no PCI id to match filters against is matched with its model's ids.
-func chooseEntry(entries []DeviceConfig, gpu GPUInfo, m *Model) *DeviceConfig {
+func chooseEntry(entries []ConfigEntry, gpu GPUInfo, m *Model) *ConfigEntry {
 	chosen := lastMatch(entries, gpu, gpu.PCIDeviceID)
 	if chosen == nil && gpu.PCIDeviceID == 0 && m != nil {
 		chosen = lastMatch(entries, gpu, m.PCIDeviceIDs...)
@@ -304,8 +304,8 @@ func chooseEntry(entries []DeviceConfig, gpu GPUInfo, m *Model) *DeviceConfig {
 	return chosen
 }
 
-func lastMatch(entries []DeviceConfig, gpu GPUInfo, pciDeviceIDs ...uint32) *DeviceConfig {
-	var chosen *DeviceConfig
+func lastMatch(entries []ConfigEntry, gpu GPUInfo, pciDeviceIDs ...uint32) *ConfigEntry {
+	var chosen *ConfigEntry
 	for i := range entries {
 		e := &entries[i]
 		if !(e.Devices.All || slices.Contains(e.Devices.Indexes, gpu.Index)) {
@@ -448,7 +448,7 @@ func balancedCounts(m *Model) map[string]int {
 // result is freshly built on every call.
 func BuiltinConfigs() *ConfigSpec {
 	t, f := true, false
-	spec := &ConfigSpec{Version: "v1", MigConfigs: map[string][]DeviceConfig{
+	spec := &ConfigSpec{Version: "v1", MigConfigs: map[string][]ConfigEntry{
 		"all-disabled": {{Devices: DevicesAll(), MigEnabled: &f}},
 		"all-enabled":  {{Devices: DevicesAll(), MigEnabled: &t, MigDevices: map[string]int{}}},
 	}}
@@ -459,12 +459,12 @@ func BuiltinConfigs() *ConfigSpec {
 		}
 		for _, p := range m.Profiles {
 			n := configName(p.Name)
-			spec.MigConfigs[n] = append(spec.MigConfigs[n], DeviceConfig{
+			spec.MigConfigs[n] = append(spec.MigConfigs[n], ConfigEntry{
 				DeviceFilter: slices.Clone(filter), Devices: DevicesAll(), MigEnabled: &t,
 				MigDevices: map[string]int{p.Name: p.InstanceCount},
 			})
 		}
-		spec.MigConfigs["all-balanced"] = append(spec.MigConfigs["all-balanced"], DeviceConfig{
+		spec.MigConfigs["all-balanced"] = append(spec.MigConfigs["all-balanced"], ConfigEntry{
 			DeviceFilter: slices.Clone(filter), Devices: DevicesAll(), MigEnabled: &t, MigDevices: balancedCounts(m),
 		})
 	}

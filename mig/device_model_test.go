@@ -40,9 +40,9 @@ func TestDeviceModelFollowsTheDevice(t *testing.T) {
 	if diff := cmp.Diff(want, diffs); diff != "" {
 		t.Errorf("differences (-want +got):\n%s", diff)
 	}
-	// The device model drives the Manager: a placement only the catalog allows is refused up
+	// The device model drives the InstanceManager: a placement only the catalog allows is refused up
 	// front, one the device allows is created and removed again.
-	mg, err := mig.NewManager(machine.Device(0), live)
+	mg, err := mig.NewInstanceManager(machine.Device(0), live)
 	if err != nil {
 		t.Fatal(err)
 	}

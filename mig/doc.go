@@ -28,7 +28,7 @@
 //     the named configs (all-disabled, all-enabled, all-<profile>, all-balanced), and CheckConfig
 //     validates a config against a machine's GPUs up front.
 //   - Strategies: CheckStrategy applies GPU Feature Discovery's none/single/mixed rules to a node.
-//   - Manager: Apply and Remove create and destroy GPU and compute instances through nvml.Device,
+//   - InstanceManager: Apply and Remove create and destroy GPU and compute instances through nvml.Device,
 //     idempotently and with rollback on failure.
 //
 // The package holds no mutable global state: the catalog is built once and every accessor returns

@@ -71,7 +71,7 @@ func (e *WalkError) Unwrap() error {
 }
 
 // ListInstances walks the GPU instances and compute instances that exist on dev. It is the one
-// place that reads MIG state through NVML: enumeration, the Manager and kubelet plugins all use
+// place that reads MIG state through NVML: enumeration, the InstanceManager and kubelet plugins all use
 // it. A GPU without MIG support, or with MIG mode off, has none. Instances are sorted by
 // placement, compute instances by id. Failures are *WalkError; callers add which GPU it was.
 func ListInstances(dev nvml.Device) ([]GPUInstanceState, error) {

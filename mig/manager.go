@@ -8,19 +8,19 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// Manager creates and destroys MIG instances on one GPU through NVML. It is not safe for
-// concurrent use on the same GPU; use one Manager per GPU and serialise calls.
-type Manager struct {
+// InstanceManager creates and destroys MIG instances on one GPU through NVML. It is not safe for
+// concurrent use on the same GPU; use one InstanceManager per GPU and serialise calls.
+type InstanceManager struct {
 	dev   nvml.Device
 	model *Model
 	label string
 }
 
-// NewManager returns a Manager for dev. m is the GPU's model; when nil it is looked up from the
+// NewInstanceManager returns an InstanceManager for dev. m is the GPU's model; when nil it is looked up from the
 // device's product name. The GPU is named in errors by its UUID when NVML reports one.
-func NewManager(dev nvml.Device, m *Model) (*Manager, error) {
+func NewInstanceManager(dev nvml.Device, m *Model) (*InstanceManager, error) {
 	if dev == nil {
-		return nil, errNilDevice("NewManager")
+		return nil, errNilDevice("NewInstanceManager")
 	}
 	label := "(unknown)"
 	if uuid, ret := dev.GetUUID(); ret == nvml.SUCCESS {
@@ -36,11 +36,11 @@ func NewManager(dev nvml.Device, m *Model) (*Manager, error) {
 			return nil, fmt.Errorf("GPU %s: %w", label, err)
 		}
 	}
-	return &Manager{dev: dev, model: m, label: label}, nil
+	return &InstanceManager{dev: dev, model: m, label: label}, nil
 }
 
-// Model returns the model the Manager validates layouts against.
-func (mg *Manager) Model() *Model { return mg.model }
+// Model returns the model the InstanceManager validates layouts against.
+func (mg *InstanceManager) Model() *Model { return mg.model }
 
 // ResetRequiredError says MIG mode was requested but only takes effect after a GPU reset (or the
 // GPU is busy); no instance was created.
@@ -59,7 +59,7 @@ func (e *ResetRequiredError) Error() string {
 // EnableMIG turns MIG mode on if it is off. It reports resetRequired when the new mode is pending
 // until a reset (NVML's activation status ERROR_RESET_REQUIRED or ERROR_IN_USE, or the current mode
 // still off afterwards).
-func (mg *Manager) EnableMIG() (resetRequired bool, err error) {
+func (mg *InstanceManager) EnableMIG() (resetRequired bool, err error) {
 	cur, pending, ret := mg.dev.GetMigMode()
 	if ret != nvml.SUCCESS {
 		return false, fmt.Errorf("get MIG mode of GPU %s: %w", mg.label, ret)
@@ -87,7 +87,7 @@ func (mg *Manager) EnableMIG() (resetRequired bool, err error) {
 // DisableMIG turns MIG mode off if it is on. A GPU instance that still exists is an error naming
 // it (destroy the instances first). It reports resetRequired when the new mode is pending until
 // a reset, as EnableMIG does.
-func (mg *Manager) DisableMIG() (resetRequired bool, err error) {
+func (mg *InstanceManager) DisableMIG() (resetRequired bool, err error) {
 	cur, pending, ret := mg.dev.GetMigMode()
 	if ret == nvml.ERROR_NOT_SUPPORTED {
 		return false, nil
@@ -122,7 +122,7 @@ func (mg *Manager) DisableMIG() (resetRequired bool, err error) {
 // Current returns the GPU instances that exist now, as placed Instances sorted by placement. A
 // GPU instance whose profile the model does not know is an error: its slices would be invisible
 // to validation.
-func (mg *Manager) Current() ([]Instance, error) {
+func (mg *InstanceManager) Current() ([]Instance, error) {
 	states, err := mg.Instances()
 	if err != nil {
 		return nil, err
@@ -141,7 +141,7 @@ func (mg *Manager) Current() ([]Instance, error) {
 
 // Instances returns the GPU instances that exist now with their compute instances, as
 // ListInstances does.
-func (mg *Manager) Instances() ([]GPUInstanceState, error) {
+func (mg *InstanceManager) Instances() ([]GPUInstanceState, error) {
 	states, err := ListInstances(mg.dev)
 	if err != nil {
 		return nil, fmt.Errorf("list MIG instances of GPU %s: %w", mg.label, err)
@@ -149,7 +149,7 @@ func (mg *Manager) Instances() ([]GPUInstanceState, error) {
 	return states, nil
 }
 
-func (mg *Manager) profileOf(st GPUInstanceState) (*GIProfile, error) {
+func (mg *InstanceManager) profileOf(st GPUInstanceState) (*GIProfile, error) {
 	p, ok := mg.model.ProfileByID(int(st.Profile.Id))
 	if !ok {
 		return nil, fmt.Errorf("GPU %s has a GPU instance %d at placement %d with profile Id %d, which the %s geometry does not know",
@@ -159,7 +159,7 @@ func (mg *Manager) profileOf(st GPUInstanceState) (*GIProfile, error) {
 }
 
 // find returns the GPU instance of profile p at placement start, nil when there is none.
-func (mg *Manager) find(p *GIProfile, start int) (*GPUInstanceState, error) {
+func (mg *InstanceManager) find(p *GIProfile, start int) (*GPUInstanceState, error) {
 	states, err := mg.Instances()
 	if err != nil {
 		return nil, err
@@ -197,7 +197,7 @@ type undo struct {
 // placement is reused, not duplicated. On any failure everything this call created is destroyed
 // (compute instances first, in reverse order) and the NVML error is returned wrapped with the
 // step, profile, placement and GPU.
-func (mg *Manager) Apply(layout []Instance) (_ []Created, err error) {
+func (mg *InstanceManager) Apply(layout []Instance) (_ []Created, err error) {
 	reset, err := mg.EnableMIG()
 	if err != nil {
 		return nil, err
@@ -288,7 +288,7 @@ func (mg *Manager) Apply(layout []Instance) (_ []Created, err error) {
 }
 
 // create makes (or finds) one GPU instance and its full compute instance.
-func (mg *Manager) create(in Instance, reuse bool) (Created, undo, error) {
+func (mg *InstanceManager) create(in Instance, reuse bool) (Created, undo, error) {
 	var u undo
 	p, _ := mg.model.Profile(in.Profile)
 	c := Created{Instance: in, Reused: reuse}
@@ -346,7 +346,7 @@ func (mg *Manager) create(in Instance, reuse bool) (Created, undo, error) {
 // Remove destroys the GPU instances of the layout (matched by profile and placement start; every
 // instance must be placed) and all their compute instances, compute instances first. Instances
 // that do not exist are skipped, so Remove is idempotent. It stops at the first NVML failure.
-func (mg *Manager) Remove(layout []Instance) error {
+func (mg *InstanceManager) Remove(layout []Instance) error {
 	for _, in := range layout {
 		if in.Placement == nil {
 			return fmt.Errorf("remove %s from GPU %s: no placement given", in.Profile, mg.label)
@@ -373,7 +373,7 @@ func (mg *Manager) Remove(layout []Instance) error {
 }
 
 // destroy destroys a GPU instance's compute instances, newest first, then the GPU instance.
-func (mg *Manager) destroy(st *GPUInstanceState, where string) error {
+func (mg *InstanceManager) destroy(st *GPUInstanceState, where string) error {
 	for _, ci := range slices.Backward(st.ComputeInstances) {
 		if ret := ci.Handle.Destroy(); ret != nvml.SUCCESS {
 			return fmt.Errorf("destroy compute instance %d of %s: %w", ci.ID, where, ret)

@@ -26,13 +26,13 @@ func giSummary(m *gputest.Machine, gpu int) []string {
 	return out
 }
 
-func newManager(t *testing.T, opts ...gputest.Option) (*gputest.Machine, *mig.Manager) {
+func newManager(t *testing.T, opts ...gputest.Option) (*gputest.Machine, *mig.InstanceManager) {
 	t.Helper()
 	m, err := gputest.New("dgx-a100-40gb", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mg, err := mig.NewManager(m.Device(0), nil)
+	mg, err := mig.NewInstanceManager(m.Device(0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func sortedCopy(s []string) []string {
 	return out
 }
 
-// nvmlMethods are the NVML calls the Manager may make, named as gputest counts them.
+// nvmlMethods are the NVML calls the InstanceManager may make, named as gputest counts them.
 var nvmlMethods = []string{
 	"Device.GetMigMode", "Device.SetMigMode", "Device.GetGpuInstanceProfileInfo", "Device.GetGpuInstances",
 	"Device.CreateGpuInstanceWithPlacement", "GpuInstance.GetInfo", "GpuInstance.GetComputeInstanceProfileInfo",

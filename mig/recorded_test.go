@@ -201,7 +201,7 @@ var recordedLayoutMachines = map[string]struct {
 	"A30":                    {"a30x4", false},
 }
 
-// TestManagerCreatesRecordedLayouts applies every recorded -lgi layout through the mig Manager on
+// TestManagerCreatesRecordedLayouts applies every recorded -lgi layout through the mig InstanceManager on
 // a fake machine of the model and reads back, through the fake, exactly what nvidia-smi listed.
 func TestManagerCreatesRecordedLayouts(t *testing.T) {
 	applied := map[string]int{}
@@ -219,7 +219,7 @@ func TestManagerCreatesRecordedLayouts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mg, err := mig.NewManager(machine.Device(0), nil)
+			mg, err := mig.NewInstanceManager(machine.Device(0), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,13 +12,13 @@ import (
 	"time"
 )
 
-// DriverRoot is where the NVIDIA driver's files are on the host filesystem as this process
+// DriverRootDir is where the NVIDIA driver's files are on the host filesystem as this process
 // sees it: "/" on a host install, /run/nvidia/driver (or wherever it is mounted) with the GPU
 // Operator's driver container.
-type DriverRoot string
+type DriverRootDir string
 
 // Path returns p inside the driver root.
-func (r DriverRoot) Path(p string) string {
+func (r DriverRootDir) Path(p string) string {
 	if r == "" {
 		r = "/"
 	}
@@ -28,7 +28,7 @@ func (r DriverRoot) Path(p string) string {
 // env returns the environment for a driver binary: the process environment, extra, and, for
 // a driver root other than "/", LD_LIBRARY_PATH pointing into it so the binary finds the
 // driver's libraries.
-func (r DriverRoot) env(extra ...string) []string {
+func (r DriverRootDir) env(extra ...string) []string {
 	env := append(os.Environ(), extra...)
 	if r != "" && r != "/" {
 		var dirs []string
@@ -42,7 +42,7 @@ func (r DriverRoot) env(extra ...string) []string {
 
 // findBinary returns the first existing path of name under the driver root's usual binary
 // directories, or the /usr/bin path when none exists (the error then comes from exec).
-func (r DriverRoot) findBinary(name string) string {
+func (r DriverRootDir) findBinary(name string) string {
 	for _, d := range []string{"usr/bin", "usr/sbin", "bin", "sbin"} {
 		p := r.Path(filepath.Join(d, name))
 		if _, err := os.Stat(p); err == nil {

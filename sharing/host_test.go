@@ -95,7 +95,7 @@ func TestNvidiaSMI(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	smi := NewNvidiaSMI(WithSMIDriverRoot(DriverRoot(root)))
+	smi := NewNvidiaSMI(WithSMIDriverRoot(DriverRootDir(root)))
 	ctx := context.Background()
 	if _, known, err := smi.TimeSlice(ctx, "GPU-a"); known || err != nil {
 		t.Errorf("TimeSlice = known %v, %v; want unknown", known, err)

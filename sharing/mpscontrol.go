@@ -27,7 +27,7 @@ import (
 // workload containers: in a plugin pod, the MPS root must lie on a hostPath volume with
 // mountPropagation Bidirectional (which needs a privileged container).
 type MPSControl struct {
-	root         DriverRoot
+	root         DriverRootDir
 	binary       string
 	env          []string
 	readyTimeout time.Duration
@@ -41,7 +41,7 @@ var _ MPSDaemons = (*MPSControl)(nil)
 type MPSControlOption func(*MPSControl)
 
 // WithMPSDriverRoot sets the driver root nvidia-cuda-mps-control is found in (default "/").
-func WithMPSDriverRoot(root DriverRoot) MPSControlOption {
+func WithMPSDriverRoot(root DriverRootDir) MPSControlOption {
 	return func(m *MPSControl) { m.root = root }
 }
 

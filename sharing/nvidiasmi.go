@@ -10,7 +10,7 @@ import (
 // NvidiaSMI is the TimeSlicer of a real host: it runs
 // `nvidia-smi compute-policy -i <uuid> --set-timeslice <n>` from the driver root.
 type NvidiaSMI struct {
-	root   DriverRoot
+	root   DriverRootDir
 	binary string
 	env    []string
 }
@@ -21,7 +21,9 @@ var _ TimeSlicer = (*NvidiaSMI)(nil)
 type NvidiaSMIOption func(*NvidiaSMI)
 
 // WithSMIDriverRoot sets the driver root nvidia-smi is found in (default "/").
-func WithSMIDriverRoot(root DriverRoot) NvidiaSMIOption { return func(n *NvidiaSMI) { n.root = root } }
+func WithSMIDriverRoot(root DriverRootDir) NvidiaSMIOption {
+	return func(n *NvidiaSMI) { n.root = root }
+}
 
 // WithSMIBinary sets the nvidia-smi path, overriding the driver root lookup.
 func WithSMIBinary(path string) NvidiaSMIOption { return func(n *NvidiaSMI) { n.binary = path } }

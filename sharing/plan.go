@@ -140,7 +140,7 @@ func (m *Manager) plan(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 // pinnedLimit is the device's pinned memory limit in MiB (0: none): the config's per-device
 // entry (by UUID or by index among the devices of the config entry), else its default, capped
 // by an allocated memory fraction.
-func pinnedLimit(dc DeviceConfig, index int, all []DeviceConfig) (int64, error) {
+func pinnedLimit(dc ResolvedDevice, index int, all []ResolvedDevice) (int64, error) {
 	var limit int64
 	if mps := dc.Config.MPS(); mps != nil {
 		if mps.DefaultPinnedDeviceMemoryLimit != nil {
@@ -192,7 +192,7 @@ func pinnedLimit(dc DeviceConfig, index int, all []DeviceConfig) (int64, error) 
 	return limit, nil
 }
 
-func countConfig(all []DeviceConfig, idx int) int {
+func countConfig(all []ResolvedDevice, idx int) int {
 	n := 0
 	for _, d := range all {
 		if d.ConfigIndex == idx {
@@ -202,7 +202,7 @@ func countConfig(all []DeviceConfig, idx int) int {
 	return n
 }
 
-func configHasUUID(all []DeviceConfig, idx int, uuid string) bool {
+func configHasUUID(all []ResolvedDevice, idx int, uuid string) bool {
 	for _, d := range all {
 		if d.ConfigIndex == idx && d.Device.UUID == uuid {
 			return true
@@ -226,7 +226,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // result per request, each with its own share ID): all those results use that device's daemon.
 // A container can talk to one daemon only, so a claim whose MPS devices would need two daemons
 // is an error.
-func (m *Manager) planDaemons(claim *resourceapi.ResourceClaim, dcs []DeviceConfig, rec *Record, mpsDevices []int) ([]MPSDaemonSpec, error) {
+func (m *Manager) planDaemons(claim *resourceapi.ResourceClaim, dcs []ResolvedDevice, rec *Record, mpsDevices []int) ([]MPSDaemonSpec, error) {
 	if len(mpsDevices) == 0 {
 		return nil, nil
 	}
@@ -287,7 +287,7 @@ func (m *Manager) planDaemons(claim *resourceapi.ResourceClaim, dcs []DeviceConf
 
 // threadPercentage is the defaultActiveThreadPercentage of the claim's MPS devices, which must
 // agree: they share one daemon and one set of container edits.
-func threadPercentage(claim *resourceapi.ResourceClaim, dcs []DeviceConfig, mpsDevices []int) (*int, error) {
+func threadPercentage(claim *resourceapi.ResourceClaim, dcs []ResolvedDevice, mpsDevices []int) (*int, error) {
 	var pct *int
 	for n, i := range mpsDevices {
 		var p *int

@@ -11,8 +11,8 @@ import (
 	"github.com/gpudra/gpudra/sharing/v1beta1"
 )
 
-// DeviceConfig is the effective configuration of one allocated device of a claim.
-type DeviceConfig struct {
+// ResolvedDevice is the effective configuration of one allocated device of a claim.
+type ResolvedDevice struct {
 	// Request is the allocation result's request name ("req" or "req/sub").
 	Request string
 	// Pool and DeviceName name the allocated device in its ResourceSlice.
@@ -35,7 +35,7 @@ type DeviceConfig struct {
 
 // Source describes where Config came from, for messages: `config[1] (GpuConfig from claim,
 // requests [gpu])` or `default (no config for request "gpu")`.
-func (c DeviceConfig) Source(claim *resourceapi.ResourceClaim) string {
+func (c ResolvedDevice) Source(claim *resourceapi.ResourceClaim) string {
 	if c.ConfigIndex < 0 {
 		return fmt.Sprintf("default (no config for request %q)", c.Request)
 	}
@@ -85,7 +85,7 @@ type decodedConfig struct {
 // result the last entry that names its request (or one of its parent request, for a
 // subrequest) wins; an entry without requests applies to every device whose type its kind
 // fits. A winning entry whose kind does not fit the device is an error naming both.
-func (m *Manager) Resolve(claim *resourceapi.ResourceClaim, lookup DeviceLookup) ([]DeviceConfig, error) {
+func (m *Manager) Resolve(claim *resourceapi.ResourceClaim, lookup DeviceLookup) ([]ResolvedDevice, error) {
 	if claim == nil || lookup == nil {
 		return nil, errors.New("sharing: resolving configs needs a claim and a device lookup, got nil")
 	}
@@ -116,7 +116,7 @@ func (m *Manager) Resolve(claim *resourceapi.ResourceClaim, lookup DeviceLookup)
 	}
 	ordered := append(class, own...) // lowest precedence first
 
-	var out []DeviceConfig
+	var out []ResolvedDevice
 	for _, r := range alloc.Results {
 		if r.Driver != m.driver {
 			continue
@@ -125,7 +125,7 @@ func (m *Manager) Resolve(claim *resourceapi.ResourceClaim, lookup DeviceLookup)
 		if !ok {
 			return nil, fmt.Errorf("claim %s: request %q: allocated device %s/%s is not on this node", ClaimString(claim), r.Request, r.Pool, r.Device)
 		}
-		dc := DeviceConfig{Request: r.Request, Pool: r.Pool, DeviceName: r.Device, Device: dev, ConfigIndex: -1,
+		dc := ResolvedDevice{Request: r.Request, Pool: r.Pool, DeviceName: r.Device, Device: dev, ConfigIndex: -1,
 			AdminAccess: r.AdminAccess != nil && *r.AdminAccess}
 		if r.ShareID != nil {
 			dc.ShareID = string(*r.ShareID)

@@ -80,7 +80,7 @@ func Unprepare(ctx context.Context, p *draplugin.Plugin, claim *resourceapi.Reso
 var ErrCrash = fmt.Errorf("draplugintest: simulated crash")
 
 // Crasher stops the operations of one claim at its n-th crash point, once armed. Its Hooks go
-// into draplugin.Config.Hooks. It records the crash points it saw.
+// into draplugin.Config.TestHooks. It records the crash points it saw.
 type Crasher struct {
 	uid types.UID
 	n   int
@@ -117,8 +117,8 @@ func (c *Crasher) Reset() {
 }
 
 // Hooks returns the hooks to put into draplugin.Config.
-func (c *Crasher) Hooks() draplugin.Hooks {
-	return draplugin.Hooks{AfterStep: func(point draplugin.CrashPoint, uid types.UID) error {
+func (c *Crasher) Hooks() draplugin.TestHooks {
+	return draplugin.TestHooks{AfterStep: func(point draplugin.CrashPoint, uid types.UID) error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if uid != c.uid || !c.armed {

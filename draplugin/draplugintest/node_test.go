@@ -126,7 +126,7 @@ func TestCrasherStopsAtTheNthPoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	crash := draplugintest.CrashAt(c.UID, 2)
-	p, err := n.NewPlugin(ctx, func(cfg *draplugin.Config) { cfg.Hooks = crash.Hooks() })
+	p, err := n.NewPlugin(ctx, func(cfg *draplugin.Config) { cfg.TestHooks = crash.Hooks() })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/cdi/cdifake"
 )
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
@@ -190,8 +190,8 @@ func TestServeNeedsNoDriverWithAFakeMachine(t *testing.T) {
 	if err != nil {
 		t.Fatalf("driver discovery on the fake machine's driver root: %v", err)
 	}
-	if inst.DriverVersion != cditest.DefaultVersion {
-		t.Errorf("discovered driver %q, want the fake installation's %q", inst.DriverVersion, cditest.DefaultVersion)
+	if inst.DriverVersion != cdifake.DefaultVersion {
+		t.Errorf("discovered driver %q, want the fake installation's %q", inst.DriverVersion, cdifake.DefaultVersion)
 	}
 }
 

@@ -28,7 +28,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/cdi/cdifake"
 	"github.com/gpudra/gpudra/deviceplugin"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/sharing"
@@ -332,8 +332,8 @@ func (s *serveFlags) hostActions(n *node) ([]sharing.Option, error) {
 		cm = recordedComputeMode{ComputeModeSetter: cm, host: n.host}
 		ts, mps = n.host, n.host
 	} else {
-		ts = sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRoot(s.driverRoot)))
-		mps = sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRoot(s.driverRoot)))
+		ts = sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRootDir(s.driverRoot)))
+		mps = sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRootDir(s.driverRoot)))
 	}
 	ts, mps = restrictStrategies(s.allowed, s.strategies, ts, mps)
 	return []sharing.Option{sharing.WithComputeModeSetter(cm), sharing.WithTimeSlicer(ts), sharing.WithMPSDaemons(mps)}, nil
@@ -372,7 +372,7 @@ func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("reset the fake driver root %s: %w", dir, err)
 	}
-	root, err := cditest.Build(dir, cditest.Layout{GPUs: len(n.inv.GPUs)})
+	root, err := cdifake.Build(dir, cdifake.Layout{GPUs: len(n.inv.GPUs)})
 	if err != nil {
 		return nil, fmt.Errorf("lay out a fake driver root in %s: %w", dir, err)
 	}

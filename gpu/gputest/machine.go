@@ -85,7 +85,7 @@ func WithCUDADriverVersion(v int) Option {
 // is named as in nvml.Interface or nvml.Device ("CreateGpuInstanceWithPlacement", "GetUUID",
 // "DeviceGetHandleByIndex"); calls are counted across the whole machine. Methods of GPU
 // instances, compute instances, MIG device handles and event sets may be qualified to tell
-// them apart: "GpuInstance.Destroy", "ComputeInstance.Destroy", "MigDevice.GetUUID",
+// them apart: "GpuInstance.Destroy", "ComputeInstance.Destroy", "MIGDeviceHandle.GetUUID",
 // "Device.GetUUID", "EventSet.Wait", "Interface.Init". An unqualified name counts the calls
 // of every kind.
 func WithFault(method string, n int, ret nvml.Return) Option {

@@ -34,12 +34,12 @@ type ComputeInstance struct {
 	profile   *mig.ComputeProfile
 	start     int // first compute slice
 	destroyed bool
-	dev       *MigDevice
+	dev       *MIGDeviceHandle
 }
 
-// MigDevice is the MIG device handle of one compute instance, as GetMigDeviceHandleByIndex
+// MIGDeviceHandle is the MIG device handle of one compute instance, as GetMigDeviceHandleByIndex
 // returns it. It implements nvml.Device on go-nvml's mock.Device.
-type MigDevice struct {
+type MIGDeviceHandle struct {
 	mock.Device
 
 	ci   *ComputeInstance
@@ -52,7 +52,7 @@ type MigDevice struct {
 var (
 	_ nvml.GpuInstance     = (*GpuInstance)(nil)
 	_ nvml.ComputeInstance = (*ComputeInstance)(nil)
-	_ nvml.Device          = (*MigDevice)(nil)
+	_ nvml.Device          = (*MIGDeviceHandle)(nil)
 )
 
 func hasSuffixAttr(name, suffix string) bool { return strings.HasSuffix(name, suffix) }
@@ -135,8 +135,8 @@ func (d *Device) sortedGIs() []*GpuInstance {
 
 // migDevicesLocked returns the MIG devices in index order: by GPU instance id, then compute
 // instance id. The caller holds m.mu.
-func (d *Device) migDevicesLocked() []*MigDevice {
-	var out []*MigDevice
+func (d *Device) migDevicesLocked() []*MIGDeviceHandle {
+	var out []*MIGDeviceHandle
 	for _, gi := range d.sortedGIs() {
 		for _, id := range sortedKeys(gi.cis) {
 			out = append(out, gi.cis[id].dev)
@@ -329,7 +329,7 @@ func (gi *GpuInstance) createCI(c *mig.ComputeProfile, start *int) (*ComputeInst
 	d := gi.d
 	d.generation++
 	ci := &ComputeInstance{gi: gi, id: id, profile: c, start: at}
-	ci.dev = &MigDevice{ci: ci, uuid: migUUID(d.uuid, gi.id, id, d.generation)}
+	ci.dev = &MIGDeviceHandle{ci: ci, uuid: migUUID(d.uuid, gi.id, id, d.generation)}
 	ci.setFuncs()
 	ci.dev.setFuncs()
 	gi.cis[id] = ci
@@ -802,9 +802,9 @@ func (ci *ComputeInstance) setFuncs() {
 }
 
 // enter counts a call on the MIG device handle and checks that its compute instance still exists.
-func (md *MigDevice) enter(method string) nvml.Return {
+func (md *MIGDeviceHandle) enter(method string) nvml.Return {
 	d := md.ci.gi.d
-	if ret := d.m.enter("MigDevice", method); ret != nvml.SUCCESS {
+	if ret := d.m.enter("MIGDeviceHandle", method); ret != nvml.SUCCESS {
 		return ret
 	}
 	d.sync()
@@ -819,7 +819,7 @@ func (md *MigDevice) enter(method string) nvml.Return {
 
 // profileName is the MIG device's profile name: "3g.20gb", or "1c.3g.20gb" for a compute
 // instance smaller than its GPU instance.
-func (md *MigDevice) profileName() string {
+func (md *MIGDeviceHandle) profileName() string {
 	gp := md.ci.gi.profile
 	if md.ci.profile.Slices == gp.ComputeSlices {
 		return gp.Name
@@ -827,7 +827,7 @@ func (md *MigDevice) profileName() string {
 	return strconv.Itoa(md.ci.profile.Slices) + "c." + gp.Name
 }
 
-func (md *MigDevice) setFuncs() {
+func (md *MIGDeviceHandle) setFuncs() {
 	ci := md.ci
 	gi := ci.gi
 	d := gi.d
@@ -987,5 +987,5 @@ func (md *MigDevice) setFuncs() {
 		}
 		return 0, nvml.ERROR_INVALID_ARGUMENT
 	}
-	fillDefaults(m, &md.Device, "MigDevice", func() bool { return d.lost })
+	fillDefaults(m, &md.Device, "MIGDeviceHandle", func() bool { return d.lost })
 }

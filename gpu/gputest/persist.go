@@ -143,7 +143,7 @@ func (d *Device) restore(g savedGPU) error {
 				return fmt.Errorf("compute instance %d of GPU instance %d has profile Id %d, unknown to %s", sc.ID, sg.ID, sc.ProfileID, p.Name)
 			}
 			ci := &ComputeInstance{gi: gi, id: sc.ID, profile: &p.ComputeProfiles[i], start: sc.Start}
-			ci.dev = &MigDevice{ci: ci, uuid: sc.UUID, computeMode: nvml.ComputeMode(sc.ComputeMode)}
+			ci.dev = &MIGDeviceHandle{ci: ci, uuid: sc.UUID, computeMode: nvml.ComputeMode(sc.ComputeMode)}
 			ci.setFuncs()
 			ci.dev.setFuncs()
 			gi.cis[sc.ID] = ci

@@ -23,7 +23,7 @@ func TestStateDirSurvivesTheProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev, _ := m1.DeviceGetHandleByIndex(3)
-	mgr, err := mig.NewManager(dev, nil)
+	mgr, err := mig.NewInstanceManager(dev, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestStateDirSurvivesTheProcess(t *testing.T) {
 	}
 	// Destroying on the new machine is persisted too.
 	dev, _ = m2.DeviceGetHandleByIndex(3)
-	mgr, _ = mig.NewManager(dev, nil)
+	mgr, _ = mig.NewInstanceManager(dev, nil)
 	if err := mgr.Remove([]mig.Instance{{Profile: "1g.5gb", Placement: &pl}}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package cditest
+package cdifake
 
 import (
 	"fmt"
@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 
 	"github.com/gpudra/gpudra/cdi"
 )
@@ -69,16 +68,6 @@ type DriverRoot struct {
 }
 
 var _ cdi.DriverRoot = (*DriverRoot)(nil)
-
-// New lays out l in a fresh temporary directory of tb and returns the root; it fails tb on error.
-func New(tb testing.TB, l Layout) *DriverRoot {
-	tb.Helper()
-	r, err := Build(tb.TempDir(), l)
-	if err != nil {
-		tb.Fatalf("cditest: %v", err)
-	}
-	return r
-}
 
 // Build lays out l in dir, which is created if missing and should be empty, and returns the root.
 func Build(dir string, l Layout) (*DriverRoot, error) {

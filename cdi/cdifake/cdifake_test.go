@@ -1,4 +1,4 @@
-package cditest_test
+package cdifake_test
 
 import (
 	"errors"
@@ -9,13 +9,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/cdi/cdifake"
 )
 
 func TestLayout(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		layout     cditest.Layout
+		layout     cdifake.Layout
 		nodes      []string
 		missing    []string
 		minorLines int
@@ -28,20 +28,20 @@ func TestLayout(t *testing.T) {
 		},
 		{
 			name:    "minimal",
-			layout:  cditest.Layout{GPUs: 1, NoUVM: true, NoModeset: true, NoMIG: true},
+			layout:  cdifake.Layout{GPUs: 1, NoUVM: true, NoModeset: true, NoMIG: true},
 			nodes:   []string{"/dev/nvidia0", cdi.NvidiaCtlPath},
 			missing: []string{"/dev/nvidia1", cdi.NvidiaUVMPath, cdi.NvidiaModesetPath},
 		},
 		{
 			name:       "caps nodes",
-			layout:     cditest.Layout{GPUs: 1, CapsNodes: true},
+			layout:     cdifake.Layout{GPUs: 1, CapsNodes: true},
 			nodes:      []string{"/dev/nvidia-caps/nvidia-cap3", "/dev/nvidia-caps/nvidia-cap137"},
 			missing:    []string{"/dev/nvidia-caps/nvidia-cap138"},
 			minorLines: 2 + 15*9,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := cditest.New(t, tc.layout)
+			r := newRoot(t, tc.layout)
 			for _, p := range tc.nodes {
 				info, err := r.DeviceNode(p)
 				if err != nil || info.Type != "c" || info.Major == 0 {
@@ -74,7 +74,7 @@ func TestLayout(t *testing.T) {
 }
 
 func TestSetAndRemoveDeviceNode(t *testing.T) {
-	r := cditest.New(t, cditest.Layout{GPUs: 1})
+	r := newRoot(t, cdifake.Layout{GPUs: 1})
 	want := cdi.NodeInfo{Type: "c", Major: 1, Minor: 3, Mode: 0o600}
 	if err := r.SetDeviceNode("/dev/null", want); err != nil {
 		t.Fatal(err)
@@ -95,4 +95,14 @@ func TestSetAndRemoveDeviceNode(t *testing.T) {
 	if r.HostPath("/dev/nvidia0") != "/dev/nvidia0" || !strings.HasPrefix(r.Resolve("/dev/nvidia0"), r.Dir()) {
 		t.Errorf("HostPath %s, Resolve %s, Dir %s", r.HostPath("/dev/nvidia0"), r.Resolve("/dev/nvidia0"), r.Dir())
 	}
+}
+
+// newRoot lays out a fake driver root in a temporary directory of t.
+func newRoot(t testing.TB, l cdifake.Layout) *cdifake.DriverRoot {
+	t.Helper()
+	r, err := cdifake.Build(t.TempDir(), l)
+	if err != nil {
+		t.Fatalf("fake driver root: %v", err)
+	}
+	return r
 }
