@@ -19,8 +19,9 @@ import (
 type crashKind struct {
 	name  string
 	claim func(e *env) *resourceapi.ResourceClaim
-	// plain: the prepare creates nothing and changes no host setting, so it is not recorded
-	// before its spec is written and there is nothing to roll back.
+	// plain: prepare and unprepare create nothing and change no host setting, so neither is
+	// recorded before its side effect (the CDI spec written or removed) and there is nothing
+	// to roll back.
 	plain bool
 }
 
@@ -85,7 +86,7 @@ func TestCrashMatrix(t *testing.T) {
 		for i := range unprepSteps {
 			total++
 			name := fmt.Sprintf("%s/unprepare/%d-%s", k.name, i+1, unprepSteps[i])
-			if t.Run(name, func(t *testing.T) { crashDuringUnprepare(t, k, i+1) }) {
+			if t.Run(name, func(t *testing.T) { crashDuringUnprepare(t, k, i+1, i == len(unprepSteps)-1) }) {
 				passed++
 			}
 		}
@@ -130,7 +131,7 @@ func crashDuringPrepare(t *testing.T, k crashKind, n int, last bool) {
 	unprepareAll(t, e, p2, append(others, c)...)
 }
 
-func crashDuringUnprepare(t *testing.T, k crashKind, n int) {
+func crashDuringUnprepare(t *testing.T, k crashKind, n int, last bool) {
 	e := newEnv(t, "dgx-a100-40gb", true)
 	others := bystanders(e)
 	c := k.claim(e)
@@ -150,7 +151,13 @@ func crashDuringUnprepare(t *testing.T, k crashKind, n int) {
 	p2 := e.plugin()
 	rep := e.reconcile(p2)
 	checkPrepared(t, e, p2, want, others)
-	if slices.Contains(e.specs(), string(c.UID)) || rep.Prepared != 2 {
+	if k.plain && !last {
+		// A plain unprepare records no intent: the claim is still prepared, with its spec
+		// written again, until kubelet retries the unprepare it got no answer for.
+		if !slices.Contains(e.specs(), string(c.UID)) || rep.Prepared != 3 {
+			t.Errorf("claim whose plain unprepare crashed is not prepared: specs %v, report %v", e.specs(), rep)
+		}
+	} else if slices.Contains(e.specs(), string(c.UID)) || rep.Prepared != 2 {
 		t.Errorf("half-done unprepare not finished: specs %v, report %v", e.specs(), rep)
 	}
 	if got, want := e.MIGInstances(), bystanderInstances(t, others); !cmp.Equal(got, want) {
@@ -242,4 +249,19 @@ func bystanderInstances(t *testing.T, others []*resourceapi.ResourceClaim) []str
 		t.Fatal(err)
 	}
 	return []string{fmt.Sprintf("%d:2g.10gb@%d", mn.ParentMinor, mn.PlacementStart)}
+}
+
+// TestPlainUnprepareRecordsNoIntent: unpreparing a claim that created nothing and changed no
+// host setting writes the checkpoint once (the entry's deletion), with no UnprepareStarted
+// record before it; a claim with host changes records its intent first.
+func TestPlainUnprepareRecordsNoIntent(t *testing.T) {
+	for _, k := range crashKinds {
+		t.Run(k.name, func(t *testing.T) {
+			_, unprepare := stepsOf(t, k)
+			recorded := slices.Contains(unprepare, draplugin.CrashAfterUnprepareStarted)
+			if recorded == k.plain {
+				t.Errorf("unprepare steps %v: UnprepareStarted recorded = %v, want %v", unprepare, recorded, !k.plain)
+			}
+		})
+	}
 }

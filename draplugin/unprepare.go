@@ -59,6 +59,9 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 	case checkpoint.PrepareStarted:
 		return p.rollback(ctx, st, true, stepDurability)
 	case checkpoint.PrepareCompleted:
+		if plainUnprepare(st) {
+			break
+		}
 		st.Phase = checkpoint.UnprepareStarted
 		if err := p.store.Put(st, stepDurability); err != nil {
 			return p.unprepareFail(StepCheckpoint, "", fmt.Errorf("record UnprepareStarted: %w", err))
@@ -68,6 +71,20 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 		}
 	}
 	return p.finishUnprepare(ctx, st, stepDurability)
+}
+
+// plainUnprepare reports whether unpreparing the claim only removes its CDI spec and its entry:
+// no MIG instance to destroy and no sharing step to undo. Such an unprepare records no intent,
+// as the prepare of such a claim records none: a crash between the spec's removal and the
+// entry's leaves a completed claim without a spec, which reconciliation writes again, and
+// kubelet retries the unprepare it got no answer for. A record that cannot be decoded is not
+// plain: the full protocol handles it.
+func plainUnprepare(st checkpoint.ClaimState) bool {
+	if anyCreated(st) {
+		return false
+	}
+	ss, err := sharingOf(st)
+	return err == nil && (ss == nil || (ss.Applied && ss.Record != nil && len(ss.Record.Steps) == 0))
 }
 
 // removeUnrecordedSpec removes the CDI spec of a claim the checkpoint does not hold. A prepare
