@@ -73,6 +73,8 @@ type MIGController interface {
 	// instances. An instance that does not exist is not an error.
 	Destroy(ctx context.Context, gpuUUID, profile string, placement mig.Placement) error
 	// DisableMIG turns MIG mode off, so the whole GPU can be used; it fails when GPU instances
-	// exist or the change needs a GPU reset.
-	DisableMIG(ctx context.Context, gpuUUID string) error
+	// exist or the change needs a GPU reset. changed reports whether MIG mode was on: a GPU
+	// already out of MIG mode is the common case (every full-GPU prepare on a dynamic-MIG
+	// node asks), and only a change makes the plugin publish its slices again.
+	DisableMIG(ctx context.Context, gpuUUID string) (changed bool, err error)
 }

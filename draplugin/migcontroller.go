@@ -118,23 +118,27 @@ func (n *nvmlMIG) Destroy(_ context.Context, gpuUUID, profile string, placement 
 }
 
 // DisableMIG implements MIGController.
-func (n *nvmlMIG) DisableMIG(_ context.Context, gpuUUID string) error {
+func (n *nvmlMIG) DisableMIG(_ context.Context, gpuUUID string) (bool, error) {
 	m, err := n.manager(gpuUUID)
 	if err != nil {
-		return err
+		return false, err
+	}
+	was, err := m.MIGEnabled()
+	if err != nil {
+		return false, err
 	}
 	reset, err := m.DisableMIG()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if reset {
-		return fmt.Errorf("MIG mode on GPU %s is off only after a GPU reset (nvidia-smi -r): the whole GPU cannot be used until then", gpuUUID)
+		return false, fmt.Errorf("MIG mode on GPU %s is off only after a GPU reset (nvidia-smi -r): the whole GPU cannot be used until then", gpuUUID)
 	}
-	return nil
+	return was, nil
 }
 
 // republishingMIG is the plugin's MIGController with a hook: every change that succeeded makes
-// the plugin publish its slices again, so that dynamic MIG partitions follow the instances that
+// the plugin publish its slices again (a DisableMIG that found MIG mode off changed nothing), so that dynamic MIG partitions follow the instances that
 // exist (prepare, rollback, unprepare and reconciliation all change them through here).
 type republishingMIG struct {
 	MIGController
@@ -162,10 +166,10 @@ func (r *republishingMIG) Destroy(ctx context.Context, gpuUUID, profile string, 
 }
 
 // DisableMIG implements MIGController.
-func (r *republishingMIG) DisableMIG(ctx context.Context, gpuUUID string) error {
-	err := r.MIGController.DisableMIG(ctx, gpuUUID)
-	if err == nil {
+func (r *republishingMIG) DisableMIG(ctx context.Context, gpuUUID string) (bool, error) {
+	changed, err := r.MIGController.DisableMIG(ctx, gpuUUID)
+	if changed {
 		r.changed()
 	}
-	return err
+	return changed, err
 }

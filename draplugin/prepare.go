@@ -399,7 +399,8 @@ func (a *attempt) wholeGPU(ctx context.Context, d prepDevice) error {
 	if a.p.mig == nil {
 		return errors.New("no MIG controller configured")
 	}
-	return a.p.mig.DisableMIG(ctx, d.GPU.UUID)
+	_, err := a.p.mig.DisableMIG(ctx, d.GPU.UUID)
+	return err
 }
 
 // applySharing is step 3: the sharing engine's host changes.

@@ -84,6 +84,19 @@ func (mg *InstanceManager) EnableMIG() (resetRequired bool, err error) {
 	return cur != nvml.DEVICE_MIG_ENABLE, nil
 }
 
+// MIGEnabled reports whether MIG mode is on now (a pending change does not count). A GPU
+// without MIG support reports false.
+func (mg *InstanceManager) MIGEnabled() (bool, error) {
+	cur, _, ret := mg.dev.GetMigMode()
+	switch ret {
+	case nvml.SUCCESS:
+		return cur == nvml.DEVICE_MIG_ENABLE, nil
+	case nvml.ERROR_NOT_SUPPORTED:
+		return false, nil
+	}
+	return false, fmt.Errorf("get MIG mode of GPU %s: %w", mg.label, ret)
+}
+
 // DisableMIG turns MIG mode off if it is on. A GPU instance that still exists is an error naming
 // it (destroy the instances first). It reports resetRequired when the new mode is pending until
 // a reset, as EnableMIG does.
