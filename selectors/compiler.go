@@ -13,22 +13,14 @@ import (
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/lru"
+
+	"github.com/gpudra/gpudra/simulate"
 )
 
 // DefaultFeatures are the allocator features of a Kubernetes 1.37 scheduler with its default
-// feature gates (GA and beta-on): admin access, prioritized lists, partitionable devices, device
-// taints, consumable capacity, binding conditions and device status. They match
-// simulate.DefaultFeatures.
-func DefaultFeatures() structured.Features {
-	return structured.Features{
-		AdminAccess:            true,
-		PrioritizedList:        true,
-		PartitionableDevices:   true,
-		DeviceTaints:           true,
-		ConsumableCapacity:     true,
-		DeviceBindingAndStatus: true,
-	}
-}
+// feature gates (GA and beta-on), as simulate.DefaultFeatures lists them: selectors compile and
+// evaluate as in the allocator that simulate runs.
+func DefaultFeatures() structured.Features { return simulate.DefaultFeatures() }
 
 // DefaultCacheSize is how many compiled selectors a Compiler keeps (least recently used first
 // out). The scheduler's own cache holds 10,000 expressions.
