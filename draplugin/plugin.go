@@ -295,6 +295,7 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 	if !sc.NoDeviceStatus {
 		// Before the sockets serve: prepares read p.status without a lock.
 		p.status = newStatusWriter(sc.KubeClient, p.driverName, p.now)
+		p.status.resync(p.store.List())
 		go p.status.run(ctx, stopped)
 	}
 	helper, err := kubeletplugin.Start(ctx, p, p.helperOptions(sc)...)

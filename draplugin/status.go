@@ -81,6 +81,21 @@ func (w *statusWriter) prepared(st checkpoint.ClaimState, shareIDs map[string]*t
 	return nil
 }
 
+// resync queues the device status of every prepared claim: writes still queued when an earlier
+// plugin process stopped or was killed are made again (server-side apply of the same entries
+// changes nothing where they were written).
+func (w *statusWriter) resync(claims []checkpoint.ClaimState) {
+	for _, st := range claims {
+		if st.Phase != checkpoint.PrepareCompleted || len(st.Devices) == 0 {
+			continue
+		}
+		if err := w.prepared(st, nil); err != nil {
+			// Only an undecodable sharing record fails here; the claim's prepare reported it.
+			continue
+		}
+	}
+}
+
 // unprepared queues the removal of the driver's entries from an unprepared claim.
 func (w *statusWriter) unprepared(namespace, name string, uid types.UID) {
 	w.queue(statusJob{namespace: namespace, name: name, uid: uid})
@@ -106,7 +121,12 @@ func (w *statusWriter) entries(st checkpoint.ClaimState, shareIDs map[string]*ty
 	if s != nil {
 		rec = s.Record
 	}
-	now := metav1.NewTime(w.now().Truncate(time.Second))
+	// The condition changed when the claim was completed, not when its status is (re)written.
+	at := st.UpdatedAt
+	if at.IsZero() {
+		at = w.now()
+	}
+	now := metav1.NewTime(at.Truncate(time.Second))
 	out := make([]*resourceapply.AllocatedDeviceStatusApplyConfiguration, 0, len(st.Devices))
 	for i, d := range st.Devices {
 		data := DeviceStatusData{UUID: d.GPUUUID, CDIDeviceIDs: d.CDIDeviceIDs, AdminAccess: d.AdminAccess}
@@ -125,6 +145,8 @@ func (w *statusWriter) entries(st checkpoint.ClaimState, shareIDs map[string]*ty
 			WithConditions(preparedCondition(now))
 		if id := shareIDs[d.Request+"\x00"+d.Device]; id != nil {
 			e.WithShareID(string(*id))
+		} else if rec != nil && i < len(rec.Devices) && rec.Devices[i].ShareID != "" {
+			e.WithShareID(rec.Devices[i].ShareID)
 		}
 		out = append(out, e)
 	}

@@ -89,3 +89,47 @@ func waitForStatus(t *testing.T, client *fake.Clientset, done func([]resourceapi
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestStatusWriterResyncRewritesLostWrites: statuses still queued when a plugin process stops
+// (or is killed) are lost with it; the next process's writer queues the status of every
+// completed claim at start, with the share ID from the claim's record and the time the claim
+// was completed as the condition's transition time. A claim still being prepared gets nothing.
+func TestStatusWriterResyncRewritesLostWrites(t *testing.T) {
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-1"}}
+	started := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", UID: "uid-2"}}
+	client := fake.NewClientset(claim, started)
+	completedAt := time.Date(2026, 11, 23, 9, 30, 15, 0, time.UTC)
+	st := checkpoint.ClaimState{UID: "uid-1", Namespace: "ns", Name: "c", Phase: checkpoint.PrepareCompleted, UpdatedAt: completedAt,
+		Devices: []checkpoint.PreparedDevice{{Request: "gpu", Pool: "node-1", Device: "gpu-0", GPUUUID: "GPU-0",
+			CDIDeviceIDs: []string{"k8s.gpu.nvidia.com/claim=uid-1-gpu-0"},
+			Sharing:      json.RawMessage(`{"applied":true,"devices":[{"strategy":"Exclusive","shareID":"share-7"}]}`)}}}
+	inFlight := checkpoint.ClaimState{UID: "uid-2", Namespace: "ns", Name: "s", Phase: checkpoint.PrepareStarted,
+		Devices: []checkpoint.PreparedDevice{{Request: "gpu", Pool: "node-1", Device: "gpu-1", GPUUUID: "GPU-1"}}}
+
+	// The first process queues the status and is stopped before its writer runs.
+	lost := newStatusWriter(client, "gpu.nvidia.com", time.Now)
+	if err := lost.prepared(st, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	w := newStatusWriter(client, "gpu.nvidia.com", time.Now)
+	w.resync([]checkpoint.ClaimState{st, inFlight})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.run(ctx, make(chan struct{}))
+	got := waitForStatus(t, client, func(devs []resourceapi.AllocatedDeviceStatus) bool { return len(devs) == 1 })
+	if got[0].Device != "gpu-0" || got[0].ShareID == nil || *got[0].ShareID != "share-7" {
+		t.Errorf("status.devices = %+v, want gpu-0 with share ID share-7", got)
+	}
+	if len(got[0].Conditions) != 1 || !got[0].Conditions[0].LastTransitionTime.Time.Equal(completedAt) {
+		t.Errorf("conditions = %+v, want Prepared since %v", got[0].Conditions, completedAt)
+	}
+	time.Sleep(100 * time.Millisecond) // the writer has had time to write the in-flight claim, had it queued it
+	s, err := client.ResourceV1().ResourceClaims("ns").Get(ctx, "s", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Status.Devices) != 0 {
+		t.Errorf("claim still being prepared got status.devices %+v", s.Status.Devices)
+	}
+}
