@@ -85,7 +85,7 @@ func ExamplePublishedDevice_CDIDevice() {
 // set per GPU lets the scheduler pick only sets of devices that form a valid MIG layout. Counter
 // sets come first, in a slice of their own; devices that consume counters go 64 to a slice.
 func ExampleResourceSlices() {
-	machine, err := gputest.New("dgx-a100-40gb") // real hardware: gpu.OpenReal()
+	machine, err := gputest.New("dgx-a100-40gb")
 	if err != nil {
 		panic(err)
 	}
