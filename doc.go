@@ -23,7 +23,8 @@
 //   - cdi: per-claim CDI specs: generation, validation, writing, cleanup.
 //   - topology: NVLink/PCIe/NUMA links, PCIe roots, NVLink domains, best-connected GPU sets.
 //
-// The reference driver in examples/gpu-dra-driver assembles all of it.
+// The reference driver in examples/gpu-dra-driver assembles all of it; docs/driver-authors.md in
+// the repository builds a driver from these packages step by step.
 //
 // # Publish slices
 //

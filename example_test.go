@@ -79,3 +79,44 @@ func ExamplePublishedDevice_CDIDevice() {
 	fmt.Println(cd.Name, "on /dev/nvidia"+fmt.Sprint(cd.GPUMinor), "GI", cd.MIG.GI, "CI", cd.MIG.CI)
 	// Output: gpu-7-mig-3g20gb-9-4 on /dev/nvidia7 GI 1 CI 0
 }
+
+// ExampleResourceSlices publishes a fake DGX A100 with dynamic MIG: each GPU offers itself and
+// every placement of every MIG profile its geometry allows (25 on an A100-40GB), and a counter
+// set per GPU lets the scheduler pick only sets of devices that form a valid MIG layout. Counter
+// sets come first, in a slice of their own; devices that consume counters go 64 to a slice.
+func ExampleResourceSlices() {
+	machine, err := gputest.New("dgx-a100-40gb")
+	if err != nil {
+		panic(err)
+	}
+	inv, err := gpu.Enumerate(context.Background(), machine)
+	if err != nil {
+		panic(err)
+	}
+	const node = "node-1" // the Kubernetes node name, which also names the pool
+	if err := gpudra.ValidateNodeName(node); err != nil {
+		panic(err)
+	}
+	b := gpudra.NewBuilder(gpudra.WithDynamicMIG(nil))
+	pool, err := b.Build(node, inv)
+	if err != nil {
+		panic(err)
+	}
+	slices, err := gpudra.ResourceSlices(b.DriverName(), node, pool)
+	if err != nil {
+		panic(err)
+	}
+	for _, s := range slices {
+		fmt.Println(s.Name, len(s.Spec.SharedCounters), "counter sets,", len(s.Spec.Devices), "devices")
+	}
+	fmt.Println(gpudra.GPUDeviceName(inv.GPUs[0].Minor), gpudra.MIGDeviceName(0, "1g.5gb", 19, 6, ""))
+	fmt.Println("GPU_Node is a valid node name:", gpudra.ValidateNodeName("GPU_Node") == nil)
+	// Output:
+	// node-1-gpu.nvidia.com-pool-00000 8 counter sets, 0 devices
+	// node-1-gpu.nvidia.com-pool-00001 0 counter sets, 64 devices
+	// node-1-gpu.nvidia.com-pool-00002 0 counter sets, 64 devices
+	// node-1-gpu.nvidia.com-pool-00003 0 counter sets, 64 devices
+	// node-1-gpu.nvidia.com-pool-00004 0 counter sets, 16 devices
+	// gpu-0 gpu-0-mig-1g5gb-19-6
+	// GPU_Node is a valid node name: false
+}

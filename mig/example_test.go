@@ -97,3 +97,41 @@ func ExampleModelFromSMI() {
 	// Output:
 	// 1g.24gb 14 24192 46 [{0 3} {3 3} {6 3} {9 3}] recorded
 }
+
+// ExampleInstanceManager creates MIG instances on one GPU of a fake DGX A100 where mig.Plan puts
+// them, beside an instance already there, and destroys them again: what a kubelet plugin with
+// dynamic MIG does at prepare and unprepare (draplugin does it for you).
+func ExampleInstanceManager() {
+	machine, err := gputest.New("dgx-a100-40gb", gputest.WithMIG(0, "3g.20gb@4"))
+	if err != nil {
+		panic(err)
+	}
+	im, err := mig.NewInstanceManager(machine.Device(0), nil) // nil: the model of the GPU's product name
+	if err != nil {
+		panic(err)
+	}
+	current, err := im.Current()
+	if err != nil {
+		panic(err)
+	}
+	placed, err := mig.Plan(im.Model(), current, []string{"1g.5gb", "2g.10gb"})
+	if err != nil {
+		panic(err)
+	}
+	created, err := im.Apply(placed)
+	if err != nil {
+		panic(err)
+	}
+	for _, c := range created {
+		fmt.Println("created", c.Instance, "reused:", c.Reused)
+	}
+	if err := im.Remove(placed); err != nil {
+		panic(err)
+	}
+	left, _ := im.Current()
+	fmt.Println("left:", mig.FormatLayout(left))
+	// Output:
+	// created 1g.5gb@2 reused: false
+	// created 2g.10gb@0 reused: false
+	// left: 3g.20gb@4
+}

@@ -8,6 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/selectors"
 )
 
@@ -159,4 +162,77 @@ func ExampleBuilder_GPUClaim() {
 	// gpus gpu.nvidia.com 4
 	// [gpus] gpu.nvidia.com/nvlinkIsland
 	// [gpus] resource.kubernetes.io/numaNode
+}
+
+// ExampleDevicesFromSlices evaluates the selectors users will write against the slices a fake
+// DGX A100 in mig-parted's all-balanced layout publishes (per GPU one 3g.20gb, one 2g.10gb and
+// two 1g.5gb), as the scheduler would, and lints a typical mistake.
+func ExampleDevicesFromSlices() {
+	machine, err := gputest.New("dgx-a100-40gb", gputest.WithMIGConfig("all-balanced"))
+	if err != nil {
+		panic(err)
+	}
+	inv, err := gpu.Enumerate(context.Background(), machine)
+	if err != nil {
+		panic(err)
+	}
+	b := gpudra.NewBuilder()
+	pool, err := b.Build("node-1", inv)
+	if err != nil {
+		panic(err)
+	}
+	slices, err := gpudra.ResourceSlices(b.DriverName(), "node-1", pool)
+	if err != nil {
+		panic(err)
+	}
+	devices := selectors.DevicesFromSlices(slices)
+
+	compiler := selectors.NewCompiler()
+	for _, expr := range []string{
+		`device.attributes['gpu.nvidia.com'].profile == '1g.5gb'`,
+		`device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('10Gi')) >= 0`, // 2g.10gb has 9856Mi
+	} {
+		sel, err := compiler.Compile(expr)
+		if err != nil {
+			panic(err)
+		}
+		n := 0
+		for _, d := range devices {
+			if ok, err := sel.Matches(context.Background(), d); err == nil && ok {
+				n++
+			}
+		}
+		fmt.Println(n, "of", len(devices), "devices:", expr)
+	}
+
+	linter := selectors.NewLinter(selectors.Environment{Slices: slices})
+	for _, expr := range []string{
+		`device.attributes['gpu.nvidia.com'].memory >= 10000`,
+		`device.attributes['gpu.nvidia.com'].profile == '1g.10gb'`,
+	} {
+		for _, f := range linter.Expression(context.Background(), expr) {
+			fmt.Println(f.Severity, f.Rule)
+			if f.Fixed != "" {
+				fmt.Println("  fix:", f.Fixed)
+			}
+		}
+	}
+	// Output:
+	// 16 of 32 devices: device.attributes['gpu.nvidia.com'].profile == '1g.5gb'
+	// 8 of 32 devices: device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('10Gi')) >= 0
+	// error attribute-is-capacity
+	//   fix: device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('10000Mi')) >= 0
+	// warning matches-nothing
+}
+
+// ExampleDeviceClasses prints the DeviceClasses a driver ships with its deployment (the Helm
+// chart in deployments/helm/gpu-dra-driver installs these two): claims name them in
+// deviceClassName.
+func ExampleDeviceClasses() {
+	for _, c := range selectors.DeviceClasses("gpu.nvidia.com") {
+		fmt.Println(c.Name+":", c.Spec.Selectors[0].CEL.Expression)
+	}
+	// Output:
+	// gpu.nvidia.com: device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'
+	// mig.nvidia.com: device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'
 }

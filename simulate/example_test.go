@@ -2,12 +2,17 @@ package simulate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/simulate"
 )
 
@@ -57,4 +62,52 @@ spec:
 		fmt.Println(c.Namespace, c.Name, c.Spec.Devices.Requests[0].Exactly.DeviceClassName)
 	}
 	// Output: default one-gpu-1 gpu.nvidia.com
+}
+
+// ExampleSimulator_dynamicMIG checks offline, with the scheduler's allocator, what the slices of
+// a fake DGX A100 with dynamic MIG let users do: claims for a 1g.5gb partition fit seven to a
+// GPU, the first ones on the same GPU, and the shared counters refuse the 57th.
+func ExampleSimulator_dynamicMIG() {
+	ctx := context.Background()
+	machine, err := gputest.New("dgx-a100-40gb")
+	if err != nil {
+		panic(err)
+	}
+	inv, err := gpu.Enumerate(ctx, machine)
+	if err != nil {
+		panic(err)
+	}
+	b := gpudra.NewBuilder(gpudra.WithDynamicMIG(nil))
+	pool, err := b.Build("node-1", inv)
+	if err != nil {
+		panic(err)
+	}
+	slices, err := gpudra.ResourceSlices(b.DriverName(), "node-1", pool)
+	if err != nil {
+		panic(err)
+	}
+	sim := simulate.New("node-1", selectors.DeviceClasses(b.DriverName()), slices)
+
+	profile, err := selectors.For(b.DriverName()).Profiles("1g.5gb")
+	if err != nil {
+		panic(err)
+	}
+	var got []string
+	for i := 0; ; i++ {
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprint("small-", i)},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "mig.nvidia.com",
+					Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: profile}}}}}}}}}
+		allocated, err := sim.Allocate(ctx, claim)
+		if errors.Is(err, simulate.ErrUnschedulable) {
+			break
+		}
+		if err != nil {
+			panic(err)
+		}
+		got = append(got, allocated.Status.Allocation.Devices.Results[0].Device)
+	}
+	fmt.Println(len(got), "claims fit:", got[0], got[1], "...", got[len(got)-1])
+	// Output:
+	// 56 claims fit: gpu-0-mig-1g5gb-19-6 gpu-0-mig-1g5gb-19-4 ... gpu-7-mig-1g5gb-19-3
 }
