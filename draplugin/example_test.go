@@ -17,19 +17,28 @@ import (
 	"github.com/gpudra/gpudra/gpu/gputest"
 )
 
+// must returns v, or panics with err: the Examples' setup fails only when the fake machine does.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
 // ExampleNew builds the plugin on a fake DGX A100 with dynamic MIG, reconciles, and prepares a
 // claim that got a 1g.5gb partition: the plugin creates the MIG instance and writes the CDI spec
 // whose device ID kubelet passes to the runtime. A real driver calls plugin.Start with a
 // Kubernetes client instead of calling PrepareResourceClaims itself.
 func ExampleNew() {
-	dir, _ := os.MkdirTemp("", "gpudra-example")
+	dir := must(os.MkdirTemp("", "gpudra-example"))
 	defer os.RemoveAll(dir)
-	_ = os.WriteFile(filepath.Join(dir, "boot_id"), []byte("example-boot\n"), 0o600)
-	machine, _ := gputest.New("dgx-a100-40gb")
-	root, _ := cdifake.Build(filepath.Join(dir, "driver-root"), cdifake.Layout{})
-	inst, _ := cdi.Discover(root)
-	gen, _ := cdi.NewGenerator(inst)
-	writer, _ := cdi.NewWriter(cdi.WithSpecDir(filepath.Join(dir, "cdi")))
+	if err := os.WriteFile(filepath.Join(dir, "boot_id"), []byte("example-boot\n"), 0o600); err != nil {
+		panic(err)
+	}
+	machine := must(gputest.New("dgx-a100-40gb"))
+	root := must(cdifake.Build(filepath.Join(dir, "driver-root"), cdifake.Layout{}))
+	gen := must(cdi.NewGenerator(must(cdi.Discover(root))))
+	writer := must(cdi.NewWriter(cdi.WithSpecDir(filepath.Join(dir, "cdi"))))
 
 	ctx := context.Background()
 	plugin, err := draplugin.New(ctx, draplugin.Config{
@@ -50,7 +59,7 @@ func ExampleNew() {
 			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "mig", Driver: gpudra.DefaultDriverName, Pool: "node-1",
 				Device: gpudra.MIGDeviceName(0, "1g.5gb", 19, 6, "")}}}}},
 	}
-	res, _ := plugin.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim})
+	res := must(plugin.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim}))
 	r := res[claim.UID]
 	if r.Err != nil {
 		fmt.Println(r.Err)
@@ -59,7 +68,7 @@ func ExampleNew() {
 	fmt.Println(r.Devices[0].DeviceName, r.Devices[0].CDIDeviceIDs)
 	fmt.Println("MIG instances on GPU 0:", len(machine.GPUInstances(0)))
 
-	errs, _ := plugin.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: claim.UID}})
+	errs := must(plugin.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: claim.UID}}))
 	fmt.Println("unprepared:", errs[claim.UID] == nil, "MIG instances on GPU 0:", len(machine.GPUInstances(0)))
 	// Output:
 	// gpu-0-mig-1g5gb-19-6 [k8s.gpu.nvidia.com/claim=0b7c5c1e-7d6b-4a52-9d0e-3f1b2c4d5e6f-gpu-0-mig-1g5gb-19-6]
