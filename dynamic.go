@@ -349,9 +349,7 @@ func (o *profileOrder) compare(a, b candidate) int {
 // compareEmpty orders candidates as on empty GPUs (mig.PlacementOrder's order), then by GPU
 // index. It expects o.virtual to be empty.
 func (o *profileOrder) compareEmpty(a, b candidate) int {
-	ca, cb := o.cost(a), o.cost(b)
-	return cmp.Or(mig.CompareCost(ca.Fits, ca.Cost, a.part.placement.Start, cb.Fits, cb.Cost, b.part.placement.Start),
-		cmp.Compare(o.gpus[a.gpu].gpu, o.gpus[b.gpu].gpu))
+	return cmp.Or(o.cost(a).Compare(o.cost(b)), cmp.Compare(o.gpus[a.gpu].gpu, o.gpus[b.gpu].gpu))
 }
 
 // partition is the device of one profile at one placement.

@@ -286,39 +286,32 @@ func PlacementOrder(m *Model, current []Instance, profile string) ([]Placement, 
 	if err != nil {
 		return nil, fmt.Errorf("placement order of %s on %s: %w", profile, m.Name, err)
 	}
-	type ranked struct {
-		pl   Placement
-		fits bool
-		cost []int
-	}
 	p := g.profiles[pi]
-	out := make([]ranked, len(p.Placements))
+	out := make([]Candidate, len(p.Placements))
 	for j, pl := range p.Placements {
 		c, fits := g.cost(st, pi, j)
-		out[j] = ranked{pl: pl, fits: fits, cost: c}
+		out[j] = Candidate{Profile: profile, Placement: pl, Fits: fits, Cost: c}
 	}
-	slices.SortStableFunc(out, func(a, b ranked) int {
-		return CompareCost(a.fits, a.cost, a.pl.Start, b.fits, b.cost, b.pl.Start)
-	})
+	slices.SortStableFunc(out, Candidate.Compare)
 	pls := make([]Placement, len(out))
-	for i, r := range out {
-		pls[i] = r.pl
+	for i, c := range out {
+		pls[i] = c.Placement
 	}
 	return pls, nil
 }
 
-// CompareCost orders two candidate placements as PlacementOrder does: those that fit first, then
+// Compare orders two candidate placements as PlacementOrder does: those that fit first, then
 // the lower PlacementCost, then the lower start (Plan's tie-break). It returns -1 when a comes
 // first.
-func CompareCost(aFits bool, aCost []int, aStart int, bFits bool, bCost []int, bStart int) int {
-	if aFits != bFits {
-		if aFits {
+func (a Candidate) Compare(b Candidate) int {
+	if a.Fits != b.Fits {
+		if a.Fits {
 			return -1
 		}
 		return 1
 	}
-	if c := slices.Compare(aCost, bCost); c != 0 {
+	if c := slices.Compare(a.Cost, b.Cost); c != 0 {
 		return c
 	}
-	return cmp.Compare(aStart, bStart)
+	return cmp.Compare(a.Placement.Start, b.Placement.Start)
 }
