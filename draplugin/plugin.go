@@ -455,11 +455,5 @@ func (p *Plugin) Close() error {
 
 // crashPoint reports a crash point to the test hook.
 func (p *Plugin) crashPoint(point CrashPoint, uid types.UID) error {
-	if p.hooks.AfterStep == nil {
-		return nil
-	}
-	if err := p.hooks.AfterStep(point, uid); err != nil {
-		return &crashError{err}
-	}
-	return nil
+	return pluginkit.AtCrashPoint(p.hooks.AfterStep, point, uid)
 }

@@ -206,7 +206,7 @@ func (p *Plugin) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 		return nil, err
 	}
 	defer func() {
-		if err == nil || isCrash(err) {
+		if err == nil || pluginkit.IsCrash(err) {
 			return
 		}
 		if rerr := p.rollback(context.WithoutCancel(ctx), a.st, false, stepDurability); rerr != nil {
