@@ -29,7 +29,9 @@ type accelDriver struct {
 
 var _ exclusive.Driver = accelDriver{}
 
-func (d accelDriver) devNode(n int) string { return filepath.Join(d.root, "dev", "accel"+strconv.Itoa(n)) }
+func (d accelDriver) devNode(n int) string {
+	return filepath.Join(d.root, "dev", "accel"+strconv.Itoa(n))
+}
 func (d accelDriver) sysFile(n int, name string) string {
 	return filepath.Join(d.root, "sys", "class", "accel", "accel"+strconv.Itoa(n), name)
 }
