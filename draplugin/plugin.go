@@ -323,18 +323,7 @@ func (p *Plugin) helperOptions(sc StartConfig) []kubeletplugin.Option {
 // the current health taints and MIG partitions. Start calls it; afterwards the plugin
 // republishes by itself (see Start).
 func (p *Plugin) Publish(ctx context.Context) error {
-	helper := p.Helper()
-	if helper == nil {
-		return nil
-	}
-	res, err := p.Resources(ctx)
-	if err != nil {
-		return fmt.Errorf("build ResourceSlices: %w", err)
-	}
-	if err := helper.PublishResources(ctx, pluginkit.DriverResources(res)); err != nil {
-		return fmt.Errorf("publish ResourceSlices: %w", err)
-	}
-	return nil
+	return pluginkit.Publish(ctx, p.Helper(), p.Resources)
 }
 
 // republish asks for the slices to be published again soon; requests made while one is pending

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"k8s.io/klog/v2"
 
@@ -289,44 +288,12 @@ func (p *Plugin) forget(ctx context.Context, c checkpoint.ClaimState) error {
 	return p.store.Delete(c.UID, reconcileDurability)
 }
 
-// reconcileSpecs writes the missing specs of prepared claims and removes the specs of claims
-// the checkpoint does not hold.
+// reconcileSpecs writes the missing (or, from an earlier boot, unreadable) specs of prepared
+// claims and removes the specs of claims the checkpoint does not hold, when it is trusted.
 func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error {
-	logger := klog.FromContext(ctx)
-	have, err := p.writer.List()
-	if err != nil {
-		return fmt.Errorf("list CDI specs: %w", err)
-	}
-	var errs []error
-	var keep []string
-	for _, c := range p.store.List() {
-		keep = append(keep, c.UID)
-		if c.Phase != checkpoint.PrepareCompleted {
-			continue
-		}
-		rep.Prepared++
-		if slices.Contains(have, c.UID) && p.specIntact(c) {
-			continue
-		}
-		if werr := p.rewriteSpec(c); werr != nil {
-			errs = append(errs, fmt.Errorf("rewrite CDI spec of claim %s: %w", pluginkit.Ref(c), werr))
-			continue
-		}
-		rep.SpecsRewritten = append(rep.SpecsRewritten, pluginkit.Ref(c))
-		logger.Info("Rewrote missing or unreadable CDI spec", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
-	}
-	if !p.trusted() {
-		return errors.Join(errs...)
-	}
-	pruned, perr := p.writer.Prune(keep)
-	rep.SpecsPruned = pruned
-	if perr != nil {
-		errs = append(errs, fmt.Errorf("remove orphan CDI specs: %w", perr))
-	}
-	for _, uid := range pruned {
-		logger.Info("Removed orphan CDI spec", "claimUID", uid)
-	}
-	return errors.Join(errs...)
+	done, err := pluginkit.ReconcileSpecs(ctx, p.store, p.writer, p.trusted(), p.specIntact, p.rewriteSpec)
+	rep.Prepared, rep.SpecsRewritten, rep.SpecsPruned = done.Prepared, done.Rewritten, done.Pruned
+	return err
 }
 
 // specIntact says whether the existing spec of a prepared claim can be kept. Specs are not

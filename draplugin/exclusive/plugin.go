@@ -157,17 +157,7 @@ func (p *Plugin) Publish(ctx context.Context) error {
 	p.helperMu.Lock()
 	helper := p.helper
 	p.helperMu.Unlock()
-	if helper == nil {
-		return nil
-	}
-	pool, err := p.Resources(ctx)
-	if err != nil {
-		return fmt.Errorf("build ResourceSlices: %w", err)
-	}
-	if err := helper.PublishResources(ctx, pluginkit.DriverResources(pool)); err != nil {
-		return fmt.Errorf("publish ResourceSlices: %w", err)
-	}
-	return nil
+	return pluginkit.Publish(ctx, helper, p.Resources)
 }
 
 // Stop stops the gRPC servers. Prepared claims stay prepared.

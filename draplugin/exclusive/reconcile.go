@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -110,28 +109,9 @@ func (p *Plugin) adoptOrphans(ctx context.Context, rep *ReconcileReport) error {
 	if p.trusted() {
 		return nil
 	}
-	uids, err := p.writer.List()
-	if err != nil {
-		return fmt.Errorf("list CDI specs: %w", err)
-	}
-	var errs []error
-	for _, uid := range uids {
-		if _, ok := p.store.Get(uid); ok {
-			continue
-		}
-		st, err := p.adopt(uid)
-		if err == nil {
-			err = p.store.Put(st, pluginkit.ReconcileDurability)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("adopt the claim of CDI spec %s: %w", uid, err))
-			rep.NotAdopted = append(rep.NotAdopted, uid)
-			continue
-		}
-		rep.Adopted = append(rep.Adopted, uid)
-		klog.FromContext(ctx).Info("Adopted a prepared claim from its CDI spec; the checkpoint had no record of it", "claimUID", uid, "devices", len(st.Devices))
-	}
-	return errors.Join(errs...)
+	done, err := pluginkit.AdoptOrphans(ctx, p.store, p.writer, p.adopt)
+	rep.Adopted, rep.NotAdopted = done.Adopted, done.NotAdopted
+	return err
 }
 
 // adopt builds the recovered entry of the claim of one CDI spec: its devices and their edits.
@@ -183,38 +163,13 @@ func (p *Plugin) finishClaims(ctx context.Context, rep *ReconcileReport) error {
 	return errors.Join(errs...)
 }
 
-// reconcileSpecs writes the missing specs of prepared claims and removes the specs of claims
-// the checkpoint does not hold, when it is trusted.
+// reconcileSpecs writes the missing specs of prepared claims again from their recorded
+// container edits, and removes the specs of claims the checkpoint does not hold, when it is
+// trusted. A spec that exists was written in this boot (claims of earlier boots are released)
+// and atomically, so it is kept as it is.
 func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error {
-	have, err := p.writer.List()
-	if err != nil {
-		return fmt.Errorf("list CDI specs: %w", err)
-	}
-	var errs []error
-	var keep []string
-	for _, c := range p.store.List() {
-		keep = append(keep, c.UID)
-		if c.Phase != checkpoint.PrepareCompleted {
-			continue
-		}
-		rep.Prepared++
-		if slices.Contains(have, c.UID) {
-			continue
-		}
-		if err := p.writeSpec(&c); err != nil {
-			errs = append(errs, fmt.Errorf("rewrite the CDI spec of claim %s: %w", pluginkit.Ref(c), err))
-			continue
-		}
-		rep.SpecsRewritten = append(rep.SpecsRewritten, pluginkit.Ref(c))
-		klog.FromContext(ctx).Info("Rewrote a missing CDI spec", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
-	}
-	if !p.trusted() {
-		return errors.Join(errs...)
-	}
-	pruned, err := p.writer.Prune(keep)
-	rep.SpecsPruned = pruned
-	if err != nil {
-		errs = append(errs, fmt.Errorf("remove orphan CDI specs: %w", err))
-	}
-	return errors.Join(errs...)
+	done, err := pluginkit.ReconcileSpecs(ctx, p.store, p.writer, p.trusted(),
+		func(checkpoint.ClaimState) bool { return true }, func(c checkpoint.ClaimState) error { return p.writeSpec(&c) })
+	rep.Prepared, rep.SpecsRewritten, rep.SpecsPruned = done.Prepared, done.Rewritten, done.Pruned
+	return err
 }

@@ -1,6 +1,8 @@
 package pluginkit
 
 import (
+	"context"
+	"fmt"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -73,4 +75,20 @@ func Concurrently[T any, R any](items []T, key func(T) types.UID, do func(T) R) 
 	}
 	wg.Wait()
 	return out
+}
+
+// Publish hands the pool resources builds now to the kubelet-plugin helper, which brings the
+// ResourceSlices in line (retrying API errors itself). A nil helper (not started) is a no-op.
+func Publish(ctx context.Context, helper *kubeletplugin.Helper, resources func(context.Context) (*resourcepool.Pool, error)) error {
+	if helper == nil {
+		return nil
+	}
+	pool, err := resources(ctx)
+	if err != nil {
+		return fmt.Errorf("build ResourceSlices: %w", err)
+	}
+	if err := helper.PublishResources(ctx, DriverResources(pool)); err != nil {
+		return fmt.Errorf("publish ResourceSlices: %w", err)
+	}
+	return nil
 }
