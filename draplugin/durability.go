@@ -19,14 +19,14 @@ const (
 	// erased, and kubelet's next prepare of the others is answered the same way with the entry
 	// or without it.
 	stepDurability = pluginkit.StepDurability
-	// unprepareDurability is for the checkpoint once unprepares succeeded, before kubelet is
-	// told (makeDurable, once per call): kubelet then forgets the claims, so a checkpoint
-	// reverted to before the unprepare would keep a plain claim prepared (and its spec
-	// rewritten) forever. The directory fsync makes the newer checkpoint's name survive; a
-	// power loss may still tear its content, which the checksum detects, and a checkpoint that
-	// cannot be trusted is rebuilt from what is on the node, where nothing of the claim is
-	// left. The one fsync of the hot path.
-	unprepareDurability = pluginkit.UnprepareDurability
+	// The checkpoint once unprepares succeeded, before kubelet is told, is synced with
+	// pluginkit.UnprepareDurability (pluginkit.MakeDurable, once per call): kubelet then forgets
+	// the claims, so a checkpoint reverted to before the unprepare would keep a plain claim
+	// prepared (and its spec rewritten) forever. The directory fsync makes the newer
+	// checkpoint's name survive; a power loss may still tear its content, which the checksum
+	// detects, and a checkpoint that cannot be trusted is rebuilt from what is on the node,
+	// where nothing of the claim is left. The one fsync of the hot path.
+
 	// reconcileDurability is for what reconciliation changes: after a power loss it draws the
 	// same conclusions from the same evidence again.
 	reconcileDurability = pluginkit.ReconcileDurability
