@@ -21,6 +21,8 @@
 //   - deviceplugin: migrating from NVIDIA's device plugin: its config as DeviceClasses with
 //     extendedResourceName, and detecting it on a node.
 //   - cdi: per-claim CDI specs: generation, validation, writing, cleanup.
+//   - resourcepool: the generic half of the slice builder: any kind of device into one pool's
+//     slices within the API limits (Pool and Slice are its types).
 //   - topology: NVLink/PCIe/NUMA links, PCIe roots, NVLink domains, best-connected GPU sets.
 //
 // The reference driver in examples/gpu-dra-driver assembles all of it; docs/driver-authors.md in

@@ -176,13 +176,3 @@ func (b *Builder) gpuOrder(inv *gpu.Inventory) []int {
 	slices.SortStableFunc(out, func(x, y int) int { return cmp.Compare(key(x), key(y)) })
 	return out
 }
-
-// hasListAttribute reports whether d has a list-valued attribute.
-func hasListAttribute(d *resourceapi.Device) bool {
-	for _, a := range d.Attributes {
-		if a.IntValues != nil || a.BoolValues != nil || a.StringValues != nil || a.VersionValues != nil {
-			return true
-		}
-	}
-	return false
-}

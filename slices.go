@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/resourcepool"
 )
 
 // Attribute and capacity names published in the driver's domain. They are part of the
@@ -155,19 +156,11 @@ func (b *Builder) Devices(inv *gpu.Inventory) ([]resourceapi.Device, error) {
 
 // Pool is what a driver publishes for one node: one pool's slices in publishing order. The
 // kubelet-plugin core (draplugin) publishes it through the kubelet-plugin helper; ResourceSlices
-// turns it into complete objects.
-type Pool struct {
-	// Name is the pool name, usually the node name.
-	Name string
-	// Slices are the pool's slices: shared counters first, in slices of their own, then devices.
-	Slices []Slice
-}
+// turns it into complete objects. It is resourcepool.Pool, which drivers of other devices use.
+type Pool = resourcepool.Pool
 
-// Slice is the content of one ResourceSlice.
-type Slice struct {
-	Devices        []resourceapi.Device
-	SharedCounters []resourceapi.CounterSet
-}
+// Slice is the content of one ResourceSlice (resourcepool.Slice).
+type Slice = resourcepool.Slice
 
 // Build returns the pool of one node (named poolName, usually the node name). Devices are
 // chunked into slices within the API limits; shared counters, when any, come first in slices
@@ -183,35 +176,8 @@ func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool := &Pool{Name: poolName}
-	for start := 0; start < len(pub.counterSets); start += resourceapi.ResourceSliceMaxCounterSets {
-		end := min(start+resourceapi.ResourceSliceMaxCounterSets, len(pub.counterSets))
-		pool.Slices = append(pool.Slices, Slice{SharedCounters: pub.counterSets[start:end]})
-	}
-	limit := b.sliceLimit(pub.devices)
-	for start := 0; start < len(pub.devices); start += limit {
-		end := min(start+limit, len(pub.devices))
-		pool.Slices = append(pool.Slices, Slice{Devices: pub.devices[start:end]})
-	}
-	if len(pool.Slices) == 0 {
-		// An empty pool is published as one empty slice: "no devices" differs from "no pool".
-		pool.Slices = []Slice{{}}
-	}
-	return pool, nil
-}
-
-func (b *Builder) sliceLimit(devices []resourceapi.Device) int {
-	limit := resourceapi.ResourceSliceMaxDevices
-	for i := range devices {
-		if len(devices[i].Taints) > 0 || len(devices[i].ConsumesCounters) > 0 || hasListAttribute(&devices[i]) {
-			limit = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
-			break
-		}
-	}
-	if b.maxDevices > 0 && b.maxDevices < limit {
-		limit = b.maxDevices
-	}
-	return limit
+	return resourcepool.New(poolName, pub.devices, resourcepool.WithSharedCounters(pub.counterSets),
+		resourcepool.WithMaxDevicesPerSlice(b.maxDevices))
 }
 
 type published struct {

@@ -14,6 +14,9 @@
 //   - Generator turns the devices of one claim (ClaimDevices) into one transient spec of kind
 //     k8s.gpu.nvidia.com/claim whose devices are named "<claimUID>-<device>", so the IDs the
 //     kubelet passes to the runtime are "k8s.gpu.nvidia.com/claim=<claimUID>-<device>".
+//   - NewClaimSpec is the same for devices of any kind: the caller gives each device's edits
+//     (an accelerator's /dev node, say) and a kind such as example.com/accel; Generator uses it
+//     for GPUs.
 //   - Writer stores each claim's spec atomically as
 //     "<dir>/k8s.gpu.nvidia.com-claim_<claimUID>.json" (mode 0644), removes it, lists the
 //     claims that have one and prunes those no longer prepared.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 
+	"tags.cncf.io/container-device-interface/specs-go"
+
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/cdi/cdifake"
 )
@@ -65,4 +67,25 @@ func Example() {
 	// /dev/nvidia-caps/nvidia-cap202 c 237:202
 	// specs: [0b7a4c4e-7a8e-4f0b-9a52-6c1d2e3f4a01]
 	// after remove: []
+}
+
+// ExampleNewClaimSpec makes the spec of a claim that got an imaginary accelerator: any kind of
+// device, as long as the writer stores specs of the same kind. The version is 0.5.0, the first
+// that allows device names starting with a digit, as a claim UID may.
+func ExampleNewClaimSpec() {
+	w, err := cdi.NewWriter(cdi.WithSpecDir(os.TempDir()), cdi.WithWriterKind("example.com", "accel"))
+	if err != nil {
+		panic(err)
+	}
+	edits := specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{{Path: "/dev/accel3"}}}
+	cs, err := cdi.NewClaimSpec(w.Kind(), "0b7a4c4e-7a8e-4f0b-9a52-6c1d2e3f4a01", specs.ContainerEdits{},
+		[]cdi.DeviceEdits{{Name: "accel-3", Edits: edits}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(cs.Spec.Version, cs.Spec.Devices[0].Name)
+	fmt.Println(cs.DeviceIDs["accel-3"])
+	// Output:
+	// 0.5.0 0b7a4c4e-7a8e-4f0b-9a52-6c1d2e3f4a01-accel-3
+	// example.com/accel=0b7a4c4e-7a8e-4f0b-9a52-6c1d2e3f4a01-accel-3
 }

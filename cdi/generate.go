@@ -175,10 +175,24 @@ func (g *Generator) Generate(claim ClaimDevices) (*ClaimSpec, error) {
 		return nil, fmt.Errorf("claim %s: no devices", uid)
 	}
 
+	common, err := g.commonEdits(claim)
+	if err != nil {
+		return nil, err
+	}
+	devs, err := g.deviceEdits(uid, claim.Devices)
+	if err != nil {
+		return nil, err
+	}
+	return NewClaimSpec(g.Kind(), uid, common, devs)
+}
+
+// commonEdits are the spec-level edits of a claim's spec.
+func (g *Generator) commonEdits(claim ClaimDevices) (specs.ContainerEdits, error) {
+	uid := claim.ClaimUID
 	var common specs.ContainerEdits
 	nodes, err := g.inst.ControlDeviceNodes()
 	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", uid, err)
+		return common, fmt.Errorf("claim %s: %w", uid, err)
 	}
 	common.DeviceNodes = nodes
 	if g.void {
@@ -195,14 +209,17 @@ func (g *Generator) Generate(claim ClaimDevices) (*ClaimSpec, error) {
 		common.Hooks = g.hookEdits()
 	}
 	if err := mergeEdits(&common, claim.Edits); err != nil {
-		return nil, fmt.Errorf("claim %s: claim edits: %w", uid, err)
+		return common, fmt.Errorf("claim %s: claim edits: %w", uid, err)
 	}
+	return common, nil
+}
 
-	spec := &specs.Spec{Kind: g.Kind(), ContainerEdits: common}
-	ids := make(map[string]string, len(claim.Devices))
-	seen := make(map[string]int, len(claim.Devices)) // device name → index in spec.Devices
+// deviceEdits are the CDI devices of a claim's devices; a device listed twice is merged.
+func (g *Generator) deviceEdits(uid string, devices []Device) ([]DeviceEdits, error) {
+	devs := make([]DeviceEdits, 0, len(devices))
+	seen := make(map[string]int, len(devices)) // device name → index in devs
 	var caps *MIGCaps
-	for _, d := range claim.Devices {
+	for _, d := range devices {
 		where := fmt.Sprintf("claim %s device %q", uid, d.Name)
 		if d.UUID != "" {
 			where += " (" + d.UUID + ")"
@@ -211,12 +228,12 @@ func (g *Generator) Generate(claim ClaimDevices) (*ClaimSpec, error) {
 			return nil, fmt.Errorf("claim %s: %w", uid, err)
 		}
 		if j, dup := seen[d.Name]; dup {
-			if err := g.mergeRepeated(&spec.Devices[j], d, caps); err != nil {
+			if err := g.mergeRepeated(&devs[j].Edits, d, caps); err != nil {
 				return nil, fmt.Errorf("%s: listed twice: %w", where, err)
 			}
 			continue
 		}
-		seen[d.Name] = len(spec.Devices)
+		seen[d.Name] = len(devs)
 		var edits specs.ContainerEdits
 		n, err := g.inst.GPUDeviceNode(d.GPUMinor)
 		if err != nil {
@@ -241,25 +258,63 @@ func (g *Generator) Generate(claim ClaimDevices) (*ClaimSpec, error) {
 		if err := mergeEdits(&edits, d.Edits); err != nil {
 			return nil, fmt.Errorf("%s: device edits: %w", where, err)
 		}
-		name := uid + "-" + d.Name
-		spec.Devices = append(spec.Devices, specs.Device{Name: name, ContainerEdits: edits})
-		ids[d.Name] = parser.QualifiedName(g.vendor, g.class, name)
+		devs = append(devs, DeviceEdits{Name: d.Name, Edits: edits})
 	}
+	return devs, nil
+}
 
+// DeviceEdits is one device of a claim spec: its DRA device name and what a container that
+// gets the device receives.
+type DeviceEdits struct {
+	// Name is the DRA device name, a DNS label; the CDI device is "<claimUID>-<Name>".
+	Name string
+	// Edits are the device's container edits: device nodes, environment, mounts, hooks.
+	Edits specs.ContainerEdits
+}
+
+// NewClaimSpec builds and validates the spec of one claim for devices of any kind: common are
+// spec-level edits a container gets once when it uses any device of the claim, and each device
+// becomes the CDI device "<claimUID>-<name>" with its edits, in order. kind is the spec's
+// "<vendor>/<class>" (Writer.Kind); the version is the minimum the content needs. Generate
+// builds GPU specs with it; a driver for another kind of device calls it directly.
+func NewClaimSpec(kind, claimUID string, common specs.ContainerEdits, devices []DeviceEdits) (*ClaimSpec, error) {
+	if err := ValidateClaimUID(claimUID); err != nil {
+		return nil, err
+	}
+	vendor, class := parser.ParseQualifier(kind)
+	if err := validateKind(vendor, class); err != nil {
+		return nil, fmt.Errorf("claim %s: spec kind %q: %w", claimUID, kind, err)
+	}
+	if len(devices) == 0 {
+		return nil, fmt.Errorf("claim %s: no devices", claimUID)
+	}
+	spec := &specs.Spec{Kind: kind, ContainerEdits: common, Devices: make([]specs.Device, 0, len(devices))}
+	ids := make(map[string]string, len(devices))
+	for _, d := range devices {
+		if err := validateDeviceName(d.Name); err != nil {
+			return nil, fmt.Errorf("claim %s: %w", claimUID, err)
+		}
+		if _, dup := ids[d.Name]; dup {
+			return nil, fmt.Errorf("claim %s: device %q: listed twice", claimUID, d.Name)
+		}
+		name := claimUID + "-" + d.Name
+		spec.Devices = append(spec.Devices, specs.Device{Name: name, ContainerEdits: d.Edits})
+		ids[d.Name] = parser.QualifiedName(vendor, class, name)
+	}
 	v, err := specs.MinimumRequiredVersion(spec)
 	if err != nil {
-		return nil, fmt.Errorf("claim %s: minimum CDI version: %w", uid, err)
+		return nil, fmt.Errorf("claim %s: minimum CDI version: %w", claimUID, err)
 	}
 	spec.Version = v
 	if err := Validate(spec); err != nil {
-		return nil, fmt.Errorf("claim %s: generated spec is invalid: %w", uid, err)
+		return nil, fmt.Errorf("claim %s: generated spec is invalid: %w", claimUID, err)
 	}
-	return &ClaimSpec{ClaimUID: uid, Spec: spec, DeviceIDs: ids}, nil
+	return &ClaimSpec{ClaimUID: claimUID, Spec: spec, DeviceIDs: ids}, nil
 }
 
 // mergeRepeated merges a device listed a second time into its CDI device: it must name the same
 // hardware (its device nodes come out the same); its edits are merged.
-func (g *Generator) mergeRepeated(dst *specs.Device, d Device, caps *MIGCaps) error {
+func (g *Generator) mergeRepeated(dst *specs.ContainerEdits, d Device, caps *MIGCaps) error {
 	var nodes specs.ContainerEdits
 	n, err := g.inst.GPUDeviceNode(d.GPUMinor)
 	if err != nil {
@@ -279,11 +334,11 @@ func (g *Generator) mergeRepeated(dst *specs.Device, d Device, caps *MIGCaps) er
 		nodes.DeviceNodes = append(nodes.DeviceNodes, capNodes...)
 	}
 	for _, n := range nodes.DeviceNodes {
-		if !slices.ContainsFunc(dst.ContainerEdits.DeviceNodes, func(m *specs.DeviceNode) bool { return m.Path == n.Path && m.Minor == n.Minor }) {
+		if !slices.ContainsFunc(dst.DeviceNodes, func(m *specs.DeviceNode) bool { return m.Path == n.Path && m.Minor == n.Minor }) {
 			return fmt.Errorf("the two entries name different hardware (device node %s %d:%d)", n.Path, n.Major, n.Minor)
 		}
 	}
-	if err := mergeEdits(&dst.ContainerEdits, d.Edits); err != nil {
+	if err := mergeEdits(dst, d.Edits); err != nil {
 		return fmt.Errorf("device edits: %w", err)
 	}
 	return nil

@@ -2,6 +2,11 @@
 // the devices of ResourceClaims on a node, crash-safely, and publishes the node's ResourceSlices
 // through the kubelet-plugin helper of k8s.io/dynamic-resource-allocation.
 //
+// A driver for another kind of device, allocated one claim at a time, uses package
+// draplugin/exclusive instead: the same checkpoint, locks, CDI writing, reconciliation and
+// kubelet registration (shared through internal/pluginkit), around three methods the driver
+// author writes, and nothing of NVML.
+//
 // # Prepare and unprepare
 //
 // A Plugin implements kubeletplugin.DRAPlugin. Preparing a claim runs these steps, each

@@ -1,9 +1,8 @@
 package draplugin
 
 import (
-	"os"
-
 	"github.com/gpudra/gpudra/internal/atomicfile"
+	"github.com/gpudra/gpudra/internal/pluginkit"
 )
 
 // What each write of the plugin must survive, and so what it pays for. The reasoning is in
@@ -19,53 +18,22 @@ const (
 	// of the checkpoint survives, reconciliation forgets the claims whose node state the reboot
 	// erased, and kubelet's next prepare of the others is answered the same way with the entry
 	// or without it.
-	stepDurability = atomicfile.ProcessCrash
-	// unprepareDurability is for the checkpoint once unprepares succeeded, before kubelet is
-	// told (makeDurable, once per call): kubelet then forgets the claims, so a checkpoint
-	// reverted to before the unprepare would keep a plain claim prepared (and its spec
-	// rewritten) forever. The directory fsync makes the newer checkpoint's name survive; a
-	// power loss may still tear its content, which the checksum detects, and a checkpoint that
-	// cannot be trusted is rebuilt from what is on the node, where nothing of the claim is
-	// left. The one fsync of the hot path.
-	unprepareDurability = atomicfile.PowerLossChecked
+	stepDurability = pluginkit.StepDurability
+	// The checkpoint once unprepares succeeded, before kubelet is told, is synced with
+	// pluginkit.UnprepareDurability (pluginkit.MakeDurable, once per call): kubelet then forgets
+	// the claims, so a checkpoint reverted to before the unprepare would keep a plain claim
+	// prepared (and its spec rewritten) forever. The directory fsync makes the newer
+	// checkpoint's name survive; a power loss may still tear its content, which the checksum
+	// detects, and a checkpoint that cannot be trusted is rebuilt from what is on the node,
+	// where nothing of the claim is left. The one fsync of the hot path.
+
 	// reconcileDurability is for what reconciliation changes: after a power loss it draws the
 	// same conclusions from the same evidence again.
-	reconcileDurability = atomicfile.ProcessCrash
+	reconcileDurability = pluginkit.ReconcileDurability
 	// baselineDurability is for the MIG baseline, which belongs to one boot: a power loss starts
 	// another.
 	baselineDurability = atomicfile.ProcessCrash
 )
 
-// hookSyncer is the operating system's fsync followed by the Synced hook.
-type hookSyncer struct {
-	atomicfile.OSSyncer
-	synced func(path string)
-}
-
-var _ atomicfile.Syncer = hookSyncer{}
-
-// SyncFile implements atomicfile.Syncer.
-func (h hookSyncer) SyncFile(f *os.File) error {
-	if err := h.OSSyncer.SyncFile(f); err != nil {
-		return err
-	}
-	h.synced(f.Name())
-	return nil
-}
-
-// SyncDir implements atomicfile.Syncer.
-func (h hookSyncer) SyncDir(dir string) error {
-	if err := h.OSSyncer.SyncDir(dir); err != nil {
-		return err
-	}
-	h.synced(dir)
-	return nil
-}
-
 // syncer is the plugin's: the operating system's, reported to TestHooks.Synced when it is set.
-func (h TestHooks) syncer() atomicfile.Syncer {
-	if h.Synced == nil {
-		return atomicfile.OSSyncer{}
-	}
-	return hookSyncer{synced: h.Synced}
-}
+func (h TestHooks) syncer() atomicfile.Syncer { return pluginkit.Syncer(h.Synced) }

@@ -1,7 +1,6 @@
 package draplugin
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -94,15 +93,3 @@ const (
 	// CrashAfterUnprepareCompleted: the claim was removed from the checkpoint.
 	CrashAfterUnprepareCompleted CrashPoint = "unprepare-completed"
 )
-
-// crashError marks an error returned by TestHooks.AfterStep: the operation stops at once, without
-// any cleanup, as a crash would.
-type crashError struct{ err error }
-
-func (e *crashError) Error() string { return e.err.Error() }
-func (e *crashError) Unwrap() error { return e.err }
-
-func isCrash(err error) bool {
-	var c *crashError
-	return errors.As(err, &c)
-}

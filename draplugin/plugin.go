@@ -12,7 +12,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra"
@@ -20,6 +19,7 @@ import (
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/internal/pluginkit"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -51,7 +51,7 @@ type Plugin struct {
 	health     *health
 	devices    *deviceIndex
 
-	locks *gpuLocks
+	locks *pluginkit.Locks // per physical GPU, by UUID
 
 	// synced records, per GPU, the checkpoint reload count at which the sharing engine's
 	// registry was last synced for it (see syncSharing).
@@ -67,9 +67,7 @@ type Plugin struct {
 	// status writes claims' status.devices; nil unless Start runs it.
 	status *statusWriter
 
-	fatalOnce sync.Once
-	fatal     chan struct{} // closed by a fatal error of the kubelet-plugin helper
-	fatalErr  error
+	fatal *pluginkit.Fatal // the kubelet-plugin helper's fatal error
 }
 
 var _ kubeletplugin.DRAPlugin = (*Plugin)(nil)
@@ -87,7 +85,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	p := &Plugin{
 		nodeName: cfg.NodeName, lib: cfg.NVML, inv: inv, stateDir: cfg.StateDir,
 		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
-		hooks: cfg.TestHooks, now: cfg.Now, fatal: make(chan struct{}), supervise: cfg.SuperviseInterval,
+		hooks: cfg.TestHooks, now: cfg.Now, fatal: pluginkit.NewFatal(), supervise: cfg.SuperviseInterval,
 		synced: map[string]uint64{}, republishReq: make(chan struct{}, 1),
 		files: atomicfile.New(atomicfile.WithSyncer(cfg.TestHooks.syncer())),
 	}
@@ -117,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		p.mig = &republishingMIG{MIGController: p.mig, changed: p.republish}
 	}
 	logCatalogDifferences(klog.FromContext(ctx), inv)
-	if p.locks, err = newGPULocks(p.stateDir); err != nil {
+	if p.locks, err = pluginkit.NewLocks(p.stateDir); err != nil {
 		return nil, err
 	}
 	if err := p.openCheckpoint(ctx, cfg.BootIDPath); err != nil {
@@ -128,14 +126,9 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 }
 
 func (p *Plugin) openCheckpoint(ctx context.Context, bootIDPath string) error {
-	opts := []checkpoint.Option{checkpoint.WithLogger(klog.FromContext(ctx)), checkpoint.WithClock(p.now),
-		checkpoint.WithSyncer(p.hooks.syncer())}
-	if bootIDPath != "" {
-		opts = append(opts, checkpoint.WithBootIDPath(bootIDPath))
-	}
-	store, rep, err := checkpoint.Open(p.stateDir, opts...)
+	store, rep, err := pluginkit.OpenStore(ctx, pluginkit.StoreConfig{Dir: p.stateDir, BootIDPath: bootIDPath, Now: p.now, Synced: p.hooks.Synced})
 	if err != nil {
-		return fmt.Errorf("open checkpoint: %w", err)
+		return err
 	}
 	p.store = store
 	p.checkpoint = CheckpointStatus{Path: rep.Path, Fresh: rep.Fresh, Corrupt: rep.Corrupt, MovedTo: rep.MovedTo,
@@ -203,19 +196,10 @@ func (p *Plugin) partitionedNow(ctx context.Context) (*gpu.Inventory, func(*gpu.
 	return &inv, func(g *gpu.GPU, d *gpu.MIGDevice) bool { return referenced[placementKey{g.UUID, d.Placement.Start}] }, nil
 }
 
-// driverResources is a pool as the kubelet-plugin helper publishes it.
-func driverResources(pool *gpudra.Pool) resourceslice.DriverResources {
-	slices := make([]resourceslice.Slice, 0, len(pool.Slices))
-	for _, s := range pool.Slices {
-		slices = append(slices, resourceslice.Slice{Devices: s.Devices, SharedCounters: s.SharedCounters})
-	}
-	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{pool.Name: {Slices: slices}}}
-}
-
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin. Claims are prepared concurrently;
 // each gets its own result, so one failing claim does not fail the others.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	return concurrently(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
+	return pluginkit.Concurrently(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
 		func(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult { return p.prepareClaim(ctx, c) }), nil
 }
 
@@ -224,27 +208,10 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 // are unprepared concurrently; what succeeded is made to survive a power loss, with one fsync
 // for the whole call, before it returns.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	results := concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
+	results := pluginkit.Concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
 		func(c kubeletplugin.NamespacedObject) error { return p.unprepareClaim(ctx, c) })
-	p.makeDurable(results)
+	pluginkit.MakeDurable(p.store, results, func(err error) error { return p.unprepareFail(StepCheckpoint, "", err) })
 	return results, nil
-}
-
-// concurrently runs do for every item in its own goroutine and collects the results by key.
-func concurrently[T any, R any](items []T, key func(T) types.UID, do func(T) R) map[types.UID]R {
-	out := make(map[types.UID]R, len(items))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, it := range items {
-		wg.Go(func() {
-			r := do(it)
-			mu.Lock()
-			out[key(it)] = r
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return out
 }
 
 // HandleError implements kubeletplugin.DRAPlugin. Recoverable background errors of the
@@ -252,30 +219,14 @@ func concurrently[T any, R any](items []T, key func(T) types.UID, do func(T) R) 
 // next event retries them. Any other error is fatal: the plugin cannot go on serving correctly,
 // so Done is closed and Err returns it; the driver should exit and be restarted.
 func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
-	logger := klog.FromContext(ctx)
-	if errors.Is(err, kubeletplugin.ErrRecoverable) {
-		logger.Info("Recoverable kubelet-plugin error", "msg", msg, "err", err)
-		return
-	}
-	logger.Error(err, "Fatal kubelet-plugin error; the driver must restart", "msg", msg)
-	p.fatalOnce.Do(func() {
-		p.fatalErr = fmt.Errorf("%s: %w", msg, err)
-		close(p.fatal)
-	})
+	p.fatal.HandleError(ctx, err, msg)
 }
 
 // Done is closed when a fatal error (HandleError) means the plugin must be restarted.
-func (p *Plugin) Done() <-chan struct{} { return p.fatal }
+func (p *Plugin) Done() <-chan struct{} { return p.fatal.Done() }
 
 // Err returns the fatal error that closed Done, nil before.
-func (p *Plugin) Err() error {
-	select {
-	case <-p.fatal:
-		return p.fatalErr
-	default:
-		return nil
-	}
-}
+func (p *Plugin) Err() error { return p.fatal.Err() }
 
 // Start reconciles the node (Reconcile), starts the kubelet plugin's gRPC servers
 // (kubeletplugin.Start with Serialize(false): the plugin locks per physical GPU itself),
@@ -330,7 +281,7 @@ func (p *Plugin) superviseLoop(ctx context.Context, stopped <-chan struct{}) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-p.fatal:
+		case <-p.fatal.Done():
 			return
 		case <-stopped:
 			return
@@ -364,40 +315,15 @@ func (p *Plugin) superviseMPS(ctx context.Context) error {
 }
 
 func (p *Plugin) helperOptions(sc StartConfig) []kubeletplugin.Option {
-	opts := []kubeletplugin.Option{
-		kubeletplugin.DriverName(p.driverName),
-		kubeletplugin.NodeName(p.nodeName),
-		kubeletplugin.KubeClient(sc.KubeClient),
-		kubeletplugin.Serialize(false),
-	}
-	if sc.RegistrarDir != "" {
-		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(sc.RegistrarDir))
-	}
-	if sc.PluginDir != "" {
-		opts = append(opts, kubeletplugin.PluginDataDirectoryPath(sc.PluginDir))
-	}
-	if sc.RollingUpdatePodUID != "" {
-		opts = append(opts, kubeletplugin.RollingUpdate(sc.RollingUpdatePodUID))
-	}
-	return append(opts, sc.Options...)
+	return pluginkit.HelperOptions(pluginkit.Endpoint{DriverName: p.driverName, NodeName: p.nodeName, KubeClient: sc.KubeClient,
+		RegistrarDir: sc.RegistrarDir, PluginDir: sc.PluginDir, RollingUpdatePodUID: sc.RollingUpdatePodUID, Options: sc.Options})
 }
 
 // Publish (re)publishes the plugin's ResourceSlices through the kubelet-plugin helper, with
 // the current health taints and MIG partitions. Start calls it; afterwards the plugin
 // republishes by itself (see Start).
 func (p *Plugin) Publish(ctx context.Context) error {
-	helper := p.Helper()
-	if helper == nil {
-		return nil
-	}
-	res, err := p.Resources(ctx)
-	if err != nil {
-		return fmt.Errorf("build ResourceSlices: %w", err)
-	}
-	if err := helper.PublishResources(ctx, driverResources(res)); err != nil {
-		return fmt.Errorf("publish ResourceSlices: %w", err)
-	}
-	return nil
+	return pluginkit.Publish(ctx, p.Helper(), p.Resources)
 }
 
 // republish asks for the slices to be published again soon; requests made while one is pending
@@ -420,7 +346,7 @@ func (p *Plugin) publishLoop(ctx context.Context, stopped <-chan struct{}) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-p.fatal:
+		case <-p.fatal.Done():
 			return
 		case <-stopped:
 			return
@@ -463,7 +389,7 @@ func (p *Plugin) Stop() {
 // and re-reads the checkpoint, which another process may have changed while it did not hold
 // them. It returns the unlock.
 func (p *Plugin) lockGPUs(uuids []string) (func(), error) {
-	unlock, err := p.locks.lock(uuids)
+	unlock, err := p.locks.Lock(uuids)
 	if err != nil {
 		return nil, err
 	}
@@ -513,16 +439,10 @@ func (p *Plugin) markSynced(uuids []string, gen uint64) {
 // Close releases the plugin's checkpoint and lock files. Call it after Stop when the plugin is
 // not used any more; a process that exits need not.
 func (p *Plugin) Close() error {
-	return errors.Join(p.store.Close(), p.locks.close())
+	return errors.Join(p.store.Close(), p.locks.Close())
 }
 
 // crashPoint reports a crash point to the test hook.
 func (p *Plugin) crashPoint(point CrashPoint, uid types.UID) error {
-	if p.hooks.AfterStep == nil {
-		return nil
-	}
-	if err := p.hooks.AfterStep(point, uid); err != nil {
-		return &crashError{err}
-	}
-	return nil
+	return pluginkit.AtCrashPoint(p.hooks.AfterStep, point, uid)
 }

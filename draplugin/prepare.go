@@ -17,6 +17,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/internal/pluginkit"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -24,10 +25,6 @@ import (
 type prepDevice struct {
 	result resourceapi.DeviceRequestAllocationResult
 	gpudra.PublishedDevice
-}
-
-func claimRef(namespace, name string, uid types.UID) string {
-	return fmt.Sprintf("%s/%s (%s)", namespace, name, uid)
 }
 
 // prepareClaim prepares one claim and turns any error into the claim's result.
@@ -38,7 +35,7 @@ func (p *Plugin) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	devices, err := p.prepare(ctx, claim)
 	p.metrics.observe(OpPrepare, p.now().Sub(start), err)
 	if err != nil {
-		err = fmt.Errorf("prepare claim %s: %w", claimRef(claim.Namespace, claim.Name, claim.UID), err)
+		err = fmt.Errorf("prepare claim %s: %w", pluginkit.ClaimRef(claim.Namespace, claim.Name, claim.UID), err)
 		logger.Error(err, "Prepare failed")
 		return kubeletplugin.PrepareResult{Err: err}
 	}
@@ -57,25 +54,9 @@ func (p *Plugin) queueDeviceStatus(ctx context.Context, claim *resourceapi.Resou
 	if !ok || len(st.Devices) == 0 {
 		return
 	}
-	if err := p.status.prepared(st, p.shareIDsOf(claim)); err != nil {
+	if err := p.status.prepared(st, pluginkit.ShareIDs(claim, p.driverName)); err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot describe the prepared devices in the claim's status")
 	}
-}
-
-// shareIDsOf maps request and device (joined by NUL) to the share ID the allocation gave the
-// device, for devices allocated a share of their capacity.
-func (p *Plugin) shareIDsOf(claim *resourceapi.ResourceClaim) map[string]*types.UID {
-	shareIDs := map[string]*types.UID{}
-	if claim.Status.Allocation == nil {
-		return shareIDs
-	}
-	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver == p.driverName && r.ShareID != nil {
-			id := *r.ShareID
-			shareIDs[r.Request+"\x00"+r.Device] = &id
-		}
-	}
-	return shareIDs
 }
 
 func (p *Plugin) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
@@ -136,7 +117,7 @@ func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim, o
 		if st.Recovered {
 			return p.completeRecovered(ctx, claim, st, ours)
 		}
-		if err := sameAllocation(st, ours); err != nil {
+		if err := pluginkit.SameAllocation(st, resultsOf(ours)); err != nil {
 			return nil, false, stepErr(StepValidate, "", err)
 		}
 		klog.FromContext(ctx).V(3).Info("Claim already prepared, returning the recorded devices")
@@ -156,23 +137,8 @@ func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim, o
 // completeRecovered fills in what the CDI spec of a recovered claim could not say (request
 // names, namespace and name) from the claim kubelet prepares again, and answers from it.
 func (p *Plugin) completeRecovered(ctx context.Context, claim *resourceapi.ResourceClaim, st checkpoint.ClaimState, ours []prepDevice) ([]kubeletplugin.Device, bool, error) {
-	used := make([]bool, len(ours))
-	for i := range st.Devices {
-		j := -1
-		for k, d := range ours {
-			if !used[k] && d.result.Device == st.Devices[i].Device {
-				j = k
-				break
-			}
-		}
-		if j < 0 {
-			return nil, false, stepErr(StepValidate, st.Devices[i].Device, fmt.Errorf("the claim was recovered from its CDI spec with this device, but is not allocated it now; it must be unprepared first"))
-		}
-		used[j] = true
-		st.Devices[i].Request = ours[j].result.Request
-	}
-	st.Namespace, st.Name, st.Recovered = claim.Namespace, claim.Name, false
-	if err := sameAllocation(st, ours); err != nil {
+	st, err := pluginkit.CompleteRecovered(st, claim, resultsOf(ours))
+	if err != nil {
 		return nil, false, stepErr(StepValidate, "", err)
 	}
 	if err := p.store.Put(st, stepDurability); err != nil {
@@ -182,36 +148,18 @@ func (p *Plugin) completeRecovered(ctx context.Context, claim *resourceapi.Resou
 	return p.resultFromState(claim, st), true, nil
 }
 
-// sameAllocation checks that a prepared claim is still allocated the devices it was prepared
-// with: a claim re-allocated without being unprepared must not be answered from the checkpoint.
-func sameAllocation(st checkpoint.ClaimState, ours []prepDevice) error {
-	key := func(request, pool, device string) string { return request + "/" + pool + "/" + device }
-	var recorded, now []string
-	for _, d := range st.Devices {
-		recorded = append(recorded, key(d.Request, d.Pool, d.Device))
-	}
+// resultsOf are the allocation results of the devices.
+func resultsOf(ours []prepDevice) []resourceapi.DeviceRequestAllocationResult {
+	out := make([]resourceapi.DeviceRequestAllocationResult, 0, len(ours))
 	for _, d := range ours {
-		now = append(now, key(d.result.Request, d.result.Pool, d.result.Device))
+		out = append(out, d.result)
 	}
-	slices.Sort(recorded)
-	slices.Sort(now)
-	if !slices.Equal(recorded, now) {
-		return fmt.Errorf("the claim was prepared on this node with %v (request/pool/device) but is now allocated %v; it must be unprepared before it is prepared again", recorded, now)
-	}
-	return nil
+	return out
 }
 
 // resultFromState rebuilds the prepare result of a completed claim from the checkpoint.
 func (p *Plugin) resultFromState(claim *resourceapi.ResourceClaim, st checkpoint.ClaimState) []kubeletplugin.Device {
-	shareIDs := p.shareIDsOf(claim)
-	out := make([]kubeletplugin.Device, 0, len(st.Devices))
-	for _, d := range st.Devices {
-		out = append(out, kubeletplugin.Device{
-			Requests: []string{d.Request}, PoolName: d.Pool, DeviceName: d.Device,
-			CDIDeviceIDs: slices.Clone(d.CDIDeviceIDs), ShareID: shareIDs[d.Request+"\x00"+d.Device],
-		})
-	}
-	return out
+	return pluginkit.Result(st, pluginkit.ShareIDs(claim, p.driverName))
 }
 
 // ownerOf returns the claim (other than except) that records an instance at the placement for
@@ -223,7 +171,7 @@ func (p *Plugin) ownerOf(gpuUUID string, start int, except string) (string, bool
 		}
 		for _, d := range c.Devices {
 			if d.MIG != nil && !d.AdminAccess && d.MIG.ParentUUID == gpuUUID && d.MIG.Placement.Start == start {
-				return claimRef(c.Namespace, c.Name, types.UID(c.UID)), true
+				return pluginkit.ClaimRef(c.Namespace, c.Name, types.UID(c.UID)), true
 			}
 		}
 	}
@@ -258,7 +206,7 @@ func (p *Plugin) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 		return nil, err
 	}
 	defer func() {
-		if err == nil || isCrash(err) {
+		if err == nil || pluginkit.IsCrash(err) {
 			return
 		}
 		if rerr := p.rollback(context.WithoutCancel(ctx), a.st, false, stepDurability); rerr != nil {

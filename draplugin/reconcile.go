@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/internal/pluginkit"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -129,8 +128,6 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	return rep, errors.Join(errs...)
 }
 
-func ref(c checkpoint.ClaimState) string { return claimRef(c.Namespace, c.Name, types.UID(c.UID)) }
-
 // lockAll takes the locks of every GPU of the node and of every GPU a claim records.
 func (p *Plugin) lockAll() (func(), error) {
 	if err := p.store.Refresh(); err != nil {
@@ -160,14 +157,14 @@ func (p *Plugin) forgetRebooted(ctx context.Context, rep *ReconcileReport) error
 			continue
 		}
 		if err := p.writer.Remove(c.UID); err != nil {
-			errs = append(errs, fmt.Errorf("claim %s: remove CDI spec: %w", ref(c), err))
+			errs = append(errs, fmt.Errorf("claim %s: remove CDI spec: %w", pluginkit.Ref(c), err))
 			continue
 		}
 		if err := p.store.Delete(c.UID, reconcileDurability); err != nil {
-			errs = append(errs, fmt.Errorf("claim %s: %w", ref(c), err))
+			errs = append(errs, fmt.Errorf("claim %s: %w", pluginkit.Ref(c), err))
 			continue
 		}
-		rep.Forgotten = append(rep.Forgotten, ref(c))
+		rep.Forgotten = append(rep.Forgotten, pluginkit.Ref(c))
 		klog.FromContext(ctx).Info("Forgot claim prepared before a reboot; kubelet prepares it again", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
 	}
 	return errors.Join(errs...)
@@ -210,15 +207,15 @@ func (p *Plugin) finishInterrupted(ctx context.Context, rep *ReconcileReport) er
 		switch c.Phase {
 		case checkpoint.PrepareStarted:
 			if err := p.rollback(cctx, c, true, reconcileDurability); err != nil {
-				errs = append(errs, fmt.Errorf("roll back claim %s: %w", ref(c), err))
+				errs = append(errs, fmt.Errorf("roll back claim %s: %w", pluginkit.Ref(c), err))
 			} else {
-				rep.RolledBack = append(rep.RolledBack, ref(c))
+				rep.RolledBack = append(rep.RolledBack, pluginkit.Ref(c))
 			}
 		case checkpoint.UnprepareStarted:
 			if err := p.finishUnprepare(cctx, c, reconcileDurability); err != nil {
-				errs = append(errs, fmt.Errorf("finish unprepare of claim %s: %w", ref(c), err))
+				errs = append(errs, fmt.Errorf("finish unprepare of claim %s: %w", pluginkit.Ref(c), err))
 			} else {
-				rep.UnprepareFinished = append(rep.UnprepareFinished, ref(c))
+				rep.UnprepareFinished = append(rep.UnprepareFinished, pluginkit.Ref(c))
 			}
 		}
 	}
@@ -237,15 +234,15 @@ func (p *Plugin) forgetVanished(ctx context.Context, rep *ReconcileReport) error
 		switch {
 		case gone != "":
 			if err := p.forget(ctx, c); err != nil {
-				errs = append(errs, fmt.Errorf("claim %s: %w", ref(c), err))
+				errs = append(errs, fmt.Errorf("claim %s: %w", pluginkit.Ref(c), err))
 				continue
 			}
-			rep.Forgotten = append(rep.Forgotten, ref(c))
+			rep.Forgotten = append(rep.Forgotten, pluginkit.Ref(c))
 			klog.FromContext(ctx).Info("Forgot claim whose MIG device no longer exists; kubelet prepares it again or the pod fails",
 				"claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID, "device", gone)
 		case updated != nil:
 			if err := p.store.Put(*updated, reconcileDurability); err != nil {
-				errs = append(errs, fmt.Errorf("claim %s: %w", ref(c), err))
+				errs = append(errs, fmt.Errorf("claim %s: %w", pluginkit.Ref(c), err))
 			}
 		}
 	}
@@ -291,44 +288,12 @@ func (p *Plugin) forget(ctx context.Context, c checkpoint.ClaimState) error {
 	return p.store.Delete(c.UID, reconcileDurability)
 }
 
-// reconcileSpecs writes the missing specs of prepared claims and removes the specs of claims
-// the checkpoint does not hold.
+// reconcileSpecs writes the missing (or, from an earlier boot, unreadable) specs of prepared
+// claims and removes the specs of claims the checkpoint does not hold, when it is trusted.
 func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error {
-	logger := klog.FromContext(ctx)
-	have, err := p.writer.List()
-	if err != nil {
-		return fmt.Errorf("list CDI specs: %w", err)
-	}
-	var errs []error
-	var keep []string
-	for _, c := range p.store.List() {
-		keep = append(keep, c.UID)
-		if c.Phase != checkpoint.PrepareCompleted {
-			continue
-		}
-		rep.Prepared++
-		if slices.Contains(have, c.UID) && p.specIntact(c) {
-			continue
-		}
-		if werr := p.rewriteSpec(c); werr != nil {
-			errs = append(errs, fmt.Errorf("rewrite CDI spec of claim %s: %w", ref(c), werr))
-			continue
-		}
-		rep.SpecsRewritten = append(rep.SpecsRewritten, ref(c))
-		logger.Info("Rewrote missing or unreadable CDI spec", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
-	}
-	if !p.trusted() {
-		return errors.Join(errs...)
-	}
-	pruned, perr := p.writer.Prune(keep)
-	rep.SpecsPruned = pruned
-	if perr != nil {
-		errs = append(errs, fmt.Errorf("remove orphan CDI specs: %w", perr))
-	}
-	for _, uid := range pruned {
-		logger.Info("Removed orphan CDI spec", "claimUID", uid)
-	}
-	return errors.Join(errs...)
+	done, err := pluginkit.ReconcileSpecs(ctx, p.store, p.writer, p.trusted(), p.specIntact, p.rewriteSpec)
+	rep.Prepared, rep.SpecsRewritten, rep.SpecsPruned = done.Prepared, done.Rewritten, done.Pruned
+	return err
 }
 
 // specIntact says whether the existing spec of a prepared claim can be kept. Specs are not

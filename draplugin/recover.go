@@ -2,15 +2,14 @@ package draplugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/internal/pluginkit"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -27,28 +26,9 @@ func (p *Plugin) adoptOrphans(ctx context.Context, rep *ReconcileReport) error {
 	if p.trusted() {
 		return nil
 	}
-	uids, err := p.writer.List()
-	if err != nil {
-		return fmt.Errorf("list CDI specs: %w", err)
-	}
-	var errs []error
-	for _, uid := range uids {
-		if _, ok := p.store.Get(uid); ok {
-			continue
-		}
-		st, err := p.adopt(ctx, uid)
-		if err == nil {
-			err = p.store.Put(st, reconcileDurability)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("adopt the claim of CDI spec %s: %w", uid, err))
-			rep.NotAdopted = append(rep.NotAdopted, uid)
-			continue
-		}
-		rep.Adopted = append(rep.Adopted, uid)
-		klog.FromContext(ctx).Info("Adopted a prepared claim from its CDI spec; the checkpoint had no record of it", "claimUID", uid, "devices", len(st.Devices))
-	}
-	return errors.Join(errs...)
+	done, err := pluginkit.AdoptOrphans(ctx, p.store, p.writer, func(uid string) (checkpoint.ClaimState, error) { return p.adopt(ctx, uid) })
+	rep.Adopted, rep.NotAdopted = done.Adopted, done.NotAdopted
+	return err
 }
 
 // adopt builds the recovered entry of the claim of one CDI spec.

@@ -12,6 +12,7 @@ import (
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/internal/pluginkit"
 	"github.com/gpudra/gpudra/mig"
 )
 
@@ -23,7 +24,7 @@ func (p *Plugin) unprepareClaim(ctx context.Context, claim kubeletplugin.Namespa
 	err := p.unprepare(ctx, claim)
 	p.metrics.observe(OpUnprepare, p.now().Sub(start), err)
 	if err != nil {
-		err = fmt.Errorf("unprepare claim %s: %w", claimRef(claim.Namespace, claim.Name, claim.UID), err)
+		err = fmt.Errorf("unprepare claim %s: %w", pluginkit.ClaimRef(claim.Namespace, claim.Name, claim.UID), err)
 		logger.Error(err, "Unprepare failed")
 		return err
 	}
@@ -97,31 +98,6 @@ func (p *Plugin) removeUnrecordedSpec(uid string) error {
 		return p.unprepareFail(StepRemoveCDI, "", err)
 	}
 	return nil
-}
-
-// makeDurable makes the results of the unprepares that succeeded survive a power loss before
-// kubelet is told: one sync for all the claims of a call (and for concurrent calls, which the
-// checkpoint group-commits). It covers a claim whatever removed it from the checkpoint (this
-// unprepare, a rollback, another plugin process, reconciliation) and whatever that paid for. When
-// the sync fails, the successes become errors, and kubelet's retry syncs again.
-func (p *Plugin) makeDurable(results map[types.UID]error) {
-	ok := false
-	for _, err := range results {
-		ok = ok || err == nil
-	}
-	if !ok {
-		return
-	}
-	err := p.store.Sync(unprepareDurability)
-	if err == nil {
-		return
-	}
-	err = p.unprepareFail(StepCheckpoint, "", fmt.Errorf("make the unprepare survive a power loss: %w", err))
-	for uid, rerr := range results {
-		if rerr == nil {
-			results[uid] = err
-		}
-	}
 }
 
 func (p *Plugin) unprepareFail(step Step, device string, err error) error {

@@ -141,11 +141,7 @@ func (n *Node) Serve(ctx context.Context, p *draplugin.Plugin, sc draplugin.Star
 	for _, c := range claims {
 		objs = append(objs, c)
 	}
-	// The simple clientset, not NewClientset: nothing here uses server-side apply, and
-	// NewClientset's field manager parses the API schema on first use — most of a second
-	// under the race detector, which the crash tests would pay in every plugin process.
-	client := fake.NewSimpleClientset(objs...)
-	client.PrependReactor("create", "resourceslices", generateName())
+	client := NewFakeClient(objs...)
 	sc.KubeClient, sc.RegistrarDir, sc.PluginDir = client, reg, data
 	sc.Options = append([]kubeletplugin.Option{kubeletplugin.GRPCVerbosity(-1)}, sc.Options...)
 	rep, err := p.Start(ctx, sc)
@@ -158,6 +154,19 @@ func (n *Node) Serve(ctx context.Context, p *draplugin.Plugin, sc draplugin.Star
 		return nil, err
 	}
 	return &Server{Kubelet: k, Client: client, Report: rep, plugin: p}, nil
+}
+
+// NewFakeClient is a fake API client holding objs that a kubelet plugin can publish
+// ResourceSlices through: it honours generateName, as the slice controller of the
+// kubelet-plugin helper needs. A plugin's Start also needs the Node object among objs. It is
+// the client Node.Serve uses, for plugins of other kinds (package draplugin/exclusive).
+func NewFakeClient(objs ...runtime.Object) *fake.Clientset {
+	// The simple clientset, not NewClientset: nothing here uses server-side apply, and
+	// NewClientset's field manager parses the API schema on first use — most of a second
+	// under the race detector, which the crash tests would pay in every plugin process.
+	client := fake.NewSimpleClientset(objs...)
+	client.PrependReactor("create", "resourceslices", generateName())
+	return client
 }
 
 // generateName makes the fake API server honour generateName, which the slice controller uses.

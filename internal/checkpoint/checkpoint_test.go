@@ -1156,3 +1156,37 @@ func TestWriteNotDurableKeepsMemoryAndDiskEqual(t *testing.T) {
 		t.Errorf("memory differs from disk (-disk +memory):\n%s", diff)
 	}
 }
+
+// TestDeviceEditsRoundTrip: the container edits a plugin of another device kind records are
+// stored compacted, read back as stored, validated like Sharing and copied, never shared.
+func TestDeviceEditsRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir)
+	in := ClaimState{UID: "accel", Namespace: "ns", Name: "c", Phase: PrepareCompleted, Devices: []PreparedDevice{{
+		Request: "acc", Pool: "node-a", Device: "accel-3",
+		Edits: json.RawMessage("{ \"deviceNodes\": [ {\"path\": \"/dev/accel3\"} ] }"),
+	}}}
+	if err := s.Put(in, atomicfile.ProcessCrash); err != nil {
+		t.Fatal(err)
+	}
+	in.Devices[0].Edits[2] = 'X'
+	want := in.Clone()
+	want.Devices[0].Edits = json.RawMessage(`{"deviceNodes":[{"path":"/dev/accel3"}]}`)
+	got, _ := s.Get("accel")
+	if diff := cmp.Diff(want, got, ignoreStamps); diff != "" {
+		t.Errorf("in memory (-want +got):\n%s", diff)
+	}
+	got.Devices[0].Edits[0] = 'X'
+	s2, _ := open(t, dir)
+	again, _ := s2.Get("accel")
+	if diff := cmp.Diff(want, again, ignoreStamps); diff != "" {
+		t.Errorf("from disk (-want +got):\n%s", diff)
+	}
+	err := s2.Update(atomicfile.ProcessCrash, func(st *State) error {
+		st.Claims["accel"].Devices[0].Edits = json.RawMessage("{oops")
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), `claims["accel"].devices[0].edits: not valid JSON`) {
+		t.Fatalf("invalid edits: error %v", err)
+	}
+}

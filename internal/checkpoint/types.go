@@ -93,6 +93,11 @@ type PreparedDevice struct {
 	// daemon started, compute mode changed...), opaque to the checkpoint. It must be valid JSON;
 	// Store stores it compacted. Nil when no host action was applied.
 	Sharing json.RawMessage `json:"sharing,omitempty"`
+	// Edits are the container edits of the device's CDI device (a JSON specs.ContainerEdits),
+	// recorded by plugins whose edits come from the driver rather than from the hardware
+	// identity recorded here (package draplugin/exclusive), so that a lost spec can be written
+	// again. Like Sharing it must be valid JSON and is stored compacted; nil when not recorded.
+	Edits json.RawMessage `json:"edits,omitempty"`
 }
 
 // MIGInstance identifies one MIG device precisely enough to destroy it or, after a reboot,
@@ -153,6 +158,7 @@ func (d PreparedDevice) Clone() PreparedDevice {
 	out := d
 	out.CDIDeviceIDs = slices.Clone(d.CDIDeviceIDs)
 	out.Sharing = slices.Clone(d.Sharing)
+	out.Edits = slices.Clone(d.Edits)
 	if d.MIG != nil {
 		m := *d.MIG
 		out.MIG = &m
@@ -194,13 +200,16 @@ func validateClaim(uid string, c ClaimState) error {
 		if d.Sharing != nil && !json.Valid(d.Sharing) {
 			return fmt.Errorf("%s.sharing: not valid JSON", dpath)
 		}
+		if d.Edits != nil && !json.Valid(d.Edits) {
+			return fmt.Errorf("%s.edits: not valid JSON", dpath)
+		}
 	}
 	return nil
 }
 
 // normalize makes the in-memory form of s identical to what decoding its JSON encoding yields:
-// empty slices become nil, Sharing is compacted and a JSON null Sharing becomes nil. It must run
-// after Validate.
+// empty slices become nil, Sharing and Edits are compacted and a JSON null becomes nil. It must
+// run after Validate.
 func (s *State) normalize() {
 	if s.Claims == nil {
 		s.Claims = map[string]ClaimState{}
@@ -220,15 +229,23 @@ func normalizeClaim(c ClaimState) ClaimState {
 		if len(d.CDIDeviceIDs) == 0 {
 			d.CDIDeviceIDs = nil
 		}
-		if d.Sharing != nil {
-			var buf bytes.Buffer
-			if err := json.Compact(&buf, d.Sharing); err == nil {
-				d.Sharing = buf.Bytes()
-			}
-			if len(d.Sharing) == 0 || string(d.Sharing) == "null" {
-				d.Sharing = nil
-			}
-		}
+		d.Sharing = compactJSON(d.Sharing)
+		d.Edits = compactJSON(d.Edits)
 	}
 	return c
+}
+
+// compactJSON is raw, valid JSON, compacted; nil for nil, empty or null.
+func compactJSON(raw json.RawMessage) json.RawMessage {
+	if raw == nil {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err == nil {
+		raw = buf.Bytes()
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return raw
 }

@@ -1,0 +1,132 @@
+package exclusive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/resourcepool"
+)
+
+// Driver is what the author of a driver for exclusively allocated devices writes; the Plugin
+// does everything else. The Plugin calls Prepare and Unprepare with the device's lock held, in
+// this process and across the two plugin processes of a rolling update, so calls for one device
+// never overlap; calls for different devices run in parallel.
+type Driver interface {
+	// Devices lists the node's devices, in publishing order. Names must be DNS labels, unique on
+	// the node and stable across restarts: checkpoint entries and CDI specs name devices by them.
+	Devices(ctx context.Context) ([]resourceapi.Device, error)
+	// Prepare readies one device for a claim and returns the container edits that give a
+	// container the device (its device node, environment variables, mounts). It may be called
+	// again for the same claim and device after a crash or a failed attempt.
+	Prepare(ctx context.Context, claim *resourceapi.ResourceClaim, device string) (specs.ContainerEdits, error)
+	// Unprepare undoes Prepare of the device for the claim. It is called for every device whose
+	// Prepare may have run: after a successful one, after a failed or interrupted one, and for
+	// claims of an earlier boot. It must succeed when there is nothing to undo, and must not
+	// undo what Prepare did for another claim.
+	Unprepare(ctx context.Context, claimUID types.UID, device string) error
+}
+
+// Config configures New. Every field but BootIDPath, Slices, Now and TestHooks is required.
+type Config struct {
+	// DriverName is the DRA driver name, a DNS subdomain (accel.example.com); it is also the
+	// attribute domain of the driver's devices.
+	DriverName string
+	// NodeName is the node the plugin runs on; its pool carries the same name.
+	NodeName string
+	// Driver is the author's half of the driver.
+	Driver Driver
+	// StateDir holds the checkpoint and the per-device lock files. Use a persistent directory,
+	// for example /var/lib/kubelet/plugins/<driver>.
+	StateDir string
+	// CDIWriter stores the per-claim CDI specs; its kind (cdi.WithWriterKind) is the specs'.
+	CDIWriter *cdi.Writer
+	// BootIDPath is where the kernel boot ID is read (default /proc/sys/kernel/random/boot_id):
+	// claims prepared in another boot are unprepared by Reconcile.
+	BootIDPath string
+	// Slices are options of the node's pool (resourcepool.WithMaxDevicesPerSlice).
+	Slices []resourcepool.Option
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// TestHooks are for tests only; production drivers leave them empty.
+	TestHooks TestHooks
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Driver == nil:
+		return errors.New("exclusive plugin config: Driver is required")
+	case c.StateDir == "":
+		return errors.New("exclusive plugin config: StateDir is required (a persistent directory for the checkpoint)")
+	case c.CDIWriter == nil:
+		return errors.New("exclusive plugin config: CDIWriter is required")
+	}
+	if err := resourcepool.ValidateDriverName(c.DriverName); err != nil {
+		return fmt.Errorf("exclusive plugin config: %w", err)
+	}
+	if err := resourcepool.ValidateNodeName(c.NodeName); err != nil {
+		return fmt.Errorf("exclusive plugin config: %w", err)
+	}
+	return nil
+}
+
+// TestHooks let tests stop the plugin where a crash could and see what it syncs.
+type TestHooks struct {
+	// AfterStep, when set, is called at every CrashPoint of prepare and unprepare. An error stops
+	// the operation at once, without any cleanup, as a crash would.
+	AfterStep func(point CrashPoint, claimUID types.UID) error
+	// Synced, when set, is called after every fsync with the file or directory synced.
+	Synced func(path string)
+}
+
+// CrashPoint names a point between two steps of prepare or unprepare at which a test can stop
+// the plugin as a crash would (TestHooks.AfterStep).
+type CrashPoint string
+
+// The crash points, in the order prepare and unprepare pass them.
+const (
+	// CrashAfterPrepareStarted: the claim's devices are recorded (PrepareStarted), nothing done.
+	CrashAfterPrepareStarted CrashPoint = "prepare-started"
+	// CrashAfterDevicePrepared: Driver.Prepare succeeded for one device (once per device).
+	CrashAfterDevicePrepared CrashPoint = "device-prepared"
+	// CrashAfterCDIWritten: the claim's CDI spec was written.
+	CrashAfterCDIWritten CrashPoint = "cdi-written"
+	// CrashAfterPrepareCompleted: the claim was recorded as PrepareCompleted.
+	CrashAfterPrepareCompleted CrashPoint = "prepare-completed"
+	// CrashAfterUnprepareStarted: the claim was recorded as UnprepareStarted.
+	CrashAfterUnprepareStarted CrashPoint = "unprepare-started"
+	// CrashAfterCDIRemoved: the claim's CDI spec was removed (also when a prepare is undone).
+	CrashAfterCDIRemoved CrashPoint = "cdi-removed"
+	// CrashAfterDeviceUnprepared: Driver.Unprepare succeeded for one device (once per device).
+	CrashAfterDeviceUnprepared CrashPoint = "device-unprepared"
+	// CrashAfterUnprepareCompleted: the claim was removed from the checkpoint.
+	CrashAfterUnprepareCompleted CrashPoint = "unprepare-completed"
+)
+
+// StartConfig configures Start.
+type StartConfig struct {
+	// KubeClient talks to the API server (required). Give it a client without a low QPS limit:
+	// the kubelet-plugin helper GETs every claim before prepare.
+	KubeClient kubernetes.Interface
+	// RegistrarDir is where kubelet looks for plugin registration sockets
+	// (default kubeletplugin.KubeletRegistryDir).
+	RegistrarDir string
+	// PluginDir is the plugin's directory for its DRA socket (default
+	// kubeletplugin.KubeletPluginsDir/<driver>). It must exist.
+	PluginDir string
+	// RollingUpdatePodUID, when set, enables kubelet's rolling-update support (the pod's UID
+	// from the downward API).
+	RollingUpdatePodUID types.UID
+	// NoPublish leaves ResourceSlice publishing to the caller (Resources).
+	NoPublish bool
+	// Options are extra kubeletplugin options, applied after the plugin's own.
+	Options []kubeletplugin.Option
+}

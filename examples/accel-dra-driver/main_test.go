@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"sigs.k8s.io/yaml"
+	"tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/draplugin/exclusive"
+	"github.com/gpudra/gpudra/simulate"
+)
+
+const testNode = "node-1"
+
+// fakeNode lays out n imaginary accelerators of model A1 under a temporary root, with the
+// plugin's state, CDI, socket and registration directories beside it.
+func fakeNode(t *testing.T, n int) *options {
+	dir := t.TempDir()
+	o := &options{nodeName: testNode, root: filepath.Join(dir, "root"), cdiRoot: filepath.Join(dir, "cdi"),
+		stateDir: filepath.Join(dir, "state"), pluginDir: filepath.Join(dir, "p"), registrarDir: filepath.Join(dir, "r")}
+	for _, d := range []string{filepath.Join(o.root, "dev"), o.pluginDir, o.registrarDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		sys := filepath.Join(o.root, "sys", "class", "accel", fmt.Sprintf("accel%d", i))
+		if err := os.MkdirAll(sys, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for path, content := range map[string]string{filepath.Join(o.root, "dev", fmt.Sprintf("accel%d", i)): "", filepath.Join(sys, "model"): "A1\n"} {
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return o
+}
+
+// owner is the claim accel<n> is reserved for, read as the imaginary kernel driver keeps it.
+func (o *options) owner(t *testing.T, n int) types.UID {
+	u, err := accelDriver{root: o.root}.owner(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// newPlugin builds the plugin serve builds, with test hooks; it is closed when the test ends.
+func (o *options) newPlugin(t *testing.T, hooks exclusive.TestHooks) (*exclusive.Plugin, exclusive.Config) {
+	cfg, err := o.pluginConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TestHooks = hooks
+	p, err := exclusive.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p, cfg
+}
+
+// accelClass is the DeviceClass of the driver's devices.
+var accelClass = &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: driverName}, Spec: resourceapi.DeviceClassSpec{
+	Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + driverName + `"`}}}}}
+
+// TestServePublishAllocatePrepare runs the driver as serve does against a fake API server and
+// talks to it as kubelet: the published slices are allocated by the scheduler's allocator, the
+// claim is prepared through the DRA socket, its CDI spec gives the container the chosen
+// accelerator, a second prepare is answered the same, and unprepare releases the accelerator
+// and removes the spec.
+func TestServePublishAllocatePrepare(t *testing.T) {
+	o := fakeNode(t, 4)
+	p, cfg := o.newPlugin(t, exclusive.TestHooks{})
+	client := draplugintest.NewFakeClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: "node-uid"}})
+	if _, err := p.Start(t.Context(), exclusive.StartConfig{KubeClient: client, PluginDir: o.pluginDir, RegistrarDir: o.registrarDir,
+		Options: []kubeletplugin.Option{kubeletplugin.GRPCVerbosity(-1)}}); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	kubelet, err := draplugintest.ConnectKubelet(t.Context(), filepath.Join(o.registrarDir, driverName+"-reg.sock"), driverName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.Close()
+
+	slices := publishedSlices(t, client)
+	claim, err := simulate.New(testNode, []*resourceapi.DeviceClass{accelClass}, slices).Allocate(t.Context(),
+		draplugintest.Claim("train", driverName, `device.attributes["`+driverName+`"].index == 2`, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.ResourceV1().ResourceClaims(claim.Namespace).Create(t.Context(), claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wantID := driverName + "/claim=" + string(claim.UID) + "-accel-2"
+	for i := range 2 {
+		resp, err := kubelet.Prepare(t.Context(), claim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := resp.Claims[string(claim.UID)]
+		if got.Error != "" || len(got.Devices) != 1 || !cmp.Equal(got.Devices[0].CdiDeviceIds, []string{wantID}) {
+			t.Fatalf("prepare %d: %+v, want device %s", i, got, wantID)
+		}
+	}
+	if u := o.owner(t, 2); u != claim.UID {
+		t.Errorf("accel2 is reserved for %q, want the claim", u)
+	}
+	spec, err := cfg.CDIWriter.Read(string(claim.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEdits := specs.ContainerEdits{Env: []string{"ACCEL_VISIBLE_DEVICES=2"},
+		DeviceNodes: []*specs.DeviceNode{{Path: "/dev/accel2", HostPath: filepath.Join(o.root, "dev", "accel2")}}}
+	if len(spec.Devices) != 1 || spec.Devices[0].Name != string(claim.UID)+"-accel-2" {
+		t.Fatalf("spec devices %+v", spec.Devices)
+	}
+	if diff := cmp.Diff(wantEdits, spec.Devices[0].ContainerEdits); diff != "" {
+		t.Errorf("container edits of accel-2 (-want +got):\n%s", diff)
+	}
+
+	resp, err := kubelet.Unprepare(t.Context(), claim)
+	if err != nil || resp.Claims[string(claim.UID)].Error != "" {
+		t.Fatalf("unprepare: %v %+v", err, resp)
+	}
+	if u := o.owner(t, 2); u != "" {
+		t.Errorf("accel2 still reserved for %q after unprepare", u)
+	}
+	if uids, _ := cfg.CDIWriter.List(); len(uids) > 0 {
+		t.Errorf("specs left after unprepare: %v", uids)
+	}
+}
+
+// publishedSlices waits for the plugin's slices to reach the API server.
+func publishedSlices(t *testing.T, client kubernetes.Interface) []*resourceapi.ResourceSlice {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		list, err := client.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) > 0 {
+			out := make([]*resourceapi.ResourceSlice, 0, len(list.Items))
+			for i := range list.Items {
+				out = append(out, &list.Items[i])
+			}
+			return out
+		}
+	}
+	t.Fatal("no ResourceSlice was published")
+	return nil
+}
+
+// allocated is a claim allocated one device of the driver in pool, for request "accel".
+func allocated(name, pool, device string) *resourceapi.ResourceClaim {
+	c := draplugintest.Claim(name, driverName, "", "")
+	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "accel", Driver: driverName, Pool: pool, Device: device}}}}
+	return c
+}
+
+// prepare prepares one claim as the kubelet-plugin helper does.
+func prepare(p *exclusive.Plugin, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	res, err := p.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+	if err != nil {
+		return nil, err
+	}
+	return res[c.UID].Devices, res[c.UID].Err
+}
+
+// TestCrashDuringPrepare kills the plugin after the driver reserved the accelerator, before the
+// CDI spec: the restarted plugin's reconciliation releases it and leaves no spec, and kubelet's
+// retry prepares the claim. Killed after the claim was recorded as prepared, the restart keeps
+// the whole claim.
+func TestCrashDuringPrepare(t *testing.T) {
+	for _, point := range []exclusive.CrashPoint{exclusive.CrashAfterDevicePrepared, exclusive.CrashAfterPrepareCompleted} {
+		t.Run(string(point), func(t *testing.T) {
+			o := fakeNode(t, 2)
+			crash := errors.New("killed")
+			p, cfg := o.newPlugin(t, exclusive.TestHooks{AfterStep: func(at exclusive.CrashPoint, _ types.UID) error {
+				if at == point {
+					return crash
+				}
+				return nil
+			}})
+			claim := allocated("c", testNode, "accel-1")
+			if _, err := prepare(p, claim); !errors.Is(err, crash) {
+				t.Fatalf("prepare: %v, want the crash", err)
+			}
+			_ = p.Close()
+			p2, _ := o.newPlugin(t, exclusive.TestHooks{})
+			rep, err := p2.Reconcile(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			uids, _ := cfg.CDIWriter.List()
+			kept := point == exclusive.CrashAfterPrepareCompleted
+			if got := (o.owner(t, 1) == claim.UID && len(uids) == 1 && rep.Prepared == 1); kept != got {
+				t.Fatalf("after restart: reserved for %q, specs %v, report %s; want the whole claim kept: %t", o.owner(t, 1), uids, rep, kept)
+			}
+			if !kept && (o.owner(t, 1) != "" || len(uids) > 0 || len(rep.RolledBack) != 1) {
+				t.Fatalf("after restart: reserved for %q, specs %v, report %s; want nothing left", o.owner(t, 1), uids, rep)
+			}
+			if devices, err := prepare(p2, claim); err != nil || len(devices) != 1 || o.owner(t, 1) != claim.UID {
+				t.Fatalf("retried prepare: %v %v, reserved for %q", devices, err, o.owner(t, 1))
+			}
+		})
+	}
+}
+
+// TestBadClaimsLeaveNothing: a claim allocated another node's accelerator, one this node does
+// not have, or one reserved for another claim fails with an error that says so, and reserves
+// nothing and writes no spec.
+func TestBadClaimsLeaveNothing(t *testing.T) {
+	cases := []struct {
+		name  string
+		claim *resourceapi.ResourceClaim
+		want  string
+	}{
+		{"another node's pool", allocated("c", "node-2", "accel-0"), `device accel-0: it is in pool "node-2", but this plugin serves pool "node-1"`},
+		{"unknown device", allocated("c", testNode, "accel-7"), "device accel-7: the driver does not list it on node node-1"},
+		{"reserved for another claim", allocated("c", testNode, "accel-1"), "accel-1 is reserved for claim other"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := fakeNode(t, 2)
+			if err := os.WriteFile(filepath.Join(o.root, "sys", "class", "accel", "accel1", "owner"), []byte("other\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p, cfg := o.newPlugin(t, exclusive.TestHooks{})
+			if _, err := prepare(p, c.claim); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("prepare: error %v, want one containing %q", err, c.want)
+			}
+			uids, _ := cfg.CDIWriter.List()
+			if o.owner(t, 0) != "" || o.owner(t, 1) != "other" || len(uids) > 0 {
+				t.Errorf("left behind: accel0 reserved for %q, accel1 for %q, specs %v", o.owner(t, 0), o.owner(t, 1), uids)
+			}
+		})
+	}
+}
+
+// TestRender: render prints one ResourceSlice of the node's accelerators, with their index and
+// model; a missing node name is a usage error.
+func TestRender(t *testing.T) {
+	o := fakeNode(t, 3)
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"render", "--node-name", testNode, "--root", o.root}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var slice resourceapi.ResourceSlice
+	if err := yaml.UnmarshalStrict(bytes.TrimPrefix(out.Bytes(), []byte("---\n")), &slice); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range slice.Spec.Devices {
+		got = append(got, fmt.Sprintf("%s index=%d model=%s", d.Name, *d.Attributes["index"].IntValue, *d.Attributes["model"].StringValue))
+	}
+	want := []string{"accel-0 index=0 model=A1", "accel-1 index=1 model=A1", "accel-2 index=2 model=A1"}
+	if diff := cmp.Diff(want, got); diff != "" || slice.Spec.Driver != driverName || *slice.Spec.NodeName != testNode {
+		t.Errorf("slice %s on %s, devices (-want +got):\n%s", slice.Spec.Driver, *slice.Spec.NodeName, diff)
+	}
+	if code := run(context.Background(), []string{"render", "--root", o.root, "--node-name", ""}, &out, &errOut); code != exitUsage {
+		t.Errorf("render without a node name: exit %d, want %d", code, exitUsage)
+	}
+}

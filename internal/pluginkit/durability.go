@@ -1,0 +1,143 @@
+package pluginkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/internal/atomicfile"
+	"github.com/gpudra/gpudra/internal/checkpoint"
+)
+
+// What each write of a plugin must survive, and so what it pays for (docs/reliability.md,
+// "Durability"). A power loss is a reboot, after which kubelet prepares again the claims of the
+// pods it restarts and unprepares those of pods that are gone; the checkpoint only has to keep
+// reconciliation from reviving what kubelet was told is gone.
+const (
+	// StepDurability is for the records prepare and unprepare make on their way and for CDI
+	// specs: they must survive a crash of the process, which the rename gives for free.
+	StepDurability = atomicfile.ProcessCrash
+	// UnprepareDurability is for the checkpoint once unprepares succeeded, before kubelet is
+	// told (MakeDurable, once per call): kubelet then forgets the claims, so a checkpoint
+	// reverted to before the unprepare would keep them prepared forever.
+	UnprepareDurability = atomicfile.PowerLossChecked
+	// ReconcileDurability is for what reconciliation changes: after a power loss it draws the
+	// same conclusions from the same evidence again.
+	ReconcileDurability = atomicfile.ProcessCrash
+)
+
+// hookSyncer is the operating system's fsync followed by a hook.
+type hookSyncer struct {
+	atomicfile.OSSyncer
+	synced func(path string)
+}
+
+var _ atomicfile.Syncer = hookSyncer{}
+
+// SyncFile implements atomicfile.Syncer.
+func (h hookSyncer) SyncFile(f *os.File) error {
+	if err := h.OSSyncer.SyncFile(f); err != nil {
+		return err
+	}
+	h.synced(f.Name())
+	return nil
+}
+
+// SyncDir implements atomicfile.Syncer.
+func (h hookSyncer) SyncDir(dir string) error {
+	if err := h.OSSyncer.SyncDir(dir); err != nil {
+		return err
+	}
+	h.synced(dir)
+	return nil
+}
+
+// Syncer is the operating system's fsync, reported to synced (a test hook) when it is not nil.
+func Syncer(synced func(path string)) atomicfile.Syncer {
+	if synced == nil {
+		return atomicfile.OSSyncer{}
+	}
+	return hookSyncer{synced: synced}
+}
+
+// StoreConfig configures OpenStore.
+type StoreConfig struct {
+	// Dir is the state directory.
+	Dir string
+	// BootIDPath is where the kernel boot ID is read; empty means the checkpoint's default.
+	BootIDPath string
+	// Now is the clock.
+	Now func() time.Time
+	// Synced is the test hook told of every fsync; nil for none.
+	Synced func(path string)
+}
+
+// OpenStore opens the checkpoint in the state directory with the plugin's logger, clock and
+// syncer.
+func OpenStore(ctx context.Context, c StoreConfig) (*checkpoint.Store, checkpoint.LoadReport, error) {
+	opts := []checkpoint.Option{checkpoint.WithLogger(klog.FromContext(ctx)), checkpoint.WithClock(c.Now),
+		checkpoint.WithSyncer(Syncer(c.Synced))}
+	if c.BootIDPath != "" {
+		opts = append(opts, checkpoint.WithBootIDPath(c.BootIDPath))
+	}
+	store, rep, err := checkpoint.Open(c.Dir, opts...)
+	if err != nil {
+		return nil, rep, fmt.Errorf("open checkpoint: %w", err)
+	}
+	return store, rep, nil
+}
+
+// MakeDurable makes the results of the unprepares that succeeded survive a power loss before
+// kubelet is told: one sync for all the claims of a call (and for concurrent calls, which the
+// checkpoint group-commits). When the sync fails, the successes become the error fail makes of
+// it, and kubelet's retry syncs again.
+func MakeDurable(store *checkpoint.Store, results map[types.UID]error, fail func(error) error) {
+	ok := false
+	for _, err := range results {
+		ok = ok || err == nil
+	}
+	if !ok {
+		return
+	}
+	err := store.Sync(UnprepareDurability)
+	if err == nil {
+		return
+	}
+	err = fail(fmt.Errorf("make the unprepare survive a power loss: %w", err))
+	for uid, rerr := range results {
+		if rerr == nil {
+			results[uid] = err
+		}
+	}
+}
+
+// crashError marks an error of a test's crash hook: the operation stops at once, without any
+// cleanup, as a crash would.
+type crashError struct{ err error }
+
+func (e *crashError) Error() string { return e.err.Error() }
+func (e *crashError) Unwrap() error { return e.err }
+
+// AtCrashPoint calls a test's crash hook, when there is one, at a point of an operation on a
+// claim. An error of the hook comes back marked as a crash (IsCrash): the caller returns it at
+// once, without cleanup.
+func AtCrashPoint[P any](hook func(point P, claimUID types.UID) error, point P, uid types.UID) error {
+	if hook == nil {
+		return nil
+	}
+	if err := hook(point, uid); err != nil {
+		return &crashError{err}
+	}
+	return nil
+}
+
+// IsCrash reports whether err is, or wraps, the error of a crash hook (AtCrashPoint).
+func IsCrash(err error) bool {
+	var c *crashError
+	return errors.As(err, &c)
+}
