@@ -3,12 +3,10 @@ package draplugintest
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -19,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -144,8 +141,7 @@ func (n *Node) Serve(ctx context.Context, p *draplugin.Plugin, sc draplugin.Star
 	// The simple clientset, not NewClientset: nothing here uses server-side apply, and
 	// NewClientset's field manager parses the API schema on first use — most of a second
 	// under the race detector, which the crash tests would pay in every plugin process.
-	client := fake.NewSimpleClientset(objs...)
-	client.PrependReactor("create", "resourceslices", generateName())
+	client := NewAPIClient(n.apiDisabled, objs...)
 	sc.KubeClient, sc.RegistrarDir, sc.PluginDir = client, reg, data
 	sc.Options = append([]kubeletplugin.Option{kubeletplugin.GRPCVerbosity(-1)}, sc.Options...)
 	rep, err := p.Start(ctx, sc)
@@ -158,23 +154,4 @@ func (n *Node) Serve(ctx context.Context, p *draplugin.Plugin, sc draplugin.Star
 		return nil, err
 	}
 	return &Server{Kubelet: k, Client: client, Report: rep, plugin: p}, nil
-}
-
-// generateName makes the fake API server honour generateName, which the slice controller uses.
-func generateName() k8stesting.ReactionFunc {
-	var mu sync.Mutex
-	seq := 0
-	return func(a k8stesting.Action) (bool, runtime.Object, error) {
-		s, ok := a.(k8stesting.CreateAction).GetObject().(*resourceapi.ResourceSlice)
-		if !ok {
-			return false, nil, errors.New("not a ResourceSlice")
-		}
-		if s.Name == "" && s.GenerateName != "" {
-			mu.Lock()
-			seq++
-			s.Name = fmt.Sprintf("%s%05d", s.GenerateName, seq)
-			mu.Unlock()
-		}
-		return false, nil, nil
-	}
 }
