@@ -229,11 +229,7 @@ func (s *serveFlags) serve(ctx context.Context, stdout, stderr io.Writer) error 
 		logger.Info("WARNING: serving a FAKE GPU machine (--nvml=fake): the devices published for this node do not exist", "machine", s.node.machine, "migConfig", s.node.migConfig)
 		fmt.Fprintf(stderr, "WARNING: gpu-dra-driver serve is publishing the FAKE machine %q for node %s; its devices do not exist\n", s.node.machine, s.node.nodeName)
 	}
-	features, err := s.negotiateFeatures(ctx, client, n)
-	if err != nil {
-		return err
-	}
-	plugin, reg, err := s.newPlugin(ctx, n, features)
+	plugin, reg, err := s.newPlugin(ctx, n, client)
 	if err != nil {
 		return err
 	}
@@ -294,8 +290,9 @@ func (s *serveFlags) negotiateFeatures(ctx context.Context, client kubernetes.In
 }
 
 // newPlugin wires the plugin core to the node: CDI generation from the driver root, sharing
-// through the host's tools, metrics, and the API server's ResourceSlice features.
-func (s *serveFlags) newPlugin(ctx context.Context, n *node, features *draplugin.APIFeatures) (*draplugin.Plugin, *prometheus.Registry, error) {
+// through the host's tools, metrics, and, once the node is known to be usable, the ResourceSlice
+// features the API server keeps.
+func (s *serveFlags) newPlugin(ctx context.Context, n *node, client kubernetes.Interface) (*draplugin.Plugin, *prometheus.Registry, error) {
 	root, err := s.driverRootFor(ctx, n)
 	if err != nil {
 		return nil, nil, err
@@ -317,6 +314,10 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node, features *draplugin
 		return nil, nil, err
 	}
 	mgr := sharing.NewManager(gpudra.DefaultDriverName, append(actions, sharing.WithMPSRoot(filepath.Join(s.pluginDir, "mps")))...)
+	features, err := s.negotiateFeatures(ctx, client, n)
+	if err != nil {
+		return nil, nil, err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	plugin, err := draplugin.New(ctx, draplugin.Config{
