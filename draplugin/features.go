@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -97,7 +96,8 @@ var ErrResourceSlicesNotServed = errors.New("the API server does not serve resou
 // strips the fields of disabled feature gates instead of rejecting the slice, so a driver that
 // published them anyway would publish less than it thinks (dynamic MIG partitions without their
 // counters could be allocated together). The dropped features are told apart as the
-// kubelet-plugin helper's resourceslice.DroppedFieldsError does, and by every field of the probe.
+// kubelet-plugin helper's resourceslice.DroppedFieldsError names them, by every field of the
+// probe.
 //
 // A server that is unreachable or fails transiently is retried (WithNegotiationBackoff); an
 // answer that cannot change by retrying (ResourceSlices not served, the probe forbidden or
@@ -231,8 +231,10 @@ func featureOfField(name string) (gpudra.Feature, bool) {
 
 // compareProbe adds to dropped the features whose fields the server dropped from sent, with
 // those fields, and returns the dropped fields of no feature. A feature counts as dropped when
-// the kubelet-plugin helper's own check (DroppedFieldsError.DisabledFeatures) says so or when
-// any field it guards is missing.
+// any field it guards is missing. The kubelet-plugin helper's resourceslice.DroppedFieldsError
+// names the same features (the tests hold the two together) but looks only at the fields that
+// tell its gate apart (allowMultipleAllocations, not requestPolicy), and says nothing of which
+// fields went.
 func compareProbe(sent, got *resourceapi.ResourceSlice, dropped map[gpudra.Feature][]string) ([]string, error) {
 	if got == nil {
 		return nil, fmt.Errorf("dry-run create of probe ResourceSlice %s: the API server returned no object", sent.GenerateName)
@@ -249,13 +251,6 @@ func compareProbe(sent, got *resourceapi.ResourceSlice, dropped map[gpudra.Featu
 			continue
 		}
 		dropped[f] = append(dropped[f], path)
-	}
-	helper := &resourceslice.DroppedFieldsError{DesiredSlice: sent, ActualSlice: got}
-	for _, name := range helper.DisabledFeatures() {
-		f := gpudra.Feature(name)
-		if _, ok := dropped[f]; !ok && slices.Contains(gpudra.OptionalFeatures(), f) {
-			dropped[f] = []string{"fields the kubelet-plugin helper's DroppedFieldsError check attributes to " + name}
-		}
 	}
 	return other, nil
 }
@@ -341,7 +336,7 @@ func sliceOptions(logger klog.Logger, cfg Config, taints func(device string) []r
 	if len(off) == 0 {
 		off = []string{"nothing: the driver uses none of them"}
 	}
-	kv := []any{"dropped", dropped, "turnedOff", off, "kept", f.Kept}
+	kv := []any{"dropped", dropped, "turnedOff", off, "kept", append([]gpudra.Feature{}, f.Kept...)}
 	if len(f.OtherFields) > 0 {
 		kv = append(kv, "otherDroppedFields", f.OtherFields)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
@@ -104,6 +106,40 @@ func TestNegotiateFeaturesPerGateCombination(t *testing.T) {
 			stored, err := client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
 			if err != nil || len(stored.Items) != 0 {
 				t.Errorf("the dry runs stored %d slices (err %v), want none", len(stored.Items), err)
+			}
+		})
+	}
+}
+
+// TestNegotiateFeaturesAgreesWithTheHelper holds NegotiateFeatures to the kubelet-plugin
+// helper's own verdict: for every combination of gates off, resourceslice.DroppedFieldsError
+// (what the helper reports when a published slice comes back with fewer fields) names, for the
+// probes sent and what the server returned, exactly the features NegotiateFeatures drops.
+func TestNegotiateFeaturesAgreesWithTheHelper(t *testing.T) {
+	for _, off := range gateSubsets() {
+		t.Run(subsetName(off), func(t *testing.T) {
+			client := draplugintest.NewAPIClient(off)
+			var helperSays []gpudra.Feature
+			client.PrependReactor("create", "resourceslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				sent := a.(k8stesting.CreateAction).GetObject().(*resourceapi.ResourceSlice)
+				reply := draplugintest.DropDisabledFields(sent, off...)
+				e := &resourceslice.DroppedFieldsError{DesiredSlice: sent, ActualSlice: reply}
+				for _, name := range e.DisabledFeatures() {
+					if !contains(helperSays, gpudra.Feature(name)) {
+						helperSays = append(helperSays, gpudra.Feature(name))
+					}
+				}
+				return true, reply, nil
+			})
+			got, err := draplugin.NegotiateFeatures(context.Background(), client, gpudra.DefaultDriverName, "node-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sort.Slice(helperSays, func(i, j int) bool { return helperSays[i] < helperSays[j] })
+			without := got.Without()
+			sort.Slice(without, func(i, j int) bool { return without[i] < without[j] })
+			if diff := cmp.Diff(helperSays, without); diff != "" {
+				t.Errorf("dropped features (-helper +NegotiateFeatures):\n%s", diff)
 			}
 		})
 	}
