@@ -1,6 +1,7 @@
 package gpudra_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -129,4 +130,15 @@ func TestOptionalFeaturesAreTheGateNames(t *testing.T) {
 	if diff := cmp.Diff(want, gpudra.OptionalFeatures()); diff != "" {
 		t.Errorf("OptionalFeatures (-want +got):\n%s", diff)
 	}
+}
+
+func ExampleWithoutFeatures() {
+	// An API server with DRAPartitionableDevices off would drop the counters of dynamic MIG
+	// partitions: publish the A100s as they are partitioned now instead.
+	b := gpudra.NewBuilder(gpudra.WithDynamicMIG(nil), gpudra.WithoutFeatures(gpudra.FeaturePartitionableDevices))
+	fmt.Println("uses:", b.Features())
+	fmt.Println("dynamic MIG:", b.DynamicMIG() != nil)
+	// Output:
+	// uses: []
+	// dynamic MIG: false
 }
