@@ -95,9 +95,9 @@ var ErrResourceSlicesNotServed = errors.New("the API server does not serve resou
 // binding conditions). A feature whose fields come back missing is dropped: the API server
 // strips the fields of disabled feature gates instead of rejecting the slice, so a driver that
 // published them anyway would publish less than it thinks (dynamic MIG partitions without their
-// counters could be allocated together). The dropped features are told apart as the
-// kubelet-plugin helper's resourceslice.DroppedFieldsError names them, by every field of the
-// probe.
+// counters could be allocated together). A feature counts as dropped when any field it guards
+// is missing from the reply; features carry the gate names the kubelet-plugin helper's
+// resourceslice.DroppedFieldsError reports.
 //
 // A server that is unreachable or fails transiently is retried (WithNegotiationBackoff); an
 // answer that cannot change by retrying (ResourceSlices not served, the probe forbidden or
