@@ -38,7 +38,8 @@
 // With WithTopology(topo) (topo from topology.Discover) every device also names its NVLink
 // island, NVLink fabric domain and PCIe switch (AttrNVLinkIsland, AttrNVLinkDomain,
 // AttrPCIeSwitch) for matchAttribute constraints, and GPUs are published in an order that makes
-// the scheduler's first fit keep whole islands free.
+// the scheduler's first fit keep whole islands free. WithoutFeatures leaves out the fields an
+// API server with some DRA feature gates off would drop (draplugin.NegotiateFeatures asks it).
 //
 // # Serve a node
 //

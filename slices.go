@@ -65,6 +65,8 @@ type Builder struct {
 	topo        *placements // WithTopology, nil without
 	// listAttributes publishes list-valued attributes (WithListAttributes).
 	listAttributes bool
+	// without are the features WithoutFeatures turns off, after every other option.
+	without []Feature
 }
 
 // Option configures a Builder.
@@ -98,6 +100,7 @@ func NewBuilder(opts ...Option) *Builder {
 	for _, o := range opts {
 		o(b)
 	}
+	b.degrade()
 	return b
 }
 

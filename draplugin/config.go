@@ -28,6 +28,11 @@ type Config struct {
 	// dynamic MIG (WithDynamicMIG), consumable memory, PCIe roots, slice size and taints. The
 	// plugin adds its health taints to any WithDeviceTaints given here.
 	Slices []gpudra.Option
+	// APIFeatures, when set, are the optional ResourceSlice features the API server keeps, as
+	// NegotiateFeatures found them: the plugin publishes no field of the others
+	// (gpudra.WithoutFeatures), whatever Slices asks, and logs once what it turned off and why.
+	// Nil publishes what Slices asks for.
+	APIFeatures *APIFeatures
 	// NVML is an initialized NVML ((*gpu.Session).Interface(), or a gpu/gputest machine). It is
 	// used to enumerate GPUs when Inventory is nil, by the default MIG controller, and for health
 	// events. The caller owns Init and Shutdown.

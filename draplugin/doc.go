@@ -40,6 +40,20 @@
 // NVML XID and GPU-lost events, and MarkUnhealthy, taint the devices of the GPU in the
 // published slices and are reported through WatchHealthStatus; MarkHealthy removes the taints.
 //
+// # What the API server keeps
+//
+// An API server with a DRA feature gate off (or older than the feature) does not reject a
+// ResourceSlice that uses it: it drops the feature's fields, so dynamic MIG partitions would be
+// published without the counters that keep them apart. NegotiateFeatures asks the server (a
+// dry-run create of probe slices) which optional features it keeps; Config.APIFeatures then
+// makes the plugin publish only those, turning dynamic MIG, consumable memory or health taints
+// off with one log line that says what and why:
+//
+//	features, err := draplugin.NegotiateFeatures(ctx, client, gpudra.DefaultDriverName, node)
+//	plugin, err := draplugin.New(ctx, draplugin.Config{ /* ... */ APIFeatures: features})
+//
+// draplugintest.NewAPIClient is a fake API server with chosen gates off.
+//
 // # Configuration
 //
 // Config takes the slice builder's options (gpudra.Option) as the single source of what is

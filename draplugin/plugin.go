@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	// them to learn the driver name and devices, then with them.
 	p.driverName = gpudra.NewBuilder(cfg.Slices...).DriverName()
 	p.health = newHealth(cfg.Health, p.driverName, p.now)
-	p.sliceOpts = append(slices.Clone(cfg.Slices), gpudra.WithDeviceTaints(p.health.taints))
+	p.sliceOpts = sliceOptions(klog.FromContext(ctx), cfg, p.health.taints)
 	p.builder = gpudra.NewBuilder(p.sliceOpts...)
 	if p.devices, err = newDeviceIndex(p.builder, inv); err != nil {
 		return nil, err

@@ -21,6 +21,10 @@
 // GetInfo, then NodePrepareResources / NodeUnprepareResources). ConnectKubelet does the same
 // for a plugin started elsewhere, for example a driver process in an end-to-end test.
 //
+// Serve's fake API client is NewAPIClient: it answers discovery for resource.k8s.io/v1 and,
+// like an API server with feature gates off (WithAPIFeaturesOff), drops the fields of those
+// features from the ResourceSlices written to it, dry runs included (DropDisabledFields).
+//
 // # Crashes
 //
 // CrashAt returns test hooks that stop a prepare or unprepare at a chosen crash point, without
@@ -30,7 +34,8 @@
 // # What it does not model
 //
 // There is no API server: claims are not read from one (Serve's fake client holds the claims
-// given to it) and published ResourceSlices are only recorded. The fake machine's MIG state and
+// given to it) and published ResourceSlices are only recorded, minus the fields of disabled
+// features; nothing is validated. The fake machine's MIG state and
 // the fake host live in memory, so they survive a "restart" within one process but not a real
 // process kill. CDI specs are checked by reading the files, not by a container runtime, and
 // device nodes are plain files. Timing, NVML latencies and kernel behaviour (tmpfs, fsync) are

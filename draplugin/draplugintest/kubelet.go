@@ -3,12 +3,10 @@ package draplugintest
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -19,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -141,7 +138,7 @@ func (n *Node) Serve(ctx context.Context, p *draplugin.Plugin, sc draplugin.Star
 	for _, c := range claims {
 		objs = append(objs, c)
 	}
-	client := NewFakeClient(objs...)
+	client := NewAPIClient(n.apiDisabled, objs...)
 	sc.KubeClient, sc.RegistrarDir, sc.PluginDir = client, reg, data
 	sc.Options = append([]kubeletplugin.Option{kubeletplugin.GRPCVerbosity(-1)}, sc.Options...)
 	rep, err := p.Start(ctx, sc)
@@ -157,33 +154,8 @@ func (n *Node) Serve(ctx context.Context, p *draplugin.Plugin, sc draplugin.Star
 }
 
 // NewFakeClient is a fake API client holding objs that a kubelet plugin can publish
-// ResourceSlices through: it honours generateName, as the slice controller of the
-// kubelet-plugin helper needs. A plugin's Start also needs the Node object among objs. It is
-// the client Node.Serve uses, for plugins of other kinds (package draplugin/exclusive).
-func NewFakeClient(objs ...runtime.Object) *fake.Clientset {
-	// The simple clientset, not NewClientset: nothing here uses server-side apply, and
-	// NewClientset's field manager parses the API schema on first use — most of a second
-	// under the race detector, which the crash tests would pay in every plugin process.
-	client := fake.NewSimpleClientset(objs...)
-	client.PrependReactor("create", "resourceslices", generateName())
-	return client
-}
-
-// generateName makes the fake API server honour generateName, which the slice controller uses.
-func generateName() k8stesting.ReactionFunc {
-	var mu sync.Mutex
-	seq := 0
-	return func(a k8stesting.Action) (bool, runtime.Object, error) {
-		s, ok := a.(k8stesting.CreateAction).GetObject().(*resourceapi.ResourceSlice)
-		if !ok {
-			return false, nil, errors.New("not a ResourceSlice")
-		}
-		if s.Name == "" && s.GenerateName != "" {
-			mu.Lock()
-			seq++
-			s.Name = fmt.Sprintf("%s%05d", s.GenerateName, seq)
-			mu.Unlock()
-		}
-		return false, nil, nil
-	}
-}
+// ResourceSlices through, with every feature of the ResourceSlice API on (NewAPIClient with
+// none disabled): it honours generateName, as the slice controller of the kubelet-plugin helper
+// needs. A plugin's Start also needs the Node object among objs. It is for plugins of other
+// kinds (package draplugin/exclusive); Node.Serve uses NewAPIClient.
+func NewFakeClient(objs ...runtime.Object) *fake.Clientset { return NewAPIClient(nil, objs...) }

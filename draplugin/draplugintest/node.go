@@ -57,6 +57,8 @@ type Node struct {
 	// persist keeps the machine's and the host's state in files under Dir (WithPersistence).
 	persist  bool
 	hostHook func(call string) error
+	// apiDisabled are the features Serve's fake API server drops (WithAPIFeaturesOff).
+	apiDisabled []gpudra.Feature
 }
 
 // NodeOption configures NewNode.
@@ -75,6 +77,12 @@ func WithSliceOptions(opts ...gpudra.Option) NodeOption {
 // WithMachineOptions starts the fake machine with these options (MIG layouts, faults, ...).
 func WithMachineOptions(opts ...gputest.Option) NodeOption {
 	return func(n *Node) { n.machineOpts = append(n.machineOpts, opts...) }
+}
+
+// WithAPIFeaturesOff makes the fake API server of Serve drop the fields of the given optional
+// ResourceSlice features, as a server with their feature gates off does (NewAPIClient).
+func WithAPIFeaturesOff(features ...gpudra.Feature) NodeOption {
+	return func(n *Node) { n.apiDisabled = append(n.apiDisabled, features...) }
 }
 
 // WithNodeName names the node (default DefaultNodeName).

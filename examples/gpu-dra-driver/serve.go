@@ -58,7 +58,9 @@ type serveFlags struct {
 	taintEffect       string
 	recovery          time.Duration
 	allowDevicePlugin bool
-	fs                *pflag.FlagSet
+	// negotiate asks the API server which optional ResourceSlice features it keeps.
+	negotiate bool
+	fs        *pflag.FlagSet
 }
 
 func newServeCmd() *cobra.Command {
@@ -111,6 +113,8 @@ func (s *serveFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&s.taintEffect, "health-taint-effect", string(resourceapi.DeviceTaintEffectNoSchedule), "effect of the taint an unhealthy GPU gets (NoSchedule, NoExecute: also evict its pods, None: inform only)")
 	completeValues(cmd, "health-taint-effect", string(resourceapi.DeviceTaintEffectNoSchedule), string(resourceapi.DeviceTaintEffectNoSchedule), string(resourceapi.DeviceTaintEffectNoExecute), string(resourceapi.DeviceTaintEffectNone))
 	fs.DurationVar(&s.recovery, "health-recovery-window", draplugin.DefaultRecoveryWindow, "a GPU tainted for XIDs or ECC errors is untainted after this long without new ones (negative: only after an operator's action)")
+	fs.BoolVar(&s.negotiate, "negotiate-features", true, "ask the API server at start (a dry-run ResourceSlice) which optional slice features it keeps and publish only those: "+
+		"dynamic MIG, consumable memory and health taints are turned off, with one log line, where their feature gates are off; false publishes everything asked for")
 	fs.BoolVar(&s.allowDevicePlugin, "allow-device-plugin", false, "publish GPUs even when the node reports nvidia.com/ resources from a device plugin (both would hand out the same GPUs)")
 	// klog's verbosity is process-wide; serve exposes only -v of klog's flags (-v=2 and --v=2).
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -225,7 +229,7 @@ func (s *serveFlags) serve(ctx context.Context, stdout, stderr io.Writer) error 
 		logger.Info("WARNING: serving a FAKE GPU machine (--nvml=fake): the devices published for this node do not exist", "machine", s.node.machine, "migConfig", s.node.migConfig)
 		fmt.Fprintf(stderr, "WARNING: gpu-dra-driver serve is publishing the FAKE machine %q for node %s; its devices do not exist\n", s.node.machine, s.node.nodeName)
 	}
-	plugin, reg, err := s.newPlugin(ctx, n)
+	plugin, reg, err := s.newPlugin(ctx, n, client)
 	if err != nil {
 		return err
 	}
@@ -268,9 +272,27 @@ func (s *serveFlags) run(ctx context.Context, plugin *draplugin.Plugin, reg *pro
 	return nil
 }
 
+// negotiateFeatures asks the API server which optional ResourceSlice features it keeps
+// (--negotiate-features), retrying one that does not answer for about half a minute; nil
+// without the flag. A server that cannot be asked is an error: publishing blind could lose
+// fields unnoticed (dynamic MIG partitions without their counters), so serve exits and is
+// restarted rather than guessing.
+func (s *serveFlags) negotiateFeatures(ctx context.Context, client kubernetes.Interface, n *node) (*draplugin.APIFeatures, error) {
+	if !s.negotiate {
+		return nil, nil
+	}
+	driver := gpudra.NewBuilder(s.node.builderOptions(n)...).DriverName()
+	f, err := draplugin.NegotiateFeatures(ctx, client, driver, s.node.nodeName)
+	if err != nil {
+		return nil, fmt.Errorf("%w (--negotiate-features=false publishes without asking)", err)
+	}
+	return f, nil
+}
+
 // newPlugin wires the plugin core to the node: CDI generation from the driver root, sharing
-// through the host's tools, metrics.
-func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*draplugin.Plugin, *prometheus.Registry, error) {
+// through the host's tools, metrics, and, once the node is known to be usable, the ResourceSlice
+// features the API server keeps.
+func (s *serveFlags) newPlugin(ctx context.Context, n *node, client kubernetes.Interface) (*draplugin.Plugin, *prometheus.Registry, error) {
 	root, err := s.driverRootFor(ctx, n)
 	if err != nil {
 		return nil, nil, err
@@ -292,11 +314,15 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node) (*draplugin.Plugin,
 		return nil, nil, err
 	}
 	mgr := sharing.NewManager(gpudra.DefaultDriverName, append(actions, sharing.WithMPSRoot(filepath.Join(s.pluginDir, "mps")))...)
+	features, err := s.negotiateFeatures(ctx, client, n)
+	if err != nil {
+		return nil, nil, err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	plugin, err := draplugin.New(ctx, draplugin.Config{
 		NodeName: s.node.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: s.stateDir,
-		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, Slices: s.node.builderOptions(n), Metrics: reg,
+		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, Slices: s.node.builderOptions(n), Metrics: reg, APIFeatures: features,
 		Health: draplugin.HealthConfig{TaintEffect: resourceapi.DeviceTaintEffect(s.taintEffect), RecoveryWindow: s.recovery},
 	})
 	if err != nil {

@@ -10,6 +10,10 @@
 // (framework/fakekubelet). No kubelet and no container runtime run: Pods are scheduled and
 // bound, never started.
 //
+// TestNegotiationOnAGatedServer starts a second, smaller control plane whose components run with
+// the optional DRA slice feature gates off (framework.WithFeatureGates) and checks that serve
+// degrades to what that server keeps.
+//
 // Run it with `make e2e` from the repository root; E2E_RUN selects tests and E2E_KEEP=1 keeps
 // the cluster directory (logs of every component and driver) even when the tests pass.
 //

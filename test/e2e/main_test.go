@@ -101,16 +101,22 @@ func newSuite(ctx context.Context) (*Suite, error) {
 	if err := s.buildDriver(ctx); err != nil {
 		return s, err
 	}
-	if s.CP, err = framework.StartControlPlane(ctx, s.Bins, filepath.Join(s.Dir, "cp")); err != nil {
-		return s, err
+	return s, s.startCluster(ctx, filepath.Join(s.Dir, "cp"))
+}
+
+// startCluster starts the suite's control plane in dir with opts and installs the chart.
+func (s *Suite) startCluster(ctx context.Context, dir string, opts ...framework.ControlPlaneOption) error {
+	var err error
+	if s.CP, err = framework.StartControlPlane(ctx, s.Bins, dir, opts...); err != nil {
+		return err
 	}
 	if s.Client, err = kubernetes.NewForConfig(s.CP.Admin); err != nil {
-		return s, err
+		return err
 	}
 	if s.Applier, err = framework.NewApplier(s.CP.Admin); err != nil {
-		return s, err
+		return err
 	}
-	return s, s.installChart(ctx)
+	return s.installChart(ctx)
 }
 
 // buildDriver builds the driver as `make build` does, fresh for every run.

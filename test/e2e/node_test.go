@@ -125,7 +125,7 @@ func (s *Suite) StartNode(t testing.TB, spec NodeSpec) *TestNode {
 		t.Fatalf("the driver's fake control never answered: %v", err)
 	}
 	if !spec.NoWaitForSlices {
-		if _, err := WaitForPool(ctx, spec.Name); err != nil {
+		if _, err := s.WaitForPool(ctx, spec.Name); err != nil {
 			t.Fatalf("%v\ndriver log:\n%s", err, d.Proc.Tail(3000))
 		}
 	}
@@ -148,9 +148,9 @@ func (s *Suite) startDriver(ctx context.Context, spec NodeSpec, podUID string) (
 	var err error
 	if sa == "" {
 		sa = s.ServiceAccount
-		pod, err = daemonSetPod(ctx, spec.Name)
+		pod, err = s.daemonSetPod(ctx, spec.Name)
 	} else {
-		pod, err = standInPod(ctx, sa, spec.Name)
+		pod, err = s.standInPod(ctx, sa, spec.Name)
 	}
 	if err != nil {
 		return nil, err
@@ -192,12 +192,12 @@ func (s *Suite) startDriver(ctx context.Context, spec NodeSpec, podUID string) (
 // standInPod creates (once) a pod of ServiceAccount sa bound to node, so that the driver's
 // token for sa names the node as a plugin pod's token does (Kubernetes 1.37 authorizes writes to
 // a claim's status.devices by that node). No kubelet runs it.
-func standInPod(ctx context.Context, sa, node string) (*corev1.Pod, error) {
+func (s *Suite) standInPod(ctx context.Context, sa, node string) (*corev1.Pod, error) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sa + "-plugin", Namespace: releaseNamespace},
 		Spec: corev1.PodSpec{ServiceAccountName: sa, NodeName: node, Containers: []corev1.Container{{Name: "plugin", Image: "gpu-dra-driver"}}}}
-	created, err := suite.Client.CoreV1().Pods(releaseNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	created, err := s.Client.CoreV1().Pods(releaseNamespace).Create(ctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return suite.Client.CoreV1().Pods(releaseNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		return s.Client.CoreV1().Pods(releaseNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("stand-in pod of ServiceAccount %s on node %s: %w", sa, node, err)
@@ -207,11 +207,11 @@ func standInPod(ctx context.Context, sa, node string) (*corev1.Pod, error) {
 
 // daemonSetPod waits for the chart DaemonSet's pod bound to node (the DaemonSet controller
 // creates it, the scheduler binds it; no kubelet runs it).
-func daemonSetPod(ctx context.Context, node string) (*corev1.Pod, error) {
-	sel := metav1.FormatLabelSelector(suite.DaemonSet.Spec.Selector)
+func (s *Suite) daemonSetPod(ctx context.Context, node string) (*corev1.Pod, error) {
+	sel := metav1.FormatLabelSelector(s.DaemonSet.Spec.Selector)
 	var out *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := suite.Client.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel, FieldSelector: "spec.nodeName=" + node})
+		pods, err := s.Client.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel, FieldSelector: "spec.nodeName=" + node})
 		if err != nil || len(pods.Items) == 0 {
 			return false, err
 		}
@@ -281,23 +281,33 @@ func (n *TestNode) CDISpecs() ([]string, error) {
 	return out, nil
 }
 
-// Slices returns the driver's ResourceSlices of a node.
+// Slices returns the driver's ResourceSlices of a node in the shared cluster.
 func Slices(ctx context.Context, node string) ([]resourceapi.ResourceSlice, error) {
+	return suite.Slices(ctx, node)
+}
+
+// Slices returns the driver's ResourceSlices of a node.
+func (s *Suite) Slices(ctx context.Context, node string) ([]resourceapi.ResourceSlice, error) {
 	sel := fields.Set{resourceapi.ResourceSliceSelectorNodeName: node, resourceapi.ResourceSliceSelectorDriver: driverName}.AsSelector().String()
-	list, err := suite.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
+	list, err := s.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
 		return nil, err
 	}
 	return list.Items, nil
 }
 
+// WaitForPool waits until node's pool in the shared cluster is complete (Suite.WaitForPool).
+func WaitForPool(ctx context.Context, node string) ([]resourceapi.ResourceSlice, error) {
+	return suite.WaitForPool(ctx, node)
+}
+
 // WaitForPool waits until node's pool is complete: every slice of its newest generation is
 // there, and returns them.
-func WaitForPool(ctx context.Context, node string) ([]resourceapi.ResourceSlice, error) {
+func (s *Suite) WaitForPool(ctx context.Context, node string) ([]resourceapi.ResourceSlice, error) {
 	var out []resourceapi.ResourceSlice
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		slices, err := Slices(ctx, node)
+		slices, err := s.Slices(ctx, node)
 		if err != nil {
 			return false, err
 		}

@@ -38,7 +38,7 @@ func pluginClient(t *testing.T, node string) kubernetes.Interface {
 	if node == "" {
 		token, err = framework.ServiceAccountToken(ctx, suite.Client, releaseNamespace, suite.ServiceAccount, nil)
 	} else {
-		pod, perr := daemonSetPod(ctx, node)
+		pod, perr := suite.daemonSetPod(ctx, node)
 		if perr != nil {
 			t.Fatal(perr)
 		}

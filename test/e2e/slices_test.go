@@ -16,7 +16,8 @@ import (
 // server accepted the driver's ResourceSlices (they exist, complete), and that they have the
 // shape the flags ask for: static MIG devices as mig-parted's all-balanced layout defines them,
 // dynamic MIG devices consuming per-GPU shared counters, full GPUs with consumable memory, and
-// a device taint after an XID.
+// a device taint after an XID. Each driver negotiated with the all-on server and kept every
+// feature.
 func TestSlicesPassAPIValidation(t *testing.T) {
 	cases := []struct {
 		spec  NodeSpec
@@ -44,6 +45,7 @@ func TestSlicesPassAPIValidation(t *testing.T) {
 				}
 			}
 			c.check(t, n, pool)
+			checkEveryFeatureKept(t, n)
 		})
 	}
 }

@@ -58,6 +58,7 @@ type ControlPlaneOption func(*controlPlaneConfig)
 type controlPlaneConfig struct {
 	schedulerFlags []string
 	deferScheduler bool
+	featureGates   string
 }
 
 // WithSchedulerFlags appends flags to kube-scheduler's command line (later flags win), for
@@ -65,6 +66,21 @@ type controlPlaneConfig struct {
 // limits.
 func WithSchedulerFlags(flags ...string) ControlPlaneOption {
 	return func(c *controlPlaneConfig) { c.schedulerFlags = append(c.schedulerFlags, flags...) }
+}
+
+// WithFeatureGates runs kube-apiserver, kube-scheduler and kube-controller-manager with
+// --feature-gates=gates (for example "DRAPartitionableDevices=false"), as a cluster that changes
+// a gate changes it on every component.
+func WithFeatureGates(gates string) ControlPlaneOption {
+	return func(c *controlPlaneConfig) { c.featureGates = gates }
+}
+
+// gateFlags is the --feature-gates flag of WithFeatureGates, none without it.
+func (c *controlPlaneConfig) gateFlags() []string {
+	if c.featureGates == "" {
+		return nil
+	}
+	return []string{"--feature-gates=" + c.featureGates}
 }
 
 // WithDeferredScheduler starts everything but kube-scheduler; StartScheduler starts it later.
@@ -174,20 +190,20 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bins *binaries.Set, 
 	if err != nil {
 		return err
 	}
-	p, err := cp.start(binaries.KubeAPIServer, bins.Path(binaries.KubeAPIServer),
-		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--tls-cert-file="+serving.CertFile, "--tls-private-key-file="+serving.KeyFile,
-		"--client-ca-file="+cp.pki.CAFile,
+	p, err := cp.start(binaries.KubeAPIServer, append([]string{bins.Path(binaries.KubeAPIServer),
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + serving.CertFile, "--tls-private-key-file=" + serving.KeyFile,
+		"--client-ca-file=" + cp.pki.CAFile,
 		"--authorization-mode=Node,RBAC",
-		"--service-account-issuer="+ServiceAccountIssuer,
-		"--service-account-key-file="+sa.CertFile, "--service-account-signing-key-file="+sa.KeyFile,
+		"--service-account-issuer=" + ServiceAccountIssuer,
+		"--service-account-key-file=" + sa.CertFile, "--service-account-signing-key-file=" + sa.KeyFile,
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--allow-privileged=true",
 		// Namespaces of the workload tests pin their pods to one node with the
 		// scheduler.alpha.kubernetes.io/node-selector annotation, so manifests stay as written.
 		"--enable-admission-plugins=PodNodeSelector",
-		"--endpoint-reconciler-type=none", "--profiling=false")
+		"--endpoint-reconciler-type=none", "--profiling=false"}, cp.cfg.gateFlags()...)...)
 	if err != nil {
 		return err
 	}
@@ -244,7 +260,7 @@ func (cp *ControlPlane) startScheduler(bins *binaries.Set) error {
 	args := append([]string{bins.Path(binaries.KubeScheduler),
 		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(cp.schedulerPort),
-		"--cert-dir=" + filepath.Join(cp.Dir, "scheduler-certs")}, cp.cfg.schedulerFlags...)
+		"--cert-dir=" + filepath.Join(cp.Dir, "scheduler-certs")}, append(cp.cfg.gateFlags(), cp.cfg.schedulerFlags...)...)
 	_, err = cp.start(binaries.KubeScheduler, args...)
 	return err
 }
@@ -255,13 +271,13 @@ func (cp *ControlPlane) startControllerManager(bins *binaries.Set, port int) err
 		return err
 	}
 	controllers := "*,-" + strings.Join(DisabledControllers, ",-")
-	_, err = cp.start(binaries.KubeControllerManager, bins.Path(binaries.KubeControllerManager),
-		"--kubeconfig="+kc, "--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc,
-		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(cp.Dir, "controller-manager-certs"),
-		"--use-service-account-credentials", "--controllers="+controllers,
-		"--service-account-private-key-file="+filepath.Join(cp.pki.dir, "sa.key"),
-		"--root-ca-file="+cp.pki.CAFile)
+	_, err = cp.start(binaries.KubeControllerManager, append([]string{bins.Path(binaries.KubeControllerManager),
+		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(cp.Dir, "controller-manager-certs"),
+		"--use-service-account-credentials", "--controllers=" + controllers,
+		"--service-account-private-key-file=" + filepath.Join(cp.pki.dir, "sa.key"),
+		"--root-ca-file=" + cp.pki.CAFile}, cp.cfg.gateFlags()...)...)
 	return err
 }
 

@@ -9,6 +9,7 @@
 // authentication, Node and RBAC authorization, ServiceAccount tokens signed and verified, the
 // PodNodeSelector admission plugin, and every controller but those that evict pods from Nodes
 // without a kubelet (DisabledControllers). CreateReadyNode registers a Node as a kubelet would.
+// WithFeatureGates runs the components with feature gates changed (an older or gated cluster);
 // WithSchedulerFlags and WithDeferredScheduler (then StartScheduler) serve throughput tests;
 // Process.Usage reads a component's CPU time and memory for benchmarks.
 //
