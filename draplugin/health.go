@@ -140,9 +140,9 @@ func (h *health) set(ctx context.Context, target string, bad *gpuHealth) {
 	}
 	logger := klog.FromContext(ctx)
 	if bad != nil {
-		logger.Info("Unhealthy, tainting devices", "target", target, "reason", bad.reason, "message", bad.message)
+		logger.Info("Device unhealthy", "target", target, "reason", bad.reason, "message", bad.message)
 	} else {
-		logger.Info("Healthy again, removing taints", "target", target)
+		logger.Info("Device healthy again", "target", target)
 	}
 	h.onChange(ctx)
 }

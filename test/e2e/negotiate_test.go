@@ -92,7 +92,7 @@ func TestNegotiationOnAGatedServer(t *testing.T) {
 	if err := n.InjectXID(ctx, 3, 79); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitLogged(n, `"Unhealthy, tainting devices"`); err != nil {
+	if err := waitLogged(n, `"Device unhealthy"`); err != nil {
 		t.Fatal(err)
 	}
 	scheduleFullGPUAndStaticMIG(t, g, n)
