@@ -229,7 +229,7 @@ func (n *nodeFlags) checkMachine(inv *gpu.Inventory) error {
 			if n.warn == nil {
 				return usageErrorf("%s; drop one of the two flags", msg)
 			}
-			n.warn(msg + ": consumable memory applies to the other GPUs only")
+			n.warn(msg + ": consumable memory applies to the other GPUs only (to all of them if the API server turns out to drop dynamic MIG: see the negotiation log line)")
 		}
 	}
 	return nil
