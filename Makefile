@@ -12,7 +12,7 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build image e2e e2e-binaries bench-e2e bench-e2e-latency bench-e2e-scale demo render generate verify-generate
+.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build image e2e e2e-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-scale demo render generate verify-generate
 
 all: test
 
@@ -67,7 +67,7 @@ e2e: e2e-binaries
 
 ## bench-e2e: the e2e benchmarks against real control planes; each prints a markdown table
 ## (docs/benchmarks.md records them). About 10 + 15 minutes on 2 cores.
-bench-e2e: bench-e2e-latency bench-e2e-scale
+bench-e2e: bench-e2e-latency bench-e2e-start bench-e2e-scale
 
 ## bench-e2e-latency: NodePrepareResources/NodeUnprepareResources through the DRA socket of
 ## `serve` and of dra-example-driver (built into the e2e cache on first use), claims allocated by
@@ -75,6 +75,11 @@ bench-e2e: bench-e2e-latency bench-e2e-scale
 BENCH_E2E_CALLS ?= 300
 bench-e2e-latency: e2e-binaries
 	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'PrepareLatency' -benchtime $(BENCH_E2E_CALLS)x -timeout 60m .
+
+## bench-e2e-start: from starting `serve` on a fresh node to its pool visible through the API
+## server, 10 nodes (BenchmarkStartToSlices).
+bench-e2e-start: e2e-binaries
+	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'StartToSlices' -benchtime 10x -timeout 20m .
 
 ## bench-e2e-scale: pods/s of the real kube-scheduler on SCALE_NODES nodes whose slices the
 ## library publishes, SCALE_PODS pods with a claim each, one fresh control plane per kind.
