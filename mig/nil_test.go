@@ -1,11 +1,9 @@
 package mig_test
 
 import (
-	"fmt"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
+	"github.com/gpudra/gpudra/internal/nilcheck"
 	"github.com/gpudra/gpudra/mig"
 )
 
@@ -32,39 +30,8 @@ func TestNilArguments(t *testing.T) {
 		"DeviceModel":        func() error { _, _, err := mig.DeviceModel(nil); return err },
 		"ListInstances":      func() error { _, err := mig.ListInstances(nil); return err },
 	}
-	if diff := cmp.Diff(allErrors(calls), outcomes(calls)); diff != "" {
-		t.Errorf("outcome per call (-want +got):\n%s", diff)
-	}
+	nilcheck.ErrorsOnly(t, calls)
 	if got := mig.Diagram(nil, nil); got == "" {
 		t.Errorf("Diagram(nil model) = %q, want an invalid: line", got)
 	}
-}
-
-// outcomes calls each function and says whether it returned an error, returned nil or panicked.
-func outcomes(calls map[string]func() error) map[string]string {
-	out := map[string]string{}
-	for name, call := range calls {
-		out[name] = outcome(call)
-	}
-	return out
-}
-
-func outcome(call func() error) (result string) {
-	defer func() {
-		if r := recover(); r != nil {
-			result = fmt.Sprintf("panic: %v", r)
-		}
-	}()
-	if err := call(); err != nil {
-		return "error"
-	}
-	return "no error"
-}
-
-func allErrors(calls map[string]func() error) map[string]string {
-	out := map[string]string{}
-	for name := range calls {
-		out[name] = "error"
-	}
-	return out
 }

@@ -2,11 +2,9 @@ package sharing_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
+	"github.com/gpudra/gpudra/internal/nilcheck"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -28,39 +26,8 @@ func TestNilArgumentsNeverPanic(t *testing.T) {
 			return err
 		},
 	}
-	if diff := cmp.Diff(allErrors(calls), nilOutcomes(calls)); diff != "" {
-		t.Errorf("outcome per call (-want +got):\n%s", diff)
-	}
+	nilcheck.ErrorsOnly(t, calls)
 	if got := sharing.ClaimString(nil); got == "" {
 		t.Errorf("ClaimString(nil) = %q, want a placeholder", got)
 	}
-}
-
-// nilOutcomes calls each function and says whether it returned an error, returned nil or panicked.
-func nilOutcomes(calls map[string]func() error) map[string]string {
-	out := map[string]string{}
-	for name, call := range calls {
-		out[name] = nilOutcome(call)
-	}
-	return out
-}
-
-func nilOutcome(call func() error) (result string) {
-	defer func() {
-		if r := recover(); r != nil {
-			result = fmt.Sprintf("panic: %v", r)
-		}
-	}()
-	if err := call(); err != nil {
-		return "error"
-	}
-	return "no error"
-}
-
-func allErrors(calls map[string]func() error) map[string]string {
-	out := map[string]string{}
-	for name := range calls {
-		out[name] = "error"
-	}
-	return out
 }
