@@ -5,9 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/internal/nilcheck"
 )
 
 // TestBuilderRejectsInvalidNames: the names the API server would reject in a ResourceSlice
@@ -77,28 +76,8 @@ func TestNilArguments(t *testing.T) {
 		"Builder.Published": func() error { _, err := b.Published(nil); return err },
 		"ResourceSlices":    func() error { _, err := gpudra.ResourceSlices(gpudra.DefaultDriverName, "node-1", nil); return err },
 	}
-	want := map[string]string{}
-	got := map[string]string{}
-	for name, call := range calls {
-		want[name] = "error"
-		got[name] = nilOutcome(call)
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("outcome per call (-want +got):\n%s", diff)
-	}
-	if got := nilOutcome(func() error { gpudra.MIGDeviceNameOf(nil); return nil }); got != "no error" {
+	nilcheck.ErrorsOnly(t, calls)
+	if got := nilcheck.Outcome(func() error { gpudra.MIGDeviceNameOf(nil); return nil }); got != "no error" {
 		t.Errorf("MIGDeviceNameOf(nil): %s", got)
 	}
-}
-
-func nilOutcome(call func() error) (result string) {
-	defer func() {
-		if r := recover(); r != nil {
-			result = fmt.Sprintf("panic: %v", r)
-		}
-	}()
-	if err := call(); err != nil {
-		return "error"
-	}
-	return "no error"
 }
