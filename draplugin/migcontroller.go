@@ -123,18 +123,14 @@ func (n *nvmlMIG) DisableMIG(_ context.Context, gpuUUID string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	was, err := m.MIGEnabled()
-	if err != nil {
-		return false, err
-	}
-	reset, err := m.DisableMIG()
+	changed, reset, err := m.DisableMIG()
 	if err != nil {
 		return false, err
 	}
 	if reset {
 		return false, fmt.Errorf("MIG mode on GPU %s is off only after a GPU reset (nvidia-smi -r): the whole GPU cannot be used until then", gpuUUID)
 	}
-	return was, nil
+	return changed, nil
 }
 
 // republishingMIG is the plugin's MIGController with a hook: every change that succeeded makes

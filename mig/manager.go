@@ -84,52 +84,40 @@ func (mg *InstanceManager) EnableMIG() (resetRequired bool, err error) {
 	return cur != nvml.DEVICE_MIG_ENABLE, nil
 }
 
-// MIGEnabled reports whether MIG mode is on now (a pending change does not count). A GPU
-// without MIG support reports false.
-func (mg *InstanceManager) MIGEnabled() (bool, error) {
-	cur, _, ret := mg.dev.GetMigMode()
-	switch ret {
-	case nvml.SUCCESS:
-		return cur == nvml.DEVICE_MIG_ENABLE, nil
-	case nvml.ERROR_NOT_SUPPORTED:
-		return false, nil
-	}
-	return false, fmt.Errorf("get MIG mode of GPU %s: %w", mg.label, ret)
-}
-
 // DisableMIG turns MIG mode off if it is on. A GPU instance that still exists is an error naming
-// it (destroy the instances first). It reports resetRequired when the new mode is pending until
-// a reset, as EnableMIG does.
-func (mg *InstanceManager) DisableMIG() (resetRequired bool, err error) {
+// it (destroy the instances first). changed reports that MIG mode was on and was asked off; a
+// GPU already out of MIG mode (or without MIG support) changes nothing. It reports
+// resetRequired when the new mode is pending until a reset, as EnableMIG does.
+func (mg *InstanceManager) DisableMIG() (changed, resetRequired bool, err error) {
 	cur, pending, ret := mg.dev.GetMigMode()
 	if ret == nvml.ERROR_NOT_SUPPORTED {
-		return false, nil
+		return false, false, nil
 	}
 	if ret != nvml.SUCCESS {
-		return false, fmt.Errorf("get MIG mode of GPU %s: %w", mg.label, ret)
+		return false, false, fmt.Errorf("get MIG mode of GPU %s: %w", mg.label, ret)
 	}
 	if cur != nvml.DEVICE_MIG_ENABLE {
-		return pending == nvml.DEVICE_MIG_ENABLE, nil
+		return false, pending == nvml.DEVICE_MIG_ENABLE, nil
 	}
 	current, err := mg.Current()
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	if len(current) > 0 {
-		return false, fmt.Errorf("disable MIG mode on GPU %s: GPU instances exist: %s", mg.label, FormatLayout(current))
+		return false, false, fmt.Errorf("disable MIG mode on GPU %s: GPU instances exist: %s", mg.label, FormatLayout(current))
 	}
 	ret, status := mg.dev.SetMigMode(nvml.DEVICE_MIG_DISABLE)
 	if ret != nvml.SUCCESS {
-		return false, fmt.Errorf("disable MIG mode on GPU %s: %w", mg.label, ret)
+		return false, false, fmt.Errorf("disable MIG mode on GPU %s: %w", mg.label, ret)
 	}
 	if status == nvml.ERROR_RESET_REQUIRED || status == nvml.ERROR_IN_USE {
-		return true, nil
+		return true, true, nil
 	}
 	cur, _, ret = mg.dev.GetMigMode()
 	if ret != nvml.SUCCESS {
-		return false, fmt.Errorf("get MIG mode of GPU %s after disabling it: %w", mg.label, ret)
+		return true, false, fmt.Errorf("get MIG mode of GPU %s after disabling it: %w", mg.label, ret)
 	}
-	return cur == nvml.DEVICE_MIG_ENABLE, nil
+	return true, cur == nvml.DEVICE_MIG_ENABLE, nil
 }
 
 // Current returns the GPU instances that exist now, as placed Instances sorted by placement. A
