@@ -75,17 +75,13 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 }
 
 // plainUnprepare reports whether unpreparing the claim only removes its CDI spec and its entry:
-// no MIG instance to destroy and no sharing step to undo. Such an unprepare records no intent,
-// as the prepare of such a claim records none: a crash between the spec's removal and the
-// entry's leaves a completed claim without a spec, which reconciliation writes again, and
-// kubelet retries the unprepare it got no answer for. A record that cannot be decoded is not
-// plain: the full protocol handles it.
+// no MIG instance to destroy and no sharing record (a claim of plainly exclusive devices stores
+// none, see sharingState). Such an unprepare records no intent, as the prepare of such a claim
+// records none: a crash between the spec's removal and the entry's leaves a completed claim
+// without a spec, which reconciliation writes again, and kubelet retries the unprepare it got
+// no answer for.
 func plainUnprepare(st checkpoint.ClaimState) bool {
-	if anyCreated(st) {
-		return false
-	}
-	ss, err := sharingOf(st)
-	return err == nil && (ss == nil || (ss.Applied && ss.Record != nil && len(ss.Record.Steps) == 0))
+	return len(st.Devices) > 0 && st.Devices[0].Sharing == nil && !anyCreated(st)
 }
 
 // removeUnrecordedSpec removes the CDI spec of a claim the checkpoint does not hold. A prepare
