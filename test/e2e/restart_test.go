@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/gpudra/gpudra/test/e2e/framework/fakekubelet"
@@ -149,9 +151,35 @@ func killAndRestart(t *testing.T, n *TestNode, claims []*resourceapi.ResourceCla
 	if diff := cmp.Diff(claimUIDs(scheduled), n.specClaims(t)); diff != "" {
 		t.Errorf("CDI specs on the node (-prepared claims +spec files):\n%s", diff)
 	}
+	// A status.devices write lost with the process (here: removed behind the driver's back)
+	// is written again by the next process, which re-queues every prepared claim's status.
+	lost := scheduled[0].Claims[0]
+	dropDeviceStatus(t, lost)
 	// One more crash between calls, then the pods go away.
 	n.crash(t)
+	if _, err := deviceStatusOf(ctx, lost, "status.devices written again after a restart", func(d []resourceapi.AllocatedDeviceStatus) bool { return len(d) > 0 }); err != nil {
+		t.Error(err)
+	}
 	unprepareAll(t, n, ns, scheduled)
+}
+
+// dropDeviceStatus waits until the driver has described the claim's devices in its status,
+// then removes those entries, as if the write had been lost with a killed driver process.
+func dropDeviceStatus(t *testing.T, claim *resourceapi.ResourceClaim) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := deviceStatusOf(ctx, claim, "status.devices after prepare", func(d []resourceapi.AllocatedDeviceStatus) bool { return len(d) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	claims := suite.Client.ResourceV1().ResourceClaims(claim.Namespace)
+	c, err := claims.Get(ctx, claim.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Status.Devices = slices.DeleteFunc(c.Status.Devices, func(d resourceapi.AllocatedDeviceStatus) bool { return d.Driver == driverName })
+	if _, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("remove status.devices of claim %s/%s: %v", claim.Namespace, claim.Name, err)
+	}
 }
 
 // crash kills the driver with SIGKILL, restarts it as kubelet restarts a crashed container,
