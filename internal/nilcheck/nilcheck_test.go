@@ -23,9 +23,9 @@ func TestOutcome(t *testing.T) {
 func Example() {
 	fmt.Println(Outcome(func() error { return errors.New("Open: nil NVML") }))
 	fmt.Println(Outcome(func() error { return nil }))
-	fmt.Println(Outcome(func() error { var m map[string]int; m["x"] = 1; return nil }))
+	fmt.Println(Outcome(func() error { panic("nil model") }))
 	// Output:
 	// error
 	// no error
-	// panic: assignment to entry in nil map
+	// panic: nil model
 }
