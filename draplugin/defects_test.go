@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -23,6 +24,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -233,48 +235,108 @@ func TestDefect6WholeGPUAfterDynamicMIG(t *testing.T) {
 	}
 }
 
-// TestDefect7StaticMIGLayoutChangedByReboot: a claim prepared on a static MIG device whose
-// instance a reboot replaced with another layout must not get a spec for whatever instance now
-// has its old GPU-instance id; it is forgotten. A claim whose device the new layout still has
-// (same name: profile and placement) gets a spec for the instance that exists now.
-func TestDefect7StaticMIGLayoutChangedByReboot(t *testing.T) {
-	e := newEnv(t, "dgx-a100-40gb", false, gputest.WithMIG(0, "3g.20gb", "3g.20gb"), gputest.WithMIG(1, "3g.20gb", "3g.20gb"))
-	p := e.plugin()
-	e.reconcile(p)
-	gone := e.claim(gpudra.MIGDeviceClassName, "device.attributes['gpu.nvidia.com'].parentIndex == 0", "")
-	kept := e.claim(gpudra.MIGDeviceClassName, "device.attributes['gpu.nvidia.com'].parentIndex == 1", "")
-	prepareAll(t, p, gone, kept)
-	if err := e.Reboot(gputest.WithMIG(0, "7g.40gb"), gputest.WithMIG(1, "3g.20gb", "1g.5gb", "1g.5gb")); err != nil {
-		t.Fatal(err)
+// TestDefect7StaticMIGLayoutChanged: the MIG layout of a static-MIG node changes — in a reboot,
+// or by an operator while the plugin is down. A claim prepared on a device the new layout lacks
+// must never get a spec for whatever instance now has its old GPU-instance id: it is forgotten,
+// and kubelet's next prepare of it fails, leaving nothing. A claim whose device the new layout
+// still has (same name: profile and placement) ends with a spec granting the instance that
+// exists now: kept with its ids updated (same boot), or forgotten and prepared again (reboot).
+func TestDefect7StaticMIGLayoutChanged(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		change        func(t *testing.T, e *env)
+		wantForgotten func(gone, kept string) []string
+	}{
+		{"reboot", func(t *testing.T, e *env) {
+			if err := e.Reboot(gputest.WithMIG(0, "7g.40gb"), gputest.WithMIG(1, "3g.20gb", "1g.5gb", "1g.5gb")); err != nil {
+				t.Fatal(err)
+			}
+		}, func(gone, kept string) []string { return []string{gone, kept} }},
+		{"operator, same boot", func(t *testing.T, e *env) {
+			removeInstance(t, e, 0, "3g.20gb@0")
+			removeInstance(t, e, 0, "3g.20gb@4")
+			applyInstances(t, e, 0, "7g.40gb@0")
+			removeInstance(t, e, 1, "3g.20gb@4")
+			applyInstances(t, e, 1, "1g.5gb@4", "1g.5gb@5")
+		}, func(gone, _ string) []string { return []string{gone} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "dgx-a100-40gb", false, gputest.WithMIG(0, "3g.20gb", "3g.20gb"), gputest.WithMIG(1, "3g.20gb", "3g.20gb"))
+			p := e.plugin()
+			e.reconcile(p)
+			gone := e.claim(gpudra.MIGDeviceClassName, "device.attributes['gpu.nvidia.com'].parentIndex == 0", "")
+			kept := e.claim(gpudra.MIGDeviceClassName, "device.attributes['gpu.nvidia.com'].parentIndex == 1", "")
+			prepareAll(t, p, gone, kept)
+			tc.change(t, e)
+			p2 := e.plugin()
+			rep := e.reconcile(p2)
+			sorted := cmpopts.SortSlices(func(a, b string) bool { return a < b })
+			if diff := cmp.Diff(tc.wantForgotten(claimRefOf(gone), claimRefOf(kept)), rep.Forgotten, sorted); diff != "" {
+				t.Errorf("forgotten (-want +got):\n%s", diff)
+			}
+			// Kubelet prepares both again (a repeated prepare for a kept claim).
+			if _, err := prepareOne(t, p2, kept); err != nil {
+				t.Fatalf("prepare of the claim whose device still exists: %v", err)
+			}
+			if _, err := prepareOne(t, p2, gone); err == nil {
+				t.Fatal("prepare of the claim whose device is gone succeeded")
+			}
+			if got := e.specs(); !cmp.Equal(got, []string{string(kept.UID)}) {
+				t.Fatalf("specs = %v, want only the surviving claim's", got)
+			}
+			if rep := e.reconcile(e.plugin()); rep.Prepared != 1 {
+				t.Errorf("a fresh plugin finds %d prepared claims, want 1 (%v)", rep.Prepared, rep)
+			}
+			checkGrantsCurrentInstance(t, e, kept)
+		})
 	}
-	rep := e.reconcile(e.plugin())
-	if !slices.Contains(rep.Forgotten, claimRefOf(gone)) || slices.Contains(rep.Forgotten, claimRefOf(kept)) {
-		t.Errorf("forgotten %v, want only %s", rep.Forgotten, claimRefOf(gone))
-	}
-	if got := e.specs(); !cmp.Equal(got, []string{string(kept.UID)}) {
-		t.Fatalf("specs after the reboot = %v, want only the surviving claim's", got)
-	}
-	spec, err := os.ReadFile(filepath.Join(e.CDIDir, "k8s.gpu.nvidia.com-claim_"+string(kept.UID)+".json"))
+}
+
+// checkGrantsCurrentInstance fails unless the spec of the claim (one MIG device) grants the
+// GPU instance that has the allocated device's name on the machine now.
+func checkGrantsCurrentInstance(t *testing.T, e *env, c *resourceapi.ResourceClaim) {
+	t.Helper()
+	spec, err := os.ReadFile(filepath.Join(e.CDIDir, "k8s.gpu.nvidia.com-claim_"+string(c.UID)+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := kept.Status.Allocation.Devices.Results[0].Device
-	var now *gpu.MIGDevice
+	dev := c.Status.Allocation.Devices.Results[0].Device
 	inv, err := gpu.Enumerate(context.Background(), e.Machine)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range inv.GPUs[1].MIGDevices {
-		if m := &inv.GPUs[1].MIGDevices[i]; gpudra.MIGDeviceNameOf(m) == dev {
-			now = m
+	for _, g := range inv.GPUs {
+		for i := range g.MIGDevices {
+			if m := &g.MIGDevices[i]; gpudra.MIGDeviceNameOf(m) == dev {
+				giPath := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", cdifake.GIMinor(g.Minor, m.GIID))
+				if !strings.Contains(string(spec), giPath) {
+					t.Errorf("spec of %s does not grant the GPU instance that exists now (%s):\n%s", dev, giPath, spec)
+				}
+				return
+			}
 		}
 	}
-	if now == nil {
-		t.Fatalf("device %s is not on the machine after the reboot", dev)
+	t.Fatalf("device %s is not on the machine", dev)
+}
+
+// applyInstances creates MIG instances ("1g.5gb@4") on a GPU through NVML, as an operator's
+// tool would, behind the plugin's back.
+func applyInstances(t *testing.T, e *env, gpuIndex int, instances ...string) {
+	t.Helper()
+	model, err := mig.Lookup(e.Inventory.GPUs[gpuIndex].ProductName)
+	if err != nil {
+		t.Fatal(err)
 	}
-	giPath := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", cdifake.GIMinor(inv.GPUs[1].Minor, now.GIID))
-	if !strings.Contains(string(spec), giPath) {
-		t.Errorf("rewritten spec of %s does not grant the GPU instance that exists now (%s):\n%s", dev, giPath, spec)
+	mgr, err := mig.NewInstanceManager(e.Machine.Device(gpuIndex), model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout, err := mig.ParseLayout(strings.Join(instances, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mgr.Apply(layout); err != nil {
+		t.Fatal(err)
 	}
 }
 

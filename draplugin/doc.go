@@ -26,13 +26,13 @@
 // # Crashes, restarts and reboots
 //
 // Reconcile (Start calls it) repairs what a crash or a reboot left: it rolls back interrupted
-// prepares, finishes interrupted unprepares, forgets claims whose node state a reboot erased,
-// rewrites lost CDI specs and removes leaked instances and specs. TestHooks.AfterStep lets tests
+// prepares, finishes interrupted unprepares, forgets the claims of an earlier boot (kubelet
+// prepares them again), rewrites lost CDI specs and removes leaked instances and specs. TestHooks.AfterStep lets tests
 // stop the plugin at every CrashPoint; package draplugintest builds a fake node to do so.
 //
-// Every record and CDI spec survives a crash of the process at no cost (a rename); a power
-// loss, which is a reboot, undoes what prepare did on the node, so only the result of an
-// unprepare call must survive it: one fsync per call, before kubelet is told
+// Every record and CDI spec survives a crash of the process at no cost (a rename). A power
+// loss is a reboot, which undoes what prepare did on the node, and after which Reconcile
+// forgets every claim of the earlier boot, so neither prepare nor unprepare pays for an fsync
 // (docs/reliability.md, "Durability"). TestHooks.Synced reports every fsync.
 //
 // # Health

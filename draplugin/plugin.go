@@ -205,13 +205,11 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown claims succeed, once a
 // CDI spec left for them (by a prepare that crashed after writing it) is removed. Claims
-// are unprepared concurrently; what succeeded is made to survive a power loss, with one fsync
-// for the whole call, before it returns.
+// are unprepared concurrently. Nothing is fsynced: a power loss reverting the checkpoint to before
+// an unprepare is harmless, since Reconcile forgets every claim of an earlier boot.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	results := pluginkit.Concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
-		func(c kubeletplugin.NamespacedObject) error { return p.unprepareClaim(ctx, c) })
-	pluginkit.MakeDurable(p.store, results, func(err error) error { return p.unprepareFail(StepCheckpoint, "", err) })
-	return results, nil
+	return pluginkit.Concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
+		func(c kubeletplugin.NamespacedObject) error { return p.unprepareClaim(ctx, c) }), nil
 }
 
 // HandleError implements kubeletplugin.DRAPlugin. Recoverable background errors of the

@@ -31,11 +31,11 @@ type ReconcileReport struct {
 	RolledBack []string
 	// UnprepareFinished are claims whose unprepare was interrupted and was finished.
 	UnprepareFinished []string
-	// Forgotten are claims prepared before a reboot whose state (dynamic MIG instances, host
-	// settings) the reboot erased; they are dropped so the kubelet's next prepare redoes them.
+	// Forgotten are claims recorded before a reboot, which erased what their prepares did on the
+	// node; they are dropped, and kubelet's next prepare of each redoes it from scratch.
 	Forgotten []string
-	// SpecsRewritten are prepared claims whose CDI spec was missing (a tmpfs /var/run/cdi
-	// after a reboot) and was written again.
+	// SpecsRewritten are prepared claims whose CDI spec was missing (removed by hand, or a
+	// crash between writing the entry and the spec) and was written again.
 	SpecsRewritten []string
 	// SpecsPruned are the UIDs of claims whose CDI spec existed with no checkpoint entry
 	// (only when the checkpoint is trusted).
@@ -75,9 +75,8 @@ func (r *ReconcileReport) String() string {
 // order:
 //
 //  1. temporary files of interrupted spec writes are removed;
-//  2. claims recorded in an earlier boot lose what a reboot erases: those whose preparation
-//     needed dynamic MIG instances or host changes are forgotten (kubelet prepares them again),
-//     the others stay prepared;
+//  2. claims recorded in an earlier boot are forgotten (their specs go in step 7): the reboot
+//     erased what their prepares did, and kubelet prepares them again;
 //  3. when the checkpoint was corrupt or missing, claims whose CDI spec exists are adopted:
 //     rebuilt from the spec, their MIG instances and MPS daemons (ReconcileReport.Adopted);
 //     the sharing engine's registry is restored from the recorded sharing setups;
@@ -143,21 +142,18 @@ func (p *Plugin) lockAll() (func(), error) {
 	return p.lockGPUs(uuids)
 }
 
-// forgetRebooted forgets the claims of an earlier boot whose node state the reboot erased.
+// forgetRebooted forgets every claim recorded in an earlier boot; a spec that a spec directory
+// on disk kept goes with the other orphans in reconcileSpecs. The reboot erased what the
+// claim's prepare did on the node (dynamic MIG instances, host settings, MPS daemons, the spec
+// on a tmpfs), and kubelet prepares again the claim of every pod it starts after a reboot: it
+// does not checkpoint which claims are prepared. Keeping none is what lets an unprepare return
+// without an fsync: whatever version of the checkpoint a power loss leaves, no claim of it
+// outlives the reboot (docs/reliability.md, "Durability").
 func (p *Plugin) forgetRebooted(ctx context.Context, rep *ReconcileReport) error {
 	var errs []error
 	boot := p.store.BootID()
 	for _, c := range p.store.List() {
 		if c.BootID == boot {
-			continue
-		}
-		ss, _ := sharingOf(c)
-		lost := anyCreated(c) || (ss != nil && ss.Applied && hostChanges(ss.Record)) || c.Phase != checkpoint.PrepareCompleted
-		if !lost {
-			continue
-		}
-		if err := p.writer.Remove(c.UID); err != nil {
-			errs = append(errs, fmt.Errorf("claim %s: remove CDI spec: %w", pluginkit.Ref(c), err))
 			continue
 		}
 		if err := p.store.Delete(c.UID, reconcileDurability); err != nil {
@@ -288,25 +284,13 @@ func (p *Plugin) forget(ctx context.Context, c checkpoint.ClaimState) error {
 	return p.store.Delete(c.UID, reconcileDurability)
 }
 
-// reconcileSpecs writes the missing (or, from an earlier boot, unreadable) specs of prepared
-// claims and removes the specs of claims the checkpoint does not hold, when it is trusted.
+// reconcileSpecs writes the missing specs of prepared claims and removes the specs of claims
+// the checkpoint does not hold, when it is trusted. A spec that exists was written in this boot
+// (forgetRebooted dropped the claims of earlier ones) and atomically, so it is kept as it is.
 func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error {
-	done, err := pluginkit.ReconcileSpecs(ctx, p.store, p.writer, p.trusted(), p.specIntact, p.rewriteSpec)
+	done, err := pluginkit.ReconcileSpecs(ctx, p.store, p.writer, p.trusted(), p.rewriteSpec)
 	rep.Prepared, rep.SpecsRewritten, rep.SpecsPruned = done.Prepared, done.Rewritten, done.Pruned
 	return err
-}
-
-// specIntact says whether the existing spec of a prepared claim can be kept. Specs are not
-// fsynced, so one written before a power loss, on a spec directory that is not a tmpfs, may be
-// torn: the spec of a claim recorded in an earlier boot is read (as a runtime would) and kept
-// only when it parses. A spec written in this boot survived at most crashes of the process,
-// which its atomic rename covers.
-func (p *Plugin) specIntact(c checkpoint.ClaimState) bool {
-	if c.BootID == p.store.BootID() {
-		return true
-	}
-	_, err := p.writer.Read(c.UID)
-	return err == nil
 }
 
 // reconcileMPS restarts the MPS daemons of prepared claims that died (with the plugin's

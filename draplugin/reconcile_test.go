@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpudra/gpudra"
@@ -58,33 +59,38 @@ func TestReconcileRewritesSpecsLostWithTmpfs(t *testing.T) {
 	}
 }
 
-// TestReconcileAfterReboot: claims prepared before a reboot whose state the reboot erased
-// (dynamic MIG instances, host settings) are forgotten so that kubelet prepares them again;
-// plain claims stay prepared and get their spec back.
+// TestReconcileAfterReboot: every claim prepared before a reboot is forgotten, whether the
+// reboot erased its state (a dynamic MIG instance) or not (a full GPU), and its spec removed;
+// kubelet prepares each again, from scratch.
 func TestReconcileAfterReboot(t *testing.T) {
 	e := newEnv(t, "dgx-a100-40gb", true)
 	mig := e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 0), "")
 	plain := e.claim(gpudra.GPUDeviceClassName, gpuIndex(1), "")
 	p := e.plugin()
 	prepareAll(t, p, mig, plain)
-	// Reboot: new boot ID, MIG instances gone, tmpfs CDI directory empty.
+	// Reboot: new boot ID, MIG instances gone; the CDI directory keeps its specs, as one on a
+	// disk would.
+	specs := readSpecs(t, e)
 	if err := e.Reboot(); err != nil {
 		t.Fatal(err)
 	}
+	writeSpecs(t, e, specs)
 	p2 := e.plugin()
 	rep := e.reconcile(p2)
-	if !rep.Checkpoint.Rebooted || len(rep.Forgotten) != 1 || len(rep.SpecsRewritten) != 1 || rep.Prepared != 1 {
-		t.Fatalf("report %v: forgotten %v rewritten %v", rep, rep.Forgotten, rep.SpecsRewritten)
+	want := []string{claimRefOf(mig), claimRefOf(plain)}
+	if diff := cmp.Diff(want, rep.Forgotten, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" || !rep.Checkpoint.Rebooted || rep.Prepared != 0 {
+		t.Fatalf("report %v: forgotten (-want +got):\n%s", rep, diff)
 	}
-	if !cmp.Equal(e.specs(), []string{string(plain.UID)}) {
-		t.Errorf("specs = %v", e.specs())
+	if got := e.specs(); len(got) != 0 {
+		t.Errorf("specs after the reboot = %v, want none", got)
 	}
-	// kubelet prepares the forgotten claim again: its instance is recreated.
-	if _, err := prepareOne(t, p2, mig); err != nil {
-		t.Fatal(err)
-	}
+	// kubelet prepares both again: the instance is recreated, both specs written.
+	prepareAll(t, p2, mig, plain)
 	if len(e.MIGInstances()) != 1 {
 		t.Errorf("instances = %v", e.MIGInstances())
+	}
+	if diff := cmp.Diff([]string{string(mig.UID), string(plain.UID)}, e.specs(), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("specs after kubelet's prepares (-want +got):\n%s", diff)
 	}
 }
 

@@ -128,8 +128,6 @@ func setSharing(st *checkpoint.ClaimState, rec *sharing.Record, applied bool) er
 	return nil
 }
 
-func hostChanges(rec *sharing.Record) bool { return rec != nil && len(rec.Steps) > 0 }
-
 // changesHost says whether a record (or plan) changes a host setting.
 func changesHost(rec *sharing.Record) bool {
 	return rec != nil && slices.ContainsFunc(rec.Steps, func(s sharing.Step) bool { return s.Changed })

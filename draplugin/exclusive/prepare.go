@@ -206,8 +206,9 @@ func (p *Plugin) writeSpec(st *checkpoint.ClaimState) error {
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unprepare records the claim as
 // UnprepareStarted, removes its CDI spec, calls Driver.Unprepare for its devices and forgets it.
-// Unknown claims succeed (once a spec left for them is removed). What succeeded is made to
-// survive a power loss, with one fsync for the whole call, before it returns.
+// Unknown claims succeed (once a spec left for them is removed). Nothing is fsynced: Reconcile
+// releases every claim of an earlier boot, so a power loss that reverts the checkpoint to
+// before an unprepare revives nothing.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	results := pluginkit.Concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
 		func(c kubeletplugin.NamespacedObject) error {
@@ -220,7 +221,6 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			logger.V(2).Info("Unprepared claim")
 			return nil
 		})
-	pluginkit.MakeDurable(p.store, results, func(err error) error { return err })
 	return results, nil
 }
 

@@ -169,7 +169,7 @@ func (p *Plugin) finishClaims(ctx context.Context, rep *ReconcileReport) error {
 // and atomically, so it is kept as it is.
 func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error {
 	done, err := pluginkit.ReconcileSpecs(ctx, p.store, p.writer, p.trusted(),
-		func(checkpoint.ClaimState) bool { return true }, func(c checkpoint.ClaimState) error { return p.writeSpec(&c) })
+		func(c checkpoint.ClaimState) error { return p.writeSpec(&c) })
 	rep.Prepared, rep.SpecsRewritten, rep.SpecsPruned = done.Prepared, done.Rewritten, done.Pruned
 	return err
 }

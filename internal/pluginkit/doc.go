@@ -12,7 +12,7 @@
 //     per goroutine; DriverResources hands a resourcepool.Pool to the helper.
 //   - ClaimRef, SameAllocation, CompleteRecovered, ShareIDs and Result: a claim's checkpoint
 //     entry against its allocation, and the answer to kubelet rebuilt from the entry.
-//   - OpenStore, Syncer, MakeDurable and the durability of each kind of write.
+//   - OpenStore, Syncer and the durability of each kind of write.
 //
 // The common path of a plugin's prepare:
 //

@@ -16,16 +16,12 @@ import (
 
 // What each write of a plugin must survive, and so what it pays for (docs/reliability.md,
 // "Durability"). A power loss is a reboot, after which kubelet prepares again the claims of the
-// pods it restarts and unprepares those of pods that are gone; the checkpoint only has to keep
-// reconciliation from reviving what kubelet was told is gone.
+// pods it restarts and unprepares those of pods that are gone, and reconciliation drops every
+// claim of the earlier boot: no write on the path of a prepare or an unprepare needs an fsync.
 const (
 	// StepDurability is for the records prepare and unprepare make on their way and for CDI
 	// specs: they must survive a crash of the process, which the rename gives for free.
 	StepDurability = atomicfile.ProcessCrash
-	// UnprepareDurability is for the checkpoint once unprepares succeeded, before kubelet is
-	// told (MakeDurable, once per call): kubelet then forgets the claims, so a checkpoint
-	// reverted to before the unprepare would keep them prepared forever.
-	UnprepareDurability = atomicfile.PowerLossChecked
 	// ReconcileDurability is for what reconciliation changes: after a power loss it draws the
 	// same conclusions from the same evidence again.
 	ReconcileDurability = atomicfile.ProcessCrash
@@ -90,30 +86,6 @@ func OpenStore(ctx context.Context, c StoreConfig) (*checkpoint.Store, checkpoin
 		return nil, rep, fmt.Errorf("open checkpoint: %w", err)
 	}
 	return store, rep, nil
-}
-
-// MakeDurable makes the results of the unprepares that succeeded survive a power loss before
-// kubelet is told: one sync for all the claims of a call (and for concurrent calls, which the
-// checkpoint group-commits). When the sync fails, the successes become the error fail makes of
-// it, and kubelet's retry syncs again.
-func MakeDurable(store *checkpoint.Store, results map[types.UID]error, fail func(error) error) {
-	ok := false
-	for _, err := range results {
-		ok = ok || err == nil
-	}
-	if !ok {
-		return
-	}
-	err := store.Sync(UnprepareDurability)
-	if err == nil {
-		return
-	}
-	err = fail(fmt.Errorf("make the unprepare survive a power loss: %w", err))
-	for uid, rerr := range results {
-		if rerr == nil {
-			results[uid] = err
-		}
-	}
 }
 
 // crashError marks an error of a test's crash hook: the operation stops at once, without any

@@ -186,28 +186,3 @@ func TestResultCarriesShareIDs(t *testing.T) {
 		t.Errorf("result (-want +got):\n%s", diff)
 	}
 }
-
-// TestMakeDurableSyncsOnceAndOnlyForSuccesses: a call with a success pays one fsync; a call
-// with only failures pays none.
-func TestMakeDurableSyncsOnceAndOnlyForSuccesses(t *testing.T) {
-	var syncs atomic.Int32
-	store, _, err := pluginkit.OpenStore(context.Background(), pluginkit.StoreConfig{Dir: t.TempDir(), Now: time.Now,
-		Synced: func(string) { syncs.Add(1) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	if err := store.Put(checkpoint.ClaimState{UID: "a", Phase: checkpoint.PrepareCompleted}, pluginkit.StepDurability); err != nil {
-		t.Fatal(err)
-	}
-	syncs.Store(0)
-	fail := func(err error) error { return err }
-	pluginkit.MakeDurable(store, map[types.UID]error{"a": errors.New("no")}, fail)
-	if n := syncs.Load(); n != 0 {
-		t.Errorf("only failures: %d fsyncs, want 0", n)
-	}
-	pluginkit.MakeDurable(store, map[types.UID]error{"a": nil, "b": nil, "c": errors.New("no")}, fail)
-	if n := syncs.Load(); n == 0 {
-		t.Error("successes: no fsync")
-	}
-}

@@ -56,11 +56,12 @@ type SpecsReconciled struct {
 	Rewritten, Pruned []string
 }
 
-// ReconcileSpecs writes again (rewrite) the spec of every prepared claim that has none, or
-// whose existing spec intact rejects, and, when the checkpoint is trusted, removes the specs of
-// the claims it does not hold.
+// ReconcileSpecs writes again (rewrite) the spec of every prepared claim that has none, and,
+// when the checkpoint is trusted, removes the specs of the claims it does not hold. A spec that
+// exists is kept as it is: it was written atomically in this boot (reconciliation drops the
+// claims of earlier boots first).
 func ReconcileSpecs(ctx context.Context, store *checkpoint.Store, writer *cdi.Writer, trusted bool,
-	intact func(checkpoint.ClaimState) bool, rewrite func(checkpoint.ClaimState) error) (SpecsReconciled, error) {
+	rewrite func(checkpoint.ClaimState) error) (SpecsReconciled, error) {
 	logger := klog.FromContext(ctx)
 	var out SpecsReconciled
 	have, err := writer.List()
@@ -75,7 +76,7 @@ func ReconcileSpecs(ctx context.Context, store *checkpoint.Store, writer *cdi.Wr
 			continue
 		}
 		out.Prepared++
-		if slices.Contains(have, c.UID) && intact(c) {
+		if slices.Contains(have, c.UID) {
 			continue
 		}
 		if err := rewrite(c); err != nil {
@@ -83,7 +84,7 @@ func ReconcileSpecs(ctx context.Context, store *checkpoint.Store, writer *cdi.Wr
 			continue
 		}
 		out.Rewritten = append(out.Rewritten, Ref(c))
-		logger.Info("Rewrote missing or unreadable CDI spec", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
+		logger.Info("Rewrote missing CDI spec", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
 	}
 	if !trusted {
 		return out, errors.Join(errs...)
