@@ -112,6 +112,9 @@ func (o *options) serve(ctx context.Context) error {
 		return err
 	}
 	report, err := plugin.Start(ctx, exclusive.StartConfig{KubeClient: client, PluginDir: o.pluginDir, RegistrarDir: o.registrarDir})
+	if err != nil && ctx.Err() != nil {
+		return nil // stopped while starting: a shutdown, not a failure
+	}
 	if err != nil {
 		return err
 	}

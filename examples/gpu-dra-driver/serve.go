@@ -250,6 +250,11 @@ func (s *serveFlags) run(ctx context.Context, plugin *draplugin.Plugin, reg *pro
 	}
 	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client, RegistrarDir: s.registrarDir,
 		PluginDir: s.pluginDir, RollingUpdatePodUID: types.UID(s.podUID)})
+	if err != nil && ctx.Err() != nil {
+		// Stopped while starting (SIGTERM): a shutdown, not a failure.
+		logger.Info("Shutting down before serving", "cause", context.Cause(ctx).Error())
+		return nil
+	}
 	if err != nil {
 		return err
 	}
