@@ -229,7 +229,9 @@ func (p *Plugin) Err() error { return p.fatal.Err() }
 // Start reconciles the node (Reconcile), starts the kubelet plugin's gRPC servers
 // (kubeletplugin.Start with Serialize(false): the plugin locks per physical GPU itself),
 // publishes the ResourceSlices, and starts the health monitor. It returns once the plugin
-// serves; Stop (or cancelling ctx for the background work) ends it.
+// serves; Stop (or cancelling ctx for the background work) ends it. On a node with no slice of
+// the driver it creates the first slices itself, a second sooner than the helper's
+// ResourceSlice controller would (pluginkit.PublishFirst), and the controller takes them over.
 func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, error) {
 	if sc.KubeClient == nil {
 		return nil, errors.New("start plugin: KubeClient is required")
@@ -256,7 +258,7 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 	p.helper, p.stopped = helper, stopped
 	p.helperMu.Unlock()
 	if !sc.NoPublish {
-		if err := p.Publish(ctx); err != nil {
+		if err := pluginkit.PublishFirst(ctx, helper, sc.KubeClient, p.driverName, p.nodeName, p.Resources); err != nil {
 			p.Stop()
 			return report, err
 		}

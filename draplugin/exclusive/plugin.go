@@ -121,7 +121,9 @@ func (p *Plugin) isPublished(device string) bool {
 }
 
 // Start reconciles the node (Reconcile), starts the kubelet plugin's gRPC servers and
-// registration (kubeletplugin.Start) and publishes the node's ResourceSlices. It returns once
+// registration (kubeletplugin.Start) and publishes the node's ResourceSlices (on a node with
+// none of the driver's, it creates the first ones itself, a second sooner than the helper's
+// ResourceSlice controller would, and the controller takes them over). It returns once
 // the plugin serves; Stop ends it. A failed reconciliation is logged, not fatal: what it left is
 // retried at the next start, and the claims that are fine are served meanwhile.
 func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, error) {
@@ -142,7 +144,7 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 	p.helper = helper
 	p.helperMu.Unlock()
 	if !sc.NoPublish {
-		if err := p.Publish(ctx); err != nil {
+		if err := pluginkit.PublishFirst(ctx, helper, sc.KubeClient, p.driverName, p.nodeName, p.Resources); err != nil {
 			p.Stop()
 			return report, err
 		}

@@ -9,7 +9,8 @@
 //   - Fatal: the kubelet-plugin helper's error handling (recoverable errors logged, the first
 //     fatal one kept and signalled).
 //   - Endpoint and HelperOptions: where and how the helper serves; Concurrently runs one claim
-//     per goroutine; DriverResources hands a resourcepool.Pool to the helper.
+//     per goroutine; DriverResources hands a resourcepool.Pool to the helper; PublishFirst
+//     creates a fresh node's first ResourceSlices without waiting for the helper's controller.
 //   - ClaimRef, SameAllocation, CompleteRecovered, ShareIDs and Result: a claim's checkpoint
 //     entry against its allocation, and the answer to kubelet rebuilt from the entry.
 //   - OpenStore, Syncer and the durability of each kind of write.

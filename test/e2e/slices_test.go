@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,16 +19,17 @@ import (
 // shape the flags ask for: static MIG devices as mig-parted's all-balanced layout defines them,
 // dynamic MIG devices consuming per-GPU shared counters, full GPUs with consumable memory, and
 // a device taint after an XID. Each driver negotiated with the all-on server and kept every
-// feature.
+// feature, and created its first slices itself, as the kubelet-plugin helper's ResourceSlice
+// controller would, which found nothing to change in them (checkFirstSlicesKept).
 func TestSlicesPassAPIValidation(t *testing.T) {
 	cases := []struct {
 		spec  NodeSpec
 		check func(t *testing.T, n *TestNode, pool []resourceapi.ResourceSlice)
 	}{
-		{NodeSpec{Name: "sl-static-mig", Machine: "dgx-a100-40gb", MIGConfig: "all-balanced"}, checkAllBalanced40},
-		{NodeSpec{Name: "sl-dynamic-mig", Machine: "dgx-a100-80gb", DynamicMIG: true}, checkDynamicMIG},
-		{NodeSpec{Name: "sl-consumable", Machine: "dgx-h100", ConsumableMemory: true}, checkConsumable},
-		{NodeSpec{Name: "sl-taints", Machine: "l4x8"}, checkTaintAccepted},
+		{NodeSpec{Name: "sl-static-mig", Machine: "dgx-a100-40gb", MIGConfig: "all-balanced", ExtraArgs: controllerLogs}, checkAllBalanced40},
+		{NodeSpec{Name: "sl-dynamic-mig", Machine: "dgx-a100-80gb", DynamicMIG: true, ExtraArgs: controllerLogs}, checkDynamicMIG},
+		{NodeSpec{Name: "sl-consumable", Machine: "dgx-h100", ConsumableMemory: true, ExtraArgs: controllerLogs}, checkConsumable},
+		{NodeSpec{Name: "sl-taints", Machine: "l4x8", ExtraArgs: controllerLogs}, checkTaintAccepted},
 	}
 	for _, c := range cases {
 		t.Run(c.spec.Name, func(t *testing.T) {
@@ -44,9 +47,57 @@ func TestSlicesPassAPIValidation(t *testing.T) {
 					t.Errorf("slice %s: owners %v, want the Node %s (so slices go with it)", s.Name, s.OwnerReferences, n.Node.Name)
 				}
 			}
+			checkFirstSlicesKept(t, n, pool)
 			c.check(t, n, pool)
 			checkEveryFeatureKept(t, n)
 		})
+	}
+}
+
+// controllerLogs makes the driver log what the ResourceSlice controller compares (V(5)).
+var controllerLogs = []string{"-v=5"}
+
+// checkFirstSlicesKept: the driver creates its node's first slices itself (draplugin, so that
+// they do not wait for the helper's one-second informer poll); the helper's ResourceSlice
+// controller must then find them to be the slices it would have created — its first sync of
+// the pool reports no new, changed or obsolete slice — and the slices must be the same objects
+// afterwards, not rewritten.
+func checkFirstSlicesKept(t *testing.T, n *TestNode, pool []resourceapi.ResourceSlice) {
+	t.Helper()
+	ctx := context.Background()
+	var line string
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		data, err := os.ReadFile(n.Driver.Proc.LogFile)
+		if err != nil {
+			return false, err
+		}
+		for l := range strings.Lines(string(data)) {
+			if strings.Contains(l, `"Completed comparison"`) && strings.Contains(l, `poolName="`+n.Spec.Name+`"`) {
+				line = l
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("the ResourceSlice controller never compared the pool: %v; log %s", err, n.Driver.Proc.LogFile)
+	}
+	want := fmt.Sprintf("numObsolete=0 numMatchedSlices=%d numChangedMatchedSlices=0 numNewSlices=0", len(pool))
+	if !strings.Contains(line, want) {
+		t.Errorf("the controller's first sync would change the slices the driver created:\n%s\nwant %s", line, want)
+	}
+	now, err := suite.Slices(ctx, n.Spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := func(ss []resourceapi.ResourceSlice) map[string]string {
+		out := map[string]string{}
+		for _, s := range ss {
+			out[s.Name] = string(s.UID) + "@" + s.ResourceVersion
+		}
+		return out
+	}
+	if before, after := versions(pool), versions(now); !maps.Equal(before, after) {
+		t.Errorf("slices rewritten after the controller's first sync: %v, then %v", before, after)
 	}
 }
 
@@ -162,4 +213,34 @@ func waitForTaint(ctx context.Context, node, device string, want bool) ([]resour
 		return nil, fmt.Errorf("device %s of node %s: health taint present=%v never reached (taints %v): %w", device, node, want, taints, err)
 	}
 	return taints, nil
+}
+
+// TestStoppedWhileStarting: the driver publishes its first slices before the kubelet-plugin
+// helper's ResourceSlice controller has synced (about a second after the start), so a node can
+// be stopped — SIGTERM, as kubelet stops a pod — while the driver is still starting. It must
+// exit cleanly (the test suite fails a driver that does not), and its slices stay published.
+func TestStoppedWhileStarting(t *testing.T) {
+	ctx := context.Background()
+	name := "stopped-starting"
+	n := suite.StartNode(t, NodeSpec{Name: name, Machine: "dgx-a100-40gb", NoWaitForSlices: true})
+	var pool []resourceapi.ResourceSlice
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := suite.Slices(ctx, name)
+		if err != nil {
+			return false, nil
+		}
+		pool, _ = completePool(got)
+		return pool != nil, nil
+	}); err != nil {
+		t.Fatalf("pool never complete: %v", err)
+	}
+	if err := n.Driver.Proc.Stop(30 * time.Second); err != nil {
+		t.Fatalf("driver stopped while starting: %v; log %s", err, n.Driver.Proc.LogFile)
+	}
+	if log, _ := os.ReadFile(n.Driver.Proc.LogFile); !strings.Contains(string(log), "Shutting down before serving") {
+		t.Logf("the stop came after the driver had started (a slow machine); log %s", n.Driver.Proc.LogFile)
+	}
+	if got, err := suite.Slices(ctx, name); err != nil || len(got) != len(pool) {
+		t.Errorf("after the stop: %d slices (%v), want the %d published", len(got), err, len(pool))
+	}
 }
