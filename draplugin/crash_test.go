@@ -3,7 +3,10 @@ package draplugin_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -249,6 +252,53 @@ func bystanderInstances(t *testing.T, others []*resourceapi.ResourceClaim) []str
 		t.Fatal(err)
 	}
 	return []string{fmt.Sprintf("%d:2g.10gb@%d", mn.ParentMinor, mn.PlacementStart)}
+}
+
+// TestJoiningShareRecordsNoIntent: two claims share GPU 4's MPS daemon (and its compute mode).
+// The first to prepare makes the host changes and records its intent first; the second only
+// joins them and records none. Whichever unprepares first leaves the settings to the other and
+// records no intent; the last one restores them and records UnprepareStarted first. The crash
+// safety of both paths is TestRealCrash's (scenario static-and-shared) and TestPowerLoss's.
+func TestJoiningShareRecordsNoIntent(t *testing.T) {
+	for _, firstOut := range []int{0, 1} {
+		t.Run(fmt.Sprintf("claim-%d-unprepares-first", firstOut), func(t *testing.T) {
+			e := newEnv(t, "dgx-a100-40gb", false)
+			var cs []*resourceapi.ResourceClaim
+			for _, name := range []string{"shared-a", "shared-b"} {
+				c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, gpuIndex(4), sharedMPSConfig)
+				shareDevice(c, e.Node, 4)
+				cs = append(cs, c)
+			}
+			intents := map[string]bool{} // "prepare a", "unprepare b", ... → an intent was on disk
+			hooks := draplugin.TestHooks{AfterStep: func(point draplugin.CrashPoint, uid types.UID) error {
+				name := map[types.UID]string{cs[0].UID: "a", cs[1].UID: "b"}[uid]
+				switch point {
+				case draplugin.CrashAfterPrepareStarted:
+					b, err := os.ReadFile(filepath.Join(e.StateDir, "checkpoint.json"))
+					intents["prepare "+name] = err == nil && strings.Contains(string(b), string(uid))
+				case draplugin.CrashAfterUnprepareStarted:
+					intents["unprepare "+name] = true
+				}
+				return nil
+			}}
+			p := e.plugin(withHooks(hooks))
+			e.reconcile(p)
+			prepareAll(t, p, cs...)
+			for _, i := range []int{firstOut, 1 - firstOut} {
+				if err := unprepareOne(t, p, cs[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			last := map[int]string{0: "b", 1: "a"}[firstOut]
+			want := map[string]bool{"prepare a": true, "prepare b": false, "unprepare " + last: true}
+			if diff := cmp.Diff(want, intents); diff != "" {
+				t.Errorf("intents recorded (-want +got):\n%s", diff)
+			}
+			if err := e.HostClean(); err != nil {
+				t.Errorf("host after both unprepares: %v", err)
+			}
+		})
+	}
 }
 
 // TestPlainUnprepareRecordsNoIntent: unpreparing a claim that created nothing and changed no

@@ -24,6 +24,9 @@ type SharingEngine interface {
 	Prepare(ctx context.Context, claim *resourceapi.ResourceClaim, lookup sharing.DeviceLookup) (*sharing.Record, error)
 	// Undo reverses a record's host changes (those another claim still holds are kept).
 	Undo(ctx context.Context, rec *sharing.Record) error
+	// Shared reports whether every host change of a plan or record is also held by another
+	// prepared claim: preparing or undoing it then changes nothing on the host.
+	Shared(rec *sharing.Record) bool
 	// Restore rebuilds the engine's registry of prepared claims after a restart; Sync does so
 	// for the claims on some GPUs, which another plugin process may have changed.
 	Restore(records []sharing.Record) error

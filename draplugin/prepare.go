@@ -247,9 +247,11 @@ func (a *attempt) recordIntent(ctx context.Context) error {
 	}
 	// A prepare that creates nothing and changes no host setting needs no record of its intent:
 	// a crash can only leave its CDI spec, which reconciliation removes as the spec of a claim
-	// the checkpoint does not hold. One that does is recorded first, with the values its host
-	// changes will replace, so that a crash anywhere later is undone exactly.
-	if anyCreated(a.st) || changesHost(plan) {
+	// the checkpoint does not hold. Nor does one whose host settings other prepared claims
+	// already made and keep (a share joining a GPU's MPS daemon): a crash leaves them to those
+	// claims. One that does change the host is recorded first, with the values its changes will
+	// replace, so that a crash anywhere later is undone exactly.
+	if anyCreated(a.st) || (changesHost(plan) && !a.p.sharing.Shared(plan)) {
 		if err := a.p.store.Put(a.st, stepDurability); err != nil {
 			return stepErr(StepCheckpoint, "", fmt.Errorf("record PrepareStarted: %w", err))
 		}

@@ -60,7 +60,7 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 	case checkpoint.PrepareStarted:
 		return p.rollback(ctx, st, true, stepDurability)
 	case checkpoint.PrepareCompleted:
-		if plainUnprepare(st) {
+		if plainUnprepare(st) || p.sharedUnprepare(st) {
 			break
 		}
 		st.Phase = checkpoint.UnprepareStarted
@@ -82,6 +82,19 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 // no answer for.
 func plainUnprepare(st checkpoint.ClaimState) bool {
 	return len(st.Devices) > 0 && st.Devices[0].Sharing == nil && !anyCreated(st)
+}
+
+// sharedUnprepare reports whether unpreparing the claim changes nothing on the host: no MIG
+// instance to destroy, and every host setting its sharing record holds is held by another
+// prepared claim too, so Undo only leaves the claim's share. Like a plain one, such an unprepare
+// records no intent: a crash leaves the completed entry (its spec rewritten by reconciliation)
+// and kubelet retries.
+func (p *Plugin) sharedUnprepare(st checkpoint.ClaimState) bool {
+	ss, err := sharingOf(st)
+	if err != nil || ss == nil || !ss.Applied || anyCreated(st) {
+		return false
+	}
+	return p.sharing.Shared(ss.Record)
 }
 
 // removeUnrecordedSpec removes the CDI spec of a claim the checkpoint does not hold. A prepare

@@ -223,6 +223,27 @@ func (m *Manager) Undo(ctx context.Context, rec *Record) error {
 	return nil
 }
 
+// Shared reports whether every host change of rec (a step with Changed set) is a setting that
+// another prepared claim holds as well (not the partial record of a failed Prepare). Preparing a
+// claim whose plan is Shared only joins what other claims set up, and undoing a Shared record
+// restores nothing on the host: a crash at any point of either leaves the host as the other
+// claims need it, so the caller need not record its intent. Call it with the locks of the
+// record's GPUs held, as for Plan and Undo.
+func (m *Manager) Shared(rec *Record) bool {
+	if rec == nil {
+		return true
+	}
+	for _, s := range rec.Steps {
+		if !s.Changed {
+			continue
+		}
+		if other, _ := m.registry.holder(s.Resource, rec.ClaimUID); other == nil || other.Partial {
+			return false
+		}
+	}
+	return true
+}
+
 // UndoClaim is Undo for a claim of the registry; an unknown claim is not an error.
 func (m *Manager) UndoClaim(ctx context.Context, uid types.UID) error {
 	rec, ok := m.registry.Get(uid)
