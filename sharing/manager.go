@@ -224,10 +224,12 @@ func (m *Manager) Undo(ctx context.Context, rec *Record) error {
 }
 
 // Shared reports whether every host change of rec (a step with Changed set) is a setting that
-// another prepared claim holds as well (not the partial record of a failed Prepare). Preparing a
-// claim whose plan is Shared only joins what other claims set up, and undoing a Shared record
-// restores nothing on the host: a crash at any point of either leaves the host as the other
-// claims need it, so the caller need not record its intent. Call it with the locks of the
+// another registered claim holds as well (a prepared one, or the partial record of a failed
+// Prepare, which the caller checkpointed and which keeps the setting until it is undone).
+// Preparing a claim whose plan is Shared only joins what other claims set up, and undoing a
+// Shared record restores nothing on the host (Undo leaves what others hold): a crash at any
+// point of either leaves the host to the other claims' records, so the caller need not record
+// its intent. Call it with the locks of the
 // record's GPUs held, as for Plan and Undo.
 func (m *Manager) Shared(rec *Record) bool {
 	if rec == nil {
@@ -237,7 +239,7 @@ func (m *Manager) Shared(rec *Record) bool {
 		if !s.Changed {
 			continue
 		}
-		if other, _ := m.registry.holder(s.Resource, rec.ClaimUID); other == nil || other.Partial {
+		if other, _ := m.registry.holder(s.Resource, rec.ClaimUID); other == nil {
 			return false
 		}
 	}

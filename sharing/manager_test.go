@@ -355,6 +355,42 @@ func TestSharedDevice(t *testing.T) {
 	}
 }
 
+// TestShared: a share of a GPU whose MPS daemon and compute mode another claim already set up
+// only joins them (its plan and its record are Shared); the first claim's are not, and neither
+// is the record of the claim left last, whose Undo restores the host.
+func TestShared(t *testing.T) {
+	ctx := ctxFor(t)
+	m := newManager(t, newHost())
+	claimA := newClaim("a", results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi")))
+	claimB := newClaim("b", results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "16Gi")))
+	claimC := newClaim("c", results(withMemory(shared(result("gpu", "gpu-1"), "s3"), "16Gi")))
+	shared := func(what string, rec *sharing.Record, err error, want bool) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := m.Shared(rec); got != want {
+			t.Errorf("Shared(%s) = %v, want %v", what, got, want)
+		}
+	}
+	planA, err := m.Plan(ctx, claimA, lookup)
+	shared("plan of the first share", planA, err, false)
+	a, err := m.Prepare(ctx, claimA, lookup)
+	shared("record of the only share", a, err, false)
+	planB, err := m.Plan(ctx, claimB, lookup)
+	shared("plan of a second share of the GPU", planB, err, true)
+	b, err := m.Prepare(ctx, claimB, lookup)
+	shared("record of a second share", b, err, true)
+	shared("record of the first share, with a second", a, nil, true)
+	planC, err := m.Plan(ctx, claimC, lookup)
+	shared("plan of a share of another GPU", planC, err, false)
+	if err := m.Undo(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	shared("record of the share left last", b, nil, false)
+	shared("no record", nil, nil, true)
+}
+
 func TestMPSClientLimit(t *testing.T) {
 	ctx := ctxFor(t)
 	m := newManager(t, newHost())
