@@ -223,8 +223,8 @@ func (m *Manager) Undo(ctx context.Context, rec *Record) error {
 	return nil
 }
 
-// Shared reports whether every host change of rec (a step with Changed set) is a setting that
-// another registered claim holds as well (a prepared one, or the partial record of a failed
+// Shared reports whether every host setting of rec (each of its steps) is one that another
+// registered claim holds as well (a prepared one, or the partial record of a failed
 // Prepare, which the caller checkpointed and which keeps the setting until it is undone).
 // Preparing a claim whose plan is Shared only joins what other claims set up, and undoing a
 // Shared record restores nothing on the host (Undo leaves what others hold): a crash at any
@@ -236,9 +236,6 @@ func (m *Manager) Shared(rec *Record) bool {
 		return true
 	}
 	for _, s := range rec.Steps {
-		if !s.Changed {
-			continue
-		}
 		if other, _ := m.registry.holder(s.Resource, rec.ClaimUID); other == nil {
 			return false
 		}
