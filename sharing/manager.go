@@ -229,8 +229,7 @@ func (m *Manager) Undo(ctx context.Context, rec *Record) error {
 // Preparing a claim whose plan is Shared only joins what other claims set up, and undoing a
 // Shared record restores nothing on the host (Undo leaves what others hold): a crash at any
 // point of either leaves the host to the other claims' records, so the caller need not record
-// its intent. Call it with the locks of the
-// record's GPUs held, as for Plan and Undo.
+// its intent. Call it with the locks of the record's GPUs held, as for Plan and Undo.
 func (m *Manager) Shared(rec *Record) bool {
 	if rec == nil {
 		return true
