@@ -235,7 +235,7 @@ func (m *Manager) Shared(rec *Record) bool {
 		return true
 	}
 	for _, s := range rec.Steps {
-		if other, _ := m.registry.holder(s.Resource, rec.ClaimUID); other == nil {
+		if !m.registry.held(s.Resource, rec.ClaimUID) {
 			return false
 		}
 	}

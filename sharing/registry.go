@@ -144,6 +144,19 @@ func (r *Registry) holder(resource string, except types.UID) (*Record, *Step) {
 	return c, &c.Steps[step]
 }
 
+// held reports whether another claim's record (a prepared or a partial one) holds resource;
+// holder without the copy.
+func (r *Registry) held(resource string, except types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid, rec := range r.records {
+		if uid != except && slices.ContainsFunc(rec.Steps, func(s Step) bool { return s.Resource == resource }) {
+			return true
+		}
+	}
+	return false
+}
+
 // usedDaemons returns the IDs of the MPS daemons that any registered record, partial ones
 // included, names in a step or a device, sorted.
 func (r *Registry) usedDaemons() []string {
