@@ -46,17 +46,30 @@ const ConditionPrepared = "Prepared"
 // up (logged); a later prepare or unprepare of the claim writes it again.
 const statusAttempts = 5
 
+// Status writes give way to kubelet's calls: each waits until no prepare or unprepare has been
+// queued for statusQuiet, but no longer than statusMaxDelay after it was queued. A server-side
+// apply costs the API server about as much as the claim GET of a prepare, so a burst of prepares
+// (a node starting many pods) would otherwise wait for the writes of the ones before it; a
+// prepare and unprepare of one claim within the wait also become one write.
+const (
+	statusQuiet    = 25 * time.Millisecond
+	statusMaxDelay = 2 * time.Second
+)
+
 // statusWriter writes claims' status.devices in the background with server-side apply under
 // the driver's field manager, so that prepare does not wait for the API server. The latest
 // request for a claim wins: an unprepare queued behind its prepare removes the entries.
 type statusWriter struct {
 	client  kubernetes.Interface
 	manager string
-	now     func() time.Time
+	now     func() time.Time // for the conditions' times
+	// quiet and maxDelay are statusQuiet and statusMaxDelay (tests shorten or lengthen them).
+	quiet, maxDelay time.Duration
 
-	mu      sync.Mutex
-	pending map[types.UID]statusJob
-	wake    chan struct{}
+	mu         sync.Mutex
+	pending    map[types.UID]statusJob
+	lastQueued time.Time // wall clock, monotonic: when the plugin last queued a job
+	wake       chan struct{}
 }
 
 // statusJob is the status to apply to one claim; devices nil removes the driver's entries.
@@ -65,10 +78,12 @@ type statusJob struct {
 	uid             types.UID
 	devices         []*resourceapply.AllocatedDeviceStatusApplyConfiguration
 	attempts        int
+	queued          time.Time // when the claim's first pending job was queued
 }
 
 func newStatusWriter(client kubernetes.Interface, driverName string, now func() time.Time) *statusWriter {
-	return &statusWriter{client: client, manager: driverName, now: now, pending: map[types.UID]statusJob{}, wake: make(chan struct{}, 1)}
+	return &statusWriter{client: client, manager: driverName, now: now, quiet: statusQuiet, maxDelay: statusMaxDelay,
+		pending: map[types.UID]statusJob{}, wake: make(chan struct{}, 1)}
 }
 
 // prepared queues the device status of a prepared claim.
@@ -103,6 +118,11 @@ func (w *statusWriter) unprepared(namespace, name string, uid types.UID) {
 
 func (w *statusWriter) queue(j statusJob) {
 	w.mu.Lock()
+	w.lastQueued = time.Now()
+	j.queued = w.lastQueued
+	if old, ok := w.pending[j.uid]; ok {
+		j.queued = old.queued
+	}
 	w.pending[j.uid] = j
 	w.mu.Unlock()
 	select {
@@ -166,8 +186,17 @@ func (w *statusWriter) run(ctx context.Context, stopped <-chan struct{}) {
 			return
 		case <-w.wake:
 		}
+		if !w.waitQuiet(ctx, stopped) {
+			return
+		}
 		failed := false
-		for _, j := range w.take() {
+		jobs := w.take()
+		for i, j := range jobs {
+			if w.busy(j) {
+				// kubelet called again meanwhile: the rest waits for the next quiet moment.
+				w.putBack(jobs[i:])
+				break
+			}
 			err := w.apply(ctx, j)
 			if err == nil {
 				continue
@@ -183,7 +212,7 @@ func (w *statusWriter) run(ctx context.Context, stopped <-chan struct{}) {
 				continue
 			}
 			logger.V(2).Info("Writing the claim's device status failed; retrying", "claim", klog.KRef(j.namespace, j.name), "err", err)
-			w.retry(j)
+			w.putBack([]statusJob{j})
 			failed = true
 		}
 		if failed {
@@ -191,6 +220,52 @@ func (w *statusWriter) run(ctx context.Context, stopped <-chan struct{}) {
 		} else {
 			backoff.reset()
 		}
+	}
+}
+
+// waitQuiet waits until the plugin has queued nothing for w.quiet, or the oldest pending job
+// has waited w.maxDelay; false when ctx ended or the plugin stopped meanwhile.
+func (w *statusWriter) waitQuiet(ctx context.Context, stopped <-chan struct{}) bool {
+	for {
+		w.mu.Lock()
+		wait := w.quiet - time.Since(w.lastQueued)
+		for _, j := range w.pending {
+			wait = min(wait, w.maxDelay-time.Since(j.queued))
+		}
+		w.mu.Unlock()
+		if wait <= 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-stopped:
+			return false
+		case <-time.After(wait):
+		}
+	}
+}
+
+// busy says whether the plugin queued a job within w.quiet and j may still wait.
+func (w *statusWriter) busy(j statusJob) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return time.Since(w.lastQueued) < w.quiet && time.Since(j.queued) < w.maxDelay
+}
+
+// putBack queues jobs taken but not applied again, unless a newer request for the claim came
+// in meanwhile, and wakes the writer.
+func (w *statusWriter) putBack(jobs []statusJob) {
+	w.mu.Lock()
+	for _, j := range jobs {
+		if _, newer := w.pending[j.uid]; !newer {
+			w.pending[j.uid] = j
+		}
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -206,18 +281,6 @@ func (w *statusWriter) take() []statusJob {
 	return jobs
 }
 
-// retry queues j again unless a newer request for the claim came in meanwhile.
-func (w *statusWriter) retry(j statusJob) {
-	w.mu.Lock()
-	if _, newer := w.pending[j.uid]; !newer {
-		w.pending[j.uid] = j
-	}
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
 
 // apply writes one claim's entries with server-side apply. The claim's UID is a precondition:
 // a claim deleted and created again under the same name is not touched. A claim that is gone

@@ -3,14 +3,18 @@ package draplugin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/gpudra/gpudra/internal/checkpoint"
 )
@@ -131,5 +135,64 @@ func TestStatusWriterResyncRewritesLostWrites(t *testing.T) {
 	}
 	if len(s.Status.Devices) != 0 {
 		t.Errorf("claim still being prepared got status.devices %+v", s.Status.Devices)
+	}
+}
+
+// TestStatusWritesGiveWayToKubelet: while the plugin keeps queueing (kubelet prepares claim
+// after claim), no status is written; the writes come once it has queued nothing for the quiet
+// period — or, under a load that never pauses, once a job has waited the maximum delay.
+func TestStatusWritesGiveWayToKubelet(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		quiet, maxDelay time.Duration
+		wantDuringBurst bool
+	}{
+		{"writes wait for a quiet moment", time.Second, time.Minute, false},
+		{"but no longer than the maximum delay", time.Minute, 100 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const claims = 15
+			var objs []runtime.Object
+			for i := range claims {
+				objs = append(objs, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprint("c", i), UID: types.UID(fmt.Sprint("uid-", i))}})
+			}
+			client := fake.NewClientset(objs...)
+			var mu sync.Mutex
+			var writes []time.Time
+			client.PrependReactor("patch", "resourceclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+				mu.Lock()
+				writes = append(writes, time.Now())
+				mu.Unlock()
+				return false, nil, nil
+			})
+			w := newStatusWriter(client, "gpu.nvidia.com", time.Now)
+			w.quiet, w.maxDelay = tc.quiet, tc.maxDelay
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go w.run(ctx, make(chan struct{}))
+			for i := range claims {
+				w.unprepared("ns", fmt.Sprint("c", i), types.UID(fmt.Sprint("uid-", i)))
+				time.Sleep(20 * time.Millisecond)
+			}
+			burstEnd := time.Now()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				mu.Lock()
+				n := len(writes)
+				mu.Unlock()
+				if n == claims {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d statuses written", n, claims)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if during := writes[0].Before(burstEnd); during != tc.wantDuringBurst {
+				t.Errorf("first write %v after the burst ended: during the burst = %v, want %v", writes[0].Sub(burstEnd), during, tc.wantDuringBurst)
+			}
+		})
 	}
 }
