@@ -186,36 +186,21 @@ func (w *statusWriter) run(ctx context.Context, stopped <-chan struct{}) {
 			return
 		case <-w.wake:
 		}
-		if !w.waitQuiet(ctx, stopped) {
-			return
-		}
-		failed := false
-		jobs := w.take()
-		for i, j := range jobs {
-			if w.busy(j) {
-				// kubelet called again meanwhile: the rest waits for the next quiet moment.
-				w.putBack(jobs[i:])
+		var failed []statusJob
+		for {
+			if !w.waitQuiet(ctx, stopped) {
+				return
+			}
+			j, ok := w.next()
+			if !ok {
 				break
 			}
-			err := w.apply(ctx, j)
-			if err == nil {
-				continue
+			if err := w.apply(ctx, j); err != nil && w.retryable(logger, &j, err) {
+				failed = append(failed, j)
 			}
-			if apierrors.IsInvalid(err) {
-				// Retrying the same status cannot help; say so loudly.
-				logger.Error(err, "The API server refused the claim's device status", "claim", klog.KRef(j.namespace, j.name))
-				continue
-			}
-			j.attempts++
-			if j.attempts >= statusAttempts {
-				logger.Error(err, "Giving up writing the claim's device status", "claim", klog.KRef(j.namespace, j.name), "attempts", j.attempts)
-				continue
-			}
-			logger.V(2).Info("Writing the claim's device status failed; retrying", "claim", klog.KRef(j.namespace, j.name), "err", err)
-			w.putBack([]statusJob{j})
-			failed = true
 		}
-		if failed {
+		if len(failed) > 0 {
+			w.putBack(failed)
 			backoff.sleep(ctx)
 		} else {
 			backoff.reset()
@@ -223,12 +208,32 @@ func (w *statusWriter) run(ctx context.Context, stopped <-chan struct{}) {
 	}
 }
 
+// retryable logs a failed write and says whether to try j again (its attempts counted).
+func (w *statusWriter) retryable(logger klog.Logger, j *statusJob, err error) bool {
+	if apierrors.IsInvalid(err) {
+		// Retrying the same status cannot help; say so loudly.
+		logger.Error(err, "The API server refused the claim's device status", "claim", klog.KRef(j.namespace, j.name))
+		return false
+	}
+	j.attempts++
+	if j.attempts >= statusAttempts {
+		logger.Error(err, "Giving up writing the claim's device status", "claim", klog.KRef(j.namespace, j.name), "attempts", j.attempts)
+		return false
+	}
+	logger.V(2).Info("Writing the claim's device status failed; retrying", "claim", klog.KRef(j.namespace, j.name), "err", err)
+	return true
+}
+
 // waitQuiet waits until the plugin has queued nothing for w.quiet, or the oldest pending job
-// has waited w.maxDelay; false when ctx ended or the plugin stopped meanwhile.
+// has waited w.maxDelay, or nothing is pending; false when ctx ended or the plugin stopped
+// meanwhile.
 func (w *statusWriter) waitQuiet(ctx context.Context, stopped <-chan struct{}) bool {
 	for {
 		w.mu.Lock()
 		wait := w.quiet - time.Since(w.lastQueued)
+		if len(w.pending) == 0 {
+			wait = 0
+		}
 		for _, j := range w.pending {
 			wait = min(wait, w.maxDelay-time.Since(j.queued))
 		}
@@ -246,15 +251,8 @@ func (w *statusWriter) waitQuiet(ctx context.Context, stopped <-chan struct{}) b
 	}
 }
 
-// busy says whether the plugin queued a job within w.quiet and j may still wait.
-func (w *statusWriter) busy(j statusJob) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return time.Since(w.lastQueued) < w.quiet && time.Since(j.queued) < w.maxDelay
-}
-
-// putBack queues jobs taken but not applied again, unless a newer request for the claim came
-// in meanwhile, and wakes the writer.
+// putBack queues jobs whose write failed again, unless a newer request for the claim came in
+// meanwhile, and wakes the writer.
 func (w *statusWriter) putBack(jobs []statusJob) {
 	w.mu.Lock()
 	for _, j := range jobs {
@@ -269,18 +267,20 @@ func (w *statusWriter) putBack(jobs []statusJob) {
 	}
 }
 
-// take removes and returns the queued jobs.
-func (w *statusWriter) take() []statusJob {
+// next removes and returns the job that has waited longest.
+func (w *statusWriter) next() (statusJob, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	jobs := make([]statusJob, 0, len(w.pending))
-	for uid, j := range w.pending {
-		jobs = append(jobs, j)
-		delete(w.pending, uid)
+	var oldest statusJob
+	found := false
+	for _, j := range w.pending {
+		if !found || j.queued.Before(oldest.queued) {
+			oldest, found = j, true
+		}
 	}
-	return jobs
+	delete(w.pending, oldest.uid)
+	return oldest, found
 }
-
 
 // apply writes one claim's entries with server-side apply. The claim's UID is a precondition:
 // a claim deleted and created again under the same name is not touched. A claim that is gone
