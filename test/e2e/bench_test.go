@@ -14,6 +14,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpudra/gpudra/test/e2e/framework"
 	"github.com/gpudra/gpudra/test/e2e/framework/fakekubelet"
@@ -43,7 +45,13 @@ func BenchmarkPrepareLatency(b *testing.B) {
 	ctx := context.Background()
 	env := newBenchEnv(ctx, b)
 	tab := &latencyTable{}
-	b.Run("exclusive", func(b *testing.B) {
+	// Each row starts once serve's device-status writes of the row before are done (they wait
+	// for a quiet moment and would otherwise fall into the next row).
+	run := func(name string, f func(b *testing.B)) {
+		b.Run(name, f)
+		waitStatusWritten(ctx, b)
+	}
+	run("exclusive", func(b *testing.B) {
 		targets := []claimTarget{env.ours["excl"]}
 		if env.ex != nil {
 			targets = append(targets, env.ex.first())
@@ -51,7 +59,7 @@ func BenchmarkPrepareLatency(b *testing.B) {
 		tab.add(cycles(ctx, b, "exclusive GPU", targets...)...)
 	})
 	if env.exSlow != nil {
-		b.Run("exclusive-example-default-qps", func(b *testing.B) {
+		run("exclusive-example-default-qps", func(b *testing.B) {
 			tab.add(cycles(ctx, b, "exclusive GPU", env.exSlow.first())...)
 		})
 	}
@@ -61,20 +69,43 @@ func BenchmarkPrepareLatency(b *testing.B) {
 		{"static-mig", "static", "static MIG 1g.5gb"},
 		{"dynamic-mig", "dynamic", "dynamic MIG 1g.5gb (instance created and destroyed)"},
 	} {
-		b.Run(c.bench, func(b *testing.B) { tab.add(cycles(ctx, b, c.label, env.ours[c.claim])...) })
+		run(c.bench, func(b *testing.B) { tab.add(cycles(ctx, b, c.label, env.ours[c.claim])...) })
 	}
 	for _, d := range env.bursty() {
-		b.Run("burst-100/"+d.bench, func(b *testing.B) { tab.add(burst(ctx, b, d)) })
+		run("burst-100/"+d.bench, func(b *testing.B) { tab.add(burst(ctx, b, d)) })
 	}
 	for _, d := range env.bursty() {
 		if d == env.exSlow {
 			continue // 16 claims at 5 QPS: the rate limiter, not the driver
 		}
-		b.Run(fmt.Sprintf("concurrent-%d/%s", *benchConcurrency, d.bench), func(b *testing.B) {
+		run(fmt.Sprintf("concurrent-%d/%s", *benchConcurrency, d.bench), func(b *testing.B) {
 			tab.add(concurrent(ctx, b, d, *benchConcurrency))
 		})
 	}
 	fmt.Print(tab.markdown())
+}
+
+// waitStatusWritten waits until no ResourceClaim carries a status.devices entry of serve's
+// driver: every claim is unprepared at the end of a row, and serve has written that.
+func waitStatusWritten(ctx context.Context, b *testing.B) {
+	b.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		claims, err := suite.Client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range claims.Items {
+			for _, d := range c.Status.Devices {
+				if d.Driver == driverName {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		b.Fatalf("serve's device-status writes not done 30 s after the row: %v", err)
+	}
 }
 
 // target is a registered plugin and claims allocated on its node.
