@@ -48,4 +48,3 @@ func BenchmarkPrepareBurst(b *testing.B) {
 		}
 	}
 }
-
