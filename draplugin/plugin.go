@@ -257,15 +257,18 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 	p.helperMu.Lock()
 	p.helper, p.stopped = helper, stopped
 	p.helperMu.Unlock()
+	// The health monitor starts before the publish, which waits about a second for the helper's
+	// ResourceSlice controller after the slices are visible: an XID in that second is not
+	// missed, and its taint goes out with the first slices or right after them.
+	if !sc.NoHealthMonitor && p.lib != nil && !p.health.cfg.Disabled {
+		p.health.startMonitor(ctx, p.lib, p.inv)
+	}
 	if !sc.NoPublish {
 		if err := pluginkit.PublishFirst(ctx, helper, sc.KubeClient, p.driverName, p.nodeName, p.Resources); err != nil {
 			p.Stop()
 			return report, err
 		}
 		go p.publishLoop(ctx, stopped)
-	}
-	if !sc.NoHealthMonitor && p.lib != nil && !p.health.cfg.Disabled {
-		p.health.startMonitor(ctx, p.lib, p.inv)
 	}
 	if p.supervise > 0 {
 		go p.superviseLoop(ctx, stopped)

@@ -128,6 +128,11 @@ func (s *Suite) StartNode(t testing.TB, spec NodeSpec) *TestNode {
 		if _, err := s.WaitForPool(ctx, spec.Name); err != nil {
 			t.Fatalf("%v\ndriver log:\n%s", err, d.Proc.Tail(3000))
 		}
+		// The pool is visible before the driver has finished starting (the kubelet-plugin
+		// helper's slice controller takes about a second more): wait until it serves.
+		if err := waitLogged(n, `"Serving"`); err != nil {
+			t.Fatalf("driver of %s never logged that it serves: %v\ndriver log:\n%s", spec.Name, err, d.Proc.Tail(3000))
+		}
 	}
 	return n
 }

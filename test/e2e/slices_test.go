@@ -244,3 +244,31 @@ func TestStoppedWhileStarting(t *testing.T) {
 		t.Errorf("after the stop: %d slices (%v), want the %d published", len(got), err, len(pool))
 	}
 }
+
+// TestXIDWhileStarting: the slices are visible about a second before the driver has finished
+// starting; an XID in that second must not be missed. The health monitor starts before the
+// first slices are published, so the taint follows.
+func TestXIDWhileStarting(t *testing.T) {
+	ctx := context.Background()
+	name := "xid-starting"
+	n := suite.StartNode(t, NodeSpec{Name: name, Machine: "l4x8", NoWaitForSlices: true})
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := suite.Slices(ctx, name)
+		if err != nil {
+			return false, nil
+		}
+		pool, _ := completePool(got)
+		return pool != nil, nil
+	}); err != nil {
+		t.Fatalf("pool never complete: %v", err)
+	}
+	if err := n.InjectXID(ctx, 5, 79); err != nil {
+		t.Fatal(err)
+	}
+	if log, _ := os.ReadFile(n.Driver.Proc.LogFile); strings.Contains(string(log), `"Serving"`) {
+		t.Logf("the XID came after the driver had started (a slow machine); log %s", n.Driver.Proc.LogFile)
+	}
+	if _, err := waitForTaint(ctx, name, "gpu-5", true); err != nil {
+		t.Fatalf("%v; log %s", err, n.Driver.Proc.LogFile)
+	}
+}
