@@ -24,7 +24,6 @@ import (
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
-	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -317,27 +316,6 @@ func checkGrantsCurrentInstance(t *testing.T, e *env, c *resourceapi.ResourceCla
 		}
 	}
 	t.Fatalf("device %s is not on the machine", dev)
-}
-
-// applyInstances creates MIG instances ("1g.5gb@4") on a GPU through NVML, as an operator's
-// tool would, behind the plugin's back.
-func applyInstances(t *testing.T, e *env, gpuIndex int, instances ...string) {
-	t.Helper()
-	model, err := mig.Lookup(e.Inventory.GPUs[gpuIndex].ProductName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := mig.NewInstanceManager(e.Machine.Device(gpuIndex), model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layout, err := mig.ParseLayout(strings.Join(instances, ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mgr.Apply(layout); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func claimRefOf(c *resourceapi.ResourceClaim) string {

@@ -159,6 +159,26 @@ func claimFor(name, selector string) *resourceapi.ResourceClaim {
 // administrator or another tool would, behind the plugin's back.
 func removeInstance(t *testing.T, e *env, gpuIndex int, instance string) {
 	t.Helper()
+	mgr, layout := operatorMIG(t, e, gpuIndex, instance)
+	if err := mgr.Remove(layout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applyInstances creates MIG instances ("1g.5gb@4", ...) on a GPU through NVML, as an
+// operator's tool would, behind the plugin's back.
+func applyInstances(t *testing.T, e *env, gpuIndex int, instances ...string) {
+	t.Helper()
+	mgr, layout := operatorMIG(t, e, gpuIndex, strings.Join(instances, ","))
+	if _, err := mgr.Apply(layout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// operatorMIG is a MIG instance manager of a GPU of the node, as another tool would use, and a
+// parsed layout.
+func operatorMIG(t *testing.T, e *env, gpuIndex int, layout string) (*mig.InstanceManager, []mig.Instance) {
+	t.Helper()
 	model, err := mig.Lookup(e.Inventory.GPUs[gpuIndex].ProductName)
 	if err != nil {
 		t.Fatal(err)
@@ -167,11 +187,9 @@ func removeInstance(t *testing.T, e *env, gpuIndex int, instance string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout, err := mig.ParseLayout(instance)
+	l, err := mig.ParseLayout(layout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := mgr.Remove(layout); err != nil {
-		t.Fatal(err)
-	}
+	return mgr, l
 }
