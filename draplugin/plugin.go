@@ -228,7 +228,7 @@ func (p *Plugin) Err() error { return p.fatal.Err() }
 
 // Start reconciles the node (Reconcile), starts the kubelet plugin's gRPC servers
 // (kubeletplugin.Start with Serialize(false): the plugin locks per physical GPU itself),
-// publishes the ResourceSlices, and starts the health monitor. It returns once the plugin
+// starts the health monitor and publishes the ResourceSlices. It returns once the plugin
 // serves; Stop (or cancelling ctx for the background work) ends it. On a node with no slice of
 // the driver it creates the first slices itself, a second sooner than the helper's
 // ResourceSlice controller would (pluginkit.PublishFirst), and the controller takes them over.
@@ -323,8 +323,8 @@ func (p *Plugin) helperOptions(sc StartConfig) []kubeletplugin.Option {
 }
 
 // Publish (re)publishes the plugin's ResourceSlices through the kubelet-plugin helper, with
-// the current health taints and MIG partitions. Start calls it; afterwards the plugin
-// republishes by itself (see Start).
+// the current health taints and MIG partitions. Start publishes the first time; afterwards the
+// plugin republishes by itself (see Start).
 func (p *Plugin) Publish(ctx context.Context) error {
 	return pluginkit.Publish(ctx, p.Helper(), p.Resources)
 }

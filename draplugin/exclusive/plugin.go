@@ -153,8 +153,8 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 }
 
 // Publish lists the driver's devices again and hands the pool to the kubelet-plugin helper,
-// which brings the ResourceSlices in line (and retries API errors itself). Start calls it;
-// call it again when the node's devices change. Before Start it does nothing.
+// which brings the ResourceSlices in line (and retries API errors itself). Start publishes
+// the first time; call it again when the node's devices change. Before Start it does nothing.
 func (p *Plugin) Publish(ctx context.Context) error {
 	p.helperMu.Lock()
 	helper := p.helper
