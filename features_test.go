@@ -2,7 +2,6 @@ package gpudra_test
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -10,52 +9,8 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/internal/slicetest"
 )
-
-// featuresIn says which optional features the slices use, read from the fields each feature
-// guards in the Kubernetes API (resource.k8s.io/v1 ResourceSliceSpec and Device).
-func featuresIn(slices []*resourceapi.ResourceSlice) []gpudra.Feature {
-	used := map[gpudra.Feature]bool{}
-	for _, s := range slices {
-		used[gpudra.FeaturePartitionableDevices] = used[gpudra.FeaturePartitionableDevices] || len(s.Spec.SharedCounters) > 0
-		for _, d := range s.Spec.Devices {
-			used[gpudra.FeaturePartitionableDevices] = used[gpudra.FeaturePartitionableDevices] || len(d.ConsumesCounters) > 0
-			used[gpudra.FeatureConsumableCapacity] = used[gpudra.FeatureConsumableCapacity] || d.AllowMultipleAllocations != nil
-			for _, c := range d.Capacity {
-				used[gpudra.FeatureConsumableCapacity] = used[gpudra.FeatureConsumableCapacity] || c.RequestPolicy != nil
-			}
-			used[gpudra.FeatureDeviceTaints] = used[gpudra.FeatureDeviceTaints] || len(d.Taints) > 0
-			used[gpudra.FeatureDeviceBindingConditions] = used[gpudra.FeatureDeviceBindingConditions] ||
-				len(d.BindingConditions)+len(d.BindingFailureConditions) > 0 || d.BindsToNode != nil
-		}
-	}
-	var out []gpudra.Feature
-	for _, f := range gpudra.OptionalFeatures() {
-		if used[f] {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// deviceKinds counts the published devices by kind: full GPUs, MIG devices (static) and
-// dynamic partitions (MIG devices that consume counters).
-func deviceKinds(slices []*resourceapi.ResourceSlice) map[string]int {
-	out := map[string]int{}
-	for _, s := range slices {
-		for _, d := range s.Spec.Devices {
-			switch {
-			case !strings.Contains(d.Name, "-mig-"):
-				out["gpu"]++
-			case len(d.ConsumesCounters) > 0:
-				out["partition"]++
-			default:
-				out["mig"]++
-			}
-		}
-	}
-	return out
-}
 
 // TestWithoutFeatures checks that WithoutFeatures removes exactly the fields of the features it
 // names, whatever the option order, and what the driver publishes instead: on an A30 machine
@@ -104,19 +59,19 @@ func TestWithoutFeatures(t *testing.T) {
 				t.Errorf("Builder.Features (-want +got):\n%s", diff)
 			}
 			a30Slices := slicesFor(t, a30, opts...)
-			if diff := cmp.Diff(tc.wantA30, featuresIn(a30Slices)); diff != "" {
+			if diff := cmp.Diff(tc.wantA30, slicetest.FeaturesIn(a30Slices)); diff != "" {
 				t.Errorf("features in the A30 slices (-want +got):\n%s", diff)
 			}
 			if tc.kindsA30 != nil {
-				if diff := cmp.Diff(tc.kindsA30, deviceKinds(a30Slices)); diff != "" {
+				if diff := cmp.Diff(tc.kindsA30, slicetest.DeviceKinds(a30Slices)); diff != "" {
 					t.Errorf("A30 devices by kind (-want +got):\n%s", diff)
 				}
 			}
 			l4Slices := slicesFor(t, l4, opts...)
-			if diff := cmp.Diff(tc.wantL4, featuresIn(l4Slices)); diff != "" {
+			if diff := cmp.Diff(tc.wantL4, slicetest.FeaturesIn(l4Slices)); diff != "" {
 				t.Errorf("features in the L4 slices (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(map[string]int{"gpu": 8}, deviceKinds(l4Slices)); diff != "" {
+			if diff := cmp.Diff(map[string]int{"gpu": 8}, slicetest.DeviceKinds(l4Slices)); diff != "" {
 				t.Errorf("L4 devices by kind (-want +got):\n%s", diff)
 			}
 		})

@@ -22,6 +22,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/internal/slicetest"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/apifeatures/*.yaml from the current output")
@@ -109,14 +110,14 @@ func checkDegraded(t *testing.T, rs []*resourceapi.ResourceSlice, off []gpudra.F
 			t.Errorf("slice %s: the API server would drop (-published +stored):\n%s", s.Name, diff)
 		}
 	}
-	if diff := cmp.Diff(wantFeatures(off), featuresIn(rs)); diff != "" {
+	if diff := cmp.Diff(wantFeatures(off), slicetest.FeaturesIn(rs)); diff != "" {
 		t.Errorf("features in the slices (-want +got):\n%s", diff)
 	}
 	wantKinds := map[string]int{"gpu": 8, "partition": 16}
 	if contains(off, fPart) {
 		wantKinds = map[string]int{"gpu": 8}
 	}
-	if diff := cmp.Diff(wantKinds, deviceKinds(rs)); diff != "" {
+	if diff := cmp.Diff(wantKinds, slicetest.DeviceKinds(rs)); diff != "" {
 		t.Errorf("devices by kind (-want +got):\n%s", diff)
 	}
 	for _, s := range rs {
@@ -196,49 +197,6 @@ func compareGolden(t *testing.T, golden string, rs []*resourceapi.ResourceSlice)
 	if diff := cmp.Diff(string(want), buf.String()); diff != "" {
 		t.Errorf("%s (-want +got):\n%s", golden, diff)
 	}
-}
-
-// featuresIn says which optional features the slices use, from the fields each one guards in
-// resource.k8s.io/v1.
-func featuresIn(rs []*resourceapi.ResourceSlice) []gpudra.Feature {
-	used := map[gpudra.Feature]bool{}
-	for _, s := range rs {
-		used[fPart] = used[fPart] || len(s.Spec.SharedCounters) > 0
-		for _, d := range s.Spec.Devices {
-			used[fPart] = used[fPart] || len(d.ConsumesCounters) > 0
-			used[fCons] = used[fCons] || d.AllowMultipleAllocations != nil
-			for _, c := range d.Capacity {
-				used[fCons] = used[fCons] || c.RequestPolicy != nil
-			}
-			used[fTaint] = used[fTaint] || len(d.Taints) > 0
-			used[fBind] = used[fBind] || len(d.BindingConditions)+len(d.BindingFailureConditions) > 0 || d.BindsToNode != nil
-		}
-	}
-	var out []gpudra.Feature
-	for _, f := range gpudra.OptionalFeatures() {
-		if used[f] {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// deviceKinds counts devices: full GPUs, static MIG devices, dynamic partitions.
-func deviceKinds(rs []*resourceapi.ResourceSlice) map[string]int {
-	out := map[string]int{}
-	for _, s := range rs {
-		for _, d := range s.Spec.Devices {
-			switch {
-			case !strings.Contains(d.Name, "-mig-"):
-				out["gpu"]++
-			case len(d.ConsumesCounters) > 0:
-				out["partition"]++
-			default:
-				out["mig"]++
-			}
-		}
-	}
-	return out
 }
 
 // TestServePublishesWhatTheServerKeeps runs the plugin's real publishing (the kubelet-plugin
