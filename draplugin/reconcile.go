@@ -98,33 +98,14 @@ func (r *ReconcileReport) String() string {
 //
 // Reconcile goes on after a failed repair and returns all errors joined with the report.
 func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
-	logger := klog.FromContext(ctx).WithName("reconcile")
-	ctx = klog.NewContext(ctx, logger)
 	rep := &ReconcileReport{Checkpoint: p.checkpoint}
-	unlock, err := p.lockAll()
-	if err != nil {
-		return rep, fmt.Errorf("reconcile: %w", err)
-	}
-	defer unlock()
-	var errs []error
-	if tmp, err := p.writer.CleanTemp(); err != nil {
-		errs = append(errs, fmt.Errorf("remove temporary CDI files: %w", err))
-	} else {
-		rep.TempFilesRemoved = tmp
-	}
 	steps := []func(context.Context, *ReconcileReport) error{
 		p.forgetRebooted, p.adoptOrphans, p.restoreSharing, p.finishInterrupted, p.forgetVanished, p.reconcileSpecs, p.reconcileMPS,
 	}
 	if p.dynamicMIG() && p.mig != nil {
 		steps = append(steps, p.reconcileMIG)
 	}
-	for _, step := range steps {
-		if err := step(ctx, rep); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	logger.Info("Reconciled node state", "summary", rep.String())
-	return rep, errors.Join(errs...)
+	return rep, pluginkit.Reconcile(ctx, rep, p.lockAll, p.writer, &rep.TempFilesRemoved, steps...)
 }
 
 // lockAll takes the locks of every GPU of the node and of every GPU a claim records.

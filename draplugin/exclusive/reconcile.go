@@ -62,25 +62,8 @@ func (r *ReconcileReport) String() string {
 //
 // Reconcile goes on after a failed repair and returns all errors joined with the report.
 func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
-	logger := klog.FromContext(ctx).WithName("reconcile")
-	ctx = klog.NewContext(ctx, logger)
 	rep := &ReconcileReport{Checkpoint: p.checkpoint}
-	unlock, err := p.lockAll()
-	if err != nil {
-		return rep, fmt.Errorf("reconcile: %w", err)
-	}
-	defer unlock()
-	var errs []error
-	if rep.TempFilesRemoved, err = p.writer.CleanTemp(); err != nil {
-		errs = append(errs, fmt.Errorf("remove temporary CDI files: %w", err))
-	}
-	for _, step := range []func(context.Context, *ReconcileReport) error{p.adoptOrphans, p.finishClaims, p.reconcileSpecs} {
-		if err := step(ctx, rep); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	logger.Info("Reconciled node state", "summary", rep.String())
-	return rep, errors.Join(errs...)
+	return rep, pluginkit.Reconcile(ctx, rep, p.lockAll, p.writer, &rep.TempFilesRemoved, p.adoptOrphans, p.finishClaims, p.reconcileSpecs)
 }
 
 // trusted says whether the checkpoint can be believed about what is NOT prepared.

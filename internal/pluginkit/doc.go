@@ -14,6 +14,8 @@
 //   - ClaimRef, SameAllocation, CompleteRecovered, ShareIDs and Result: a claim's checkpoint
 //     entry against its allocation, and the answer to kubelet rebuilt from the entry.
 //   - OpenStore, Syncer and the durability of each kind of write.
+//   - Reconcile runs a plugin's reconciliation steps under its locks; ReconcileSpecs is the
+//     step both plugins share.
 //
 // The common path of a plugin's prepare:
 //
