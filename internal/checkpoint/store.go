@@ -147,9 +147,12 @@ type Store struct {
 
 // request is one queued Update.
 type request struct {
-	fn   func(*State) error
-	dur  atomicfile.Durability
-	done chan error // buffered: receives errLead at most once, then the result
+	// apply returns the state after this request from the state before it, and the UIDs of the
+	// claims it added or changed (settled, not yet stamped). It must not change work: claims
+	// are shared between successive states and never changed in place.
+	apply func(work State) (next State, touched []string, err error)
+	dur   atomicfile.Durability
+	done  chan error // buffered: receives errLead at most once, then the result
 }
 
 // errLead tells a queued request that it is now the leader.
@@ -471,7 +474,22 @@ func (s *Store) List() []ClaimState {
 // strongest durability any of them asks for: one fsync for all of them. If that write fails,
 // every update of the batch fails. fn must not call Update, Put or Delete.
 func (s *Store) Update(d atomicfile.Durability, fn func(*State) error) error {
-	r := &request{fn: fn, dur: d, done: make(chan error, 1)}
+	return s.enqueue(d, func(work State) (State, []string, error) {
+		next := work.Clone()
+		if err := callUpdate(fn, &next); err != nil {
+			return State{}, nil, err
+		}
+		if next.Claims == nil {
+			next.Claims = map[string]ClaimState{}
+		}
+		touched, err := s.settle(work, next, slices.Sorted(maps.Keys(next.Claims)))
+		return next, touched, err
+	})
+}
+
+// enqueue runs r in the next batch and returns its result (see Update).
+func (s *Store) enqueue(d atomicfile.Durability, apply func(State) (State, []string, error)) error {
+	r := &request{apply: apply, dur: d, done: make(chan error, 1)}
 	s.qmu.Lock()
 	s.queue = append(s.queue, r)
 	lead := !s.leading
@@ -523,15 +541,7 @@ func (s *Store) commit(batch []*request) {
 			results[i] = fmt.Errorf("update checkpoint %s: %w", s.path, err)
 			continue
 		}
-		next := work.Clone()
-		if err := callUpdate(r.fn, &next); err != nil {
-			results[i] = err
-			continue
-		}
-		if next.Claims == nil {
-			next.Claims = map[string]ClaimState{}
-		}
-		touched, err := s.settle(work, next)
+		next, touched, err := r.apply(work)
 		if err != nil {
 			results[i] = err
 			continue
@@ -596,13 +606,13 @@ func (s *Store) writeBatch(work State, dirty map[string]bool, need atomicfile.Du
 	return err
 }
 
-// settle validates and normalizes the claims an update changed, in place in next, and returns
-// their UIDs. Claims it left alone are copies of work's, which were settled when they were
-// written: checking only the changed ones keeps a commit's cost from growing with every claim the
-// node holds.
-func (s *Store) settle(work, next State) ([]string, error) {
+// settle validates and normalizes those of the claims uids (keys of next) that differ from work's,
+// in place in next, and returns their UIDs. Claims an update left alone are equal to work's,
+// which were settled when they were written: checking only the changed ones keeps a commit's
+// cost from growing with every claim the node holds.
+func (s *Store) settle(work, next State, uids []string) ([]string, error) {
 	var touched []string
-	for _, uid := range slices.Sorted(maps.Keys(next.Claims)) {
+	for _, uid := range uids {
 		c := next.Claims[uid]
 		old, had := work.Claims[uid]
 		if had && reflect.DeepEqual(old, c) {
@@ -667,14 +677,12 @@ func (s *Store) Reloads() uint64 { return s.reloads.Load() }
 // Refresh makes the store's state what is on disk now, reading the checkpoint again if another
 // process (a second plugin pod during a rolling update) changed it. Call it after taking the
 // locks of an operation and before reading the state the operation depends on.
-func (s *Store) Refresh() error {
-	return s.Update(atomicfile.ProcessCrash, func(*State) error { return nil })
-}
+func (s *Store) Refresh() error { return s.Sync(atomicfile.ProcessCrash) }
 
 // Sync makes the checkpoint as it is now survive what d says (see Update); it writes nothing.
 // Concurrent calls, and updates queued with them, share one fsync.
 func (s *Store) Sync(d atomicfile.Durability) error {
-	return s.Update(d, func(*State) error { return nil })
+	return s.enqueue(d, func(work State) (State, []string, error) { return work, nil, nil })
 }
 
 // Close releases the store's lock file. The store must not be used afterwards.
@@ -725,17 +733,23 @@ func callUpdate(fn func(*State) error, st *State) (err error) {
 // Put records c under c.UID, replacing any previous state of that claim; d as for Update.
 func (s *Store) Put(c ClaimState, d atomicfile.Durability) error {
 	c = c.Clone()
-	return s.Update(d, func(st *State) error {
-		st.Claims[c.UID] = c
-		return nil
+	return s.enqueue(d, func(work State) (State, []string, error) {
+		next := work.shallowClone()
+		next.Claims[c.UID] = c
+		touched, err := s.settle(work, next, []string{c.UID})
+		return next, touched, err
 	})
 }
 
 // Delete forgets the claim with the given UID; d as for Update. Deleting an unknown claim is
 // not an error (and still syncs as d asks).
 func (s *Store) Delete(uid string, d atomicfile.Durability) error {
-	return s.Update(d, func(st *State) error {
-		delete(st.Claims, uid)
-		return nil
+	return s.enqueue(d, func(work State) (State, []string, error) {
+		if _, ok := work.Claims[uid]; !ok {
+			return work, nil, nil
+		}
+		next := work.shallowClone()
+		delete(next.Claims, uid)
+		return next, nil, nil
 	})
 }

@@ -141,6 +141,14 @@ func (s State) Clone() State {
 	return out
 }
 
+// shallowClone returns a copy of s whose claims map is new but whose claims are s's: safe as
+// long as neither changes a claim in place (the Store never does).
+func (s State) shallowClone() State {
+	out := State{Claims: make(map[string]ClaimState, len(s.Claims)+1)}
+	maps.Copy(out.Claims, s.Claims)
+	return out
+}
+
 // Clone returns a deep copy of c.
 func (c ClaimState) Clone() ClaimState {
 	out := c
