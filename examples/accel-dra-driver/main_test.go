@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -31,9 +30,7 @@ const testNode = "node-1"
 // fakeNode lays out n imaginary accelerators of model A1 under a temporary root, with the
 // plugin's state, CDI, socket and registration directories beside it.
 func fakeNode(t *testing.T, n int) *options {
-	dir := t.TempDir()
-	o := &options{nodeName: testNode, root: filepath.Join(dir, "root"), cdiRoot: filepath.Join(dir, "cdi"),
-		stateDir: filepath.Join(dir, "state"), pluginDir: filepath.Join(dir, "p"), registrarDir: filepath.Join(dir, "r")}
+	o := nodeIn(t.TempDir())
 	for _, d := range []string{filepath.Join(o.root, "dev"), o.pluginDir, o.registrarDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -51,6 +48,12 @@ func fakeNode(t *testing.T, n int) *options {
 		}
 	}
 	return o
+}
+
+// nodeIn is the options of the fake node laid out in dir (by fakeNode).
+func nodeIn(dir string) *options {
+	return &options{nodeName: testNode, root: filepath.Join(dir, "root"), cdiRoot: filepath.Join(dir, "cdi"),
+		stateDir: filepath.Join(dir, "state"), pluginDir: filepath.Join(dir, "p"), registrarDir: filepath.Join(dir, "r")}
 }
 
 // owner is the claim accel<n> is reserved for, read as the imaginary kernel driver keeps it.
@@ -184,46 +187,6 @@ func prepare(p *exclusive.Plugin, c *resourceapi.ResourceClaim) ([]kubeletplugin
 		return nil, err
 	}
 	return res[c.UID].Devices, res[c.UID].Err
-}
-
-// TestCrashDuringPrepare kills the plugin after the driver reserved the accelerator, before the
-// CDI spec: the restarted plugin's reconciliation releases it and leaves no spec, and kubelet's
-// retry prepares the claim. Killed after the claim was recorded as prepared, the restart keeps
-// the whole claim.
-func TestCrashDuringPrepare(t *testing.T) {
-	for _, point := range []exclusive.CrashPoint{exclusive.CrashAfterDevicePrepared, exclusive.CrashAfterPrepareCompleted} {
-		t.Run(string(point), func(t *testing.T) {
-			o := fakeNode(t, 2)
-			crash := errors.New("killed")
-			p, cfg := o.newPlugin(t, exclusive.TestHooks{AfterStep: func(at exclusive.CrashPoint, _ types.UID) error {
-				if at == point {
-					return crash
-				}
-				return nil
-			}})
-			claim := allocated("c", testNode, "accel-1")
-			if _, err := prepare(p, claim); !errors.Is(err, crash) {
-				t.Fatalf("prepare: %v, want the crash", err)
-			}
-			_ = p.Close()
-			p2, _ := o.newPlugin(t, exclusive.TestHooks{})
-			rep, err := p2.Reconcile(t.Context())
-			if err != nil {
-				t.Fatal(err)
-			}
-			uids, _ := cfg.CDIWriter.List()
-			kept := point == exclusive.CrashAfterPrepareCompleted
-			if got := (o.owner(t, 1) == claim.UID && len(uids) == 1 && rep.Prepared == 1); kept != got {
-				t.Fatalf("after restart: reserved for %q, specs %v, report %s; want the whole claim kept: %t", o.owner(t, 1), uids, rep, kept)
-			}
-			if !kept && (o.owner(t, 1) != "" || len(uids) > 0 || len(rep.RolledBack) != 1) {
-				t.Fatalf("after restart: reserved for %q, specs %v, report %s; want nothing left", o.owner(t, 1), uids, rep)
-			}
-			if devices, err := prepare(p2, claim); err != nil || len(devices) != 1 || o.owner(t, 1) != claim.UID {
-				t.Fatalf("retried prepare: %v %v, reserved for %q", devices, err, o.owner(t, 1))
-			}
-		})
-	}
 }
 
 // TestBadClaimsLeaveNothing: a claim allocated another node's accelerator, one this node does

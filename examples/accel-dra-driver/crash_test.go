@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/gpudra/gpudra/draplugin/exclusive"
+)
+
+// The crash test runs the plugin serve builds in a child process (this test binary,
+// re-executed) and kills it with SIGKILL at a crash point of prepare or unprepare. The
+// accelerators' reservations live in files, as a kernel driver keeps them when the process
+// driving it dies; the parent then starts the plugin again on the same node, as a restarted
+// pod does, and checks what reconciliation and kubelet's retry leave.
+const (
+	crashEnvDir = "ACCEL_CRASH_DIR" // the node directory; set in a child
+	crashEnvOp  = "ACCEL_CRASH_OP"  // prepare or unprepare (after an undisturbed prepare)
+	crashEnvAt  = "ACCEL_CRASH_AT"  // SIGKILL at the n-th crash point of the operation
+)
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashEnvDir); dir != "" {
+		os.Exit(crashChild(dir))
+	}
+	os.Exit(m.Run())
+}
+
+// crashClaim is the claim the crash test prepares: two accelerators, so that a crash can fall
+// between them.
+func crashClaim() *resourceapi.ResourceClaim {
+	c := allocated("c", testNode, "accel-0")
+	r := c.Status.Allocation.Devices.Results
+	c.Status.Allocation.Devices.Results = append(r, r[0])
+	c.Status.Allocation.Devices.Results[1].Device = "accel-1"
+	return c
+}
+
+// crashChild runs the operation the environment names and kills its own process at the crash
+// point it names, printing each point it passes first. It returns (exit status 0) when the
+// operation passed fewer points.
+func crashChild(dir string) int {
+	op := os.Getenv(crashEnvOp)
+	at, err := strconv.Atoi(os.Getenv(crashEnvAt))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	cfg, err := nodeIn(dir).pluginConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	armed, seen := op == "prepare", 0
+	cfg.TestHooks.AfterStep = func(point exclusive.CrashPoint, _ types.UID) error {
+		if !armed {
+			return nil
+		}
+		seen++
+		fmt.Println(point)
+		if seen == at {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+		return nil
+	}
+	ctx := context.Background()
+	p, err := exclusive.New(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	c := crashClaim()
+	if _, err := prepare(p, c); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if op == "unprepare" {
+		armed = true
+		if err := unprepareClaim(p, c); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
+	return 0
+}
+
+// TestKilledAtEveryCrashPoint kills prepare, then unprepare, at every crash point in turn and
+// restarts the plugin on the node. Reconciliation leaves nothing of the claim (no reservation,
+// no spec, no checkpoint entry) unless the kill came after the claim was recorded as prepared,
+// and then all of it; kubelet's retry of the call that never answered then leaves the node as
+// the call would have.
+func TestKilledAtEveryCrashPoint(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []string{"prepare", "unprepare"} {
+		for k := 1; ; k++ {
+			o := fakeNode(t, 2)
+			dir := filepath.Dir(o.root) // as nodeIn lays it out
+			cmd := exec.Command(exe, "-test.run=^$")
+			cmd.Env = append(os.Environ(), crashEnvDir+"="+dir, crashEnvOp+"="+op, crashEnvAt+"="+strconv.Itoa(k))
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err == nil {
+				if k == 1 {
+					t.Fatalf("%s passed no crash point", op)
+				}
+				break // every point was tried
+			}
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("%s, kill at crash point %d: child ended with %v, not SIGKILL: %s", op, k, err, stderr.String())
+			}
+			point := lastLine(out)
+			t.Run(fmt.Sprintf("%s/%d-%s", op, k, point), func(t *testing.T) {
+				checkAfterKill(t, o, op, exclusive.CrashPoint(point))
+			})
+		}
+	}
+}
+
+// checkAfterKill restarts the plugin on a node whose plugin was killed during op at point and
+// checks the node after reconciliation and after kubelet's retry.
+func checkAfterKill(t *testing.T, o *options, op string, point exclusive.CrashPoint) {
+	c := crashClaim()
+	p, cfg := o.newPlugin(t, exclusive.TestHooks{})
+	rep, err := p.Reconcile(t.Context())
+	if err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	specs, err := cfg.CDIWriter.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := []types.UID{o.owner(t, 0), o.owner(t, 1)}
+	if op == "prepare" && point == exclusive.CrashAfterPrepareCompleted {
+		if rep.Prepared != 1 || owners[0] != c.UID || owners[1] != c.UID || len(specs) != 1 {
+			t.Fatalf("a completed prepare was not kept whole: report %s, reserved for %q, specs %v", rep, owners, specs)
+		}
+	} else if rep.Prepared != 0 || owners[0]+owners[1] != "" || len(specs) > 0 {
+		t.Fatalf("an interrupted %s left: report %s, reserved for %q, specs %v", op, rep, owners, specs)
+	}
+	if op == "prepare" {
+		devices, err := prepare(p, c)
+		if err != nil || len(devices) != 2 || o.owner(t, 0) != c.UID || o.owner(t, 1) != c.UID {
+			t.Fatalf("retried prepare: %v, %v; reserved for %q and %q", devices, err, o.owner(t, 0), o.owner(t, 1))
+		}
+		return
+	}
+	if err := unprepareClaim(p, c); err != nil {
+		t.Fatalf("retried unprepare: %v", err)
+	}
+	if specs, _ := cfg.CDIWriter.List(); o.owner(t, 0)+o.owner(t, 1) != "" || len(specs) > 0 {
+		t.Fatalf("retried unprepare left: reserved for %q and %q, specs %v", o.owner(t, 0), o.owner(t, 1), specs)
+	}
+}
+
+// unprepareClaim unprepares one claim as the kubelet-plugin helper does.
+func unprepareClaim(p *exclusive.Plugin, c *resourceapi.ResourceClaim) error {
+	res, err := p.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{
+		{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, UID: c.UID}})
+	if err != nil {
+		return err
+	}
+	return res[c.UID]
+}
+
+// lastLine is the last line of out.
+func lastLine(out []byte) string {
+	var last string
+	for s := bufio.NewScanner(bytes.NewReader(out)); s.Scan(); {
+		last = s.Text()
+	}
+	return last
+}
