@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,6 +155,16 @@ func checkAfterKill(t *testing.T, o *options, op string, point exclusive.CrashPo
 		}
 	} else if rep.Prepared != 0 || owners[0]+owners[1] != "" || len(specs) > 0 {
 		t.Fatalf("an interrupted %s left: report %s, reserved for %q, specs %v", op, rep, owners, specs)
+	}
+	// The entry says what was interrupted: a prepare is rolled back, an unprepare finished
+	// (unless the kill came after the entry was removed).
+	undone := map[string]int{"prepare": len(rep.RolledBack), "unprepare": len(rep.UnprepareFinished)}
+	want := map[string]int{"prepare": 0, "unprepare": 0}
+	if point != exclusive.CrashAfterPrepareCompleted && point != exclusive.CrashAfterUnprepareCompleted {
+		want[op] = 1
+	}
+	if !maps.Equal(want, undone) {
+		t.Errorf("claims undone by reconciliation %v, want %v: report %s", undone, want, rep)
 	}
 	if op == "prepare" {
 		devices, err := prepare(p, c)

@@ -487,7 +487,8 @@ func (s *Store) Update(d atomicfile.Durability, fn func(*State) error) error {
 	})
 }
 
-// enqueue runs r in the next batch and returns its result (see Update).
+// enqueue queues apply for the next batch and returns its outcome once the batch is written
+// (see Update). Put, Delete and Sync build their next state without Update's deep copy.
 func (s *Store) enqueue(d atomicfile.Durability, apply func(State) (State, []string, error)) error {
 	r := &request{apply: apply, dur: d, done: make(chan error, 1)}
 	s.qmu.Lock()
