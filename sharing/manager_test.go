@@ -627,3 +627,40 @@ func TestPlanRecordsPreviousValues(t *testing.T) {
 		t.Errorf("time slice after the reset = %d, want the operator's 2", got)
 	}
 }
+
+// TestJoinedStepIsACopy: the host-change step a share copies from the claim that holds a GPU's
+// setting (here the MPS daemon) is its own: changing it through the joining share's record
+// changes neither the holder's record nor what the next share of the GPU gets.
+func TestJoinedStepIsACopy(t *testing.T) {
+	ctx := ctxFor(t)
+	m := newManager(t, newHost())
+	var recs []*sharing.Record
+	for _, name := range []string{"a", "b", "c"} {
+		if name == "c" {
+			// A caller changes the step b copied from a, in place.
+			daemonStep(t, recs[1]).Daemon.PipeDir = "/changed"
+		}
+		rec, err := m.Prepare(ctx, newClaim(name, results(withMemory(shared(result("gpu", "gpu-0"), "s-"+name), "8Gi"))), lookup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	for i, name := range []string{"a", "c"} {
+		if got := daemonStep(t, recs[i*2]).Daemon.PipeDir; got == "/changed" {
+			t.Errorf("claim %s's MPS daemon step changed through another claim's record: pipe directory %q", name, got)
+		}
+	}
+}
+
+// daemonStep returns the MPS daemon step of rec.
+func daemonStep(t *testing.T, rec *sharing.Record) *sharing.Step {
+	t.Helper()
+	for i := range rec.Steps {
+		if rec.Steps[i].Action == sharing.ActionStartMPSDaemon {
+			return &rec.Steps[i]
+		}
+	}
+	t.Fatalf("claim %s: no MPS daemon step in %+v", rec.Name, rec.Steps)
+	return nil
+}

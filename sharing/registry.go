@@ -118,8 +118,12 @@ func (r *Registry) remove(uid types.UID) {
 	delete(r.records, uid)
 }
 
-// holder returns a copy of another claim's record that holds resource, and its step: a
-// prepared claim's if there is one, else a partial record's.
+// holder returns another claim's record that holds resource, and its step: a prepared claim's
+// if there is one, else a partial record's. It returns the record's identity and Partial flag
+// with that one step, not a copy of the whole record (whose devices and edits are most of it):
+// a share joining a GPU's settings needs no more. The step's pointers are the registry's; that
+// is safe because records are never changed in place once registered, and every record that
+// leaves the Manager (Get, List, Prepare's result) is a deep copy.
 func (r *Registry) holder(resource string, except types.UID) (*Record, *Step) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -140,8 +144,9 @@ func (r *Registry) holder(resource string, except types.UID) (*Record, *Step) {
 	if found == nil {
 		return nil, nil
 	}
-	c := found.DeepCopy()
-	return c, &c.Steps[step]
+	c := &Record{Version: found.Version, ClaimUID: found.ClaimUID, Namespace: found.Namespace, Name: found.Name,
+		Partial: found.Partial, Steps: []Step{found.Steps[step]}}
+	return c, &c.Steps[0]
 }
 
 // held reports whether another claim's record (a prepared or a partial one) holds resource;
