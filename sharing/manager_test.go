@@ -664,3 +664,36 @@ func daemonStep(t *testing.T, rec *sharing.Record) *sharing.Step {
 	t.Fatalf("claim %s: no MPS daemon step in %+v", rec.Name, rec.Steps)
 	return nil
 }
+
+// TestRestoredRecordsAreCopies: records given to Restore and Sync are copied: a caller changing
+// them afterwards changes nothing a later share of the GPU joins.
+func TestRestoredRecordsAreCopies(t *testing.T) {
+	ctx := ctxFor(t)
+	for _, restore := range []string{"Restore", "Sync"} {
+		t.Run(restore, func(t *testing.T) {
+			m := newManager(t, newHost())
+			a, err := m.Prepare(ctx, newClaim("a", results(withMemory(shared(result("gpu", "gpu-0"), "s-a"), "8Gi"))), lookup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := daemonStep(t, a).Daemon.PipeDir
+			records := []sharing.Record{*a}
+			if restore == "Restore" {
+				err = m.Restore(records)
+			} else {
+				err = m.Sync(records, []string{a.Devices[0].UUID})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			daemonStep(t, &records[0]).Daemon.PipeDir = "/changed"
+			b, err := m.Prepare(ctx, newClaim("b", results(withMemory(shared(result("gpu", "gpu-0"), "s-b"), "8Gi"))), lookup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := daemonStep(t, b).Daemon.PipeDir; got != want {
+				t.Errorf("the share joined an MPS daemon step with pipe directory %q, want %q: the registry kept the caller's record", got, want)
+			}
+		})
+	}
+}

@@ -24,7 +24,8 @@ type Registry struct {
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry { return &Registry{records: map[types.UID]*Record{}} }
 
-// Restore replaces the registry's content with records (the prepared claims of a checkpoint).
+// Restore replaces the registry's content with copies of records (the prepared claims of a
+// checkpoint).
 func (r *Registry) Restore(records []Record) error {
 	m := make(map[types.UID]*Record, len(records))
 	for i := range records {
@@ -35,7 +36,7 @@ func (r *Registry) Restore(records []Record) error {
 		if _, dup := m[rec.ClaimUID]; dup {
 			return fmt.Errorf("two records for claim %s/%s (%s)", rec.Namespace, rec.Name, rec.ClaimUID)
 		}
-		m[rec.ClaimUID] = &rec
+		m[rec.ClaimUID] = rec.DeepCopy()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -44,8 +45,8 @@ func (r *Registry) Restore(records []Record) error {
 }
 
 // Sync makes the registry agree with records for every claim that touches one of the physical
-// GPUs in gpus: such claims not in records are forgotten, those in records are registered as
-// given; claims on other GPUs are left alone. It is Restore for part of a node, for a caller
+// GPUs in gpus: such claims not in records are forgotten, copies of those in records are
+// registered; claims on other GPUs are left alone. It is Restore for part of a node, for a caller
 // that knows the state of those GPUs is settled (it holds their locks) while other GPUs may be
 // busy.
 func (r *Registry) Sync(records []Record, gpus []string) error {
@@ -59,7 +60,7 @@ func (r *Registry) Sync(records []Record, gpus []string) error {
 			return fmt.Errorf("record of claim %s/%s (%s): version %d, this program reads version %d", rec.Namespace, rec.Name, rec.ClaimUID, rec.Version, RecordVersion)
 		}
 		if touches(&rec) {
-			fresh[rec.ClaimUID] = &rec
+			fresh[rec.ClaimUID] = rec.DeepCopy()
 		}
 	}
 	r.mu.Lock()
