@@ -16,7 +16,6 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpudra/gpudra/draplugin/exclusive"
 )
@@ -90,7 +89,7 @@ func crashChild(dir string) int {
 	}
 	if op == "unprepare" {
 		armed = true
-		if err := unprepareClaim(p, c); err != nil {
+		if err := unprepare(p, c); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
@@ -173,22 +172,12 @@ func checkAfterKill(t *testing.T, o *options, op string, point exclusive.CrashPo
 		}
 		return
 	}
-	if err := unprepareClaim(p, c); err != nil {
+	if err := unprepare(p, c); err != nil {
 		t.Fatalf("retried unprepare: %v", err)
 	}
 	if specs, _ := cfg.CDIWriter.List(); o.owner(t, 0)+o.owner(t, 1) != "" || len(specs) > 0 {
 		t.Fatalf("retried unprepare left: reserved for %q and %q, specs %v", o.owner(t, 0), o.owner(t, 1), specs)
 	}
-}
-
-// unprepareClaim unprepares one claim as the kubelet-plugin helper does.
-func unprepareClaim(p *exclusive.Plugin, c *resourceapi.ResourceClaim) error {
-	res, err := p.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{
-		{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, UID: c.UID}})
-	if err != nil {
-		return err
-	}
-	return res[c.UID]
 }
 
 // lastLine is the last line of out.

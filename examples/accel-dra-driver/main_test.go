@@ -189,6 +189,16 @@ func prepare(p *exclusive.Plugin, c *resourceapi.ResourceClaim) ([]kubeletplugin
 	return res[c.UID].Devices, res[c.UID].Err
 }
 
+// unprepare unprepares one claim as the kubelet-plugin helper does.
+func unprepare(p *exclusive.Plugin, c *resourceapi.ResourceClaim) error {
+	res, err := p.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{
+		{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, UID: c.UID}})
+	if err != nil {
+		return err
+	}
+	return res[c.UID]
+}
+
 // TestBadClaimsLeaveNothing: a claim allocated another node's accelerator, one this node does
 // not have, or one reserved for another claim fails with an error that says so, and reserves
 // nothing and writes no spec.
