@@ -53,8 +53,9 @@ func (n *Node) Allocate(ctx context.Context, claim *resourceapi.ResourceClaim) (
 // Release gives an allocated claim's devices back to the node's allocator.
 func (n *Node) Release(claim *resourceapi.ResourceClaim) { n.sim.Release(claim) }
 
-// Prepare prepares one claim as the kubelet-plugin helper does and returns its result.
-func Prepare(ctx context.Context, p *draplugin.Plugin, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+// Prepare prepares one claim as the kubelet-plugin helper does and returns its result. p is any
+// plugin the helper runs: a *draplugin.Plugin, an *exclusive.Plugin, a driver's own.
+func Prepare(ctx context.Context, p kubeletplugin.DRAPlugin, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	res, err := p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim})
 	if err != nil {
 		return nil, fmt.Errorf("PrepareResourceClaims: %w", err)
@@ -66,8 +67,8 @@ func Prepare(ctx context.Context, p *draplugin.Plugin, claim *resourceapi.Resour
 	return r.Devices, r.Err
 }
 
-// Unprepare unprepares one claim as the kubelet-plugin helper does.
-func Unprepare(ctx context.Context, p *draplugin.Plugin, claim *resourceapi.ResourceClaim) error {
+// Unprepare unprepares one claim as the kubelet-plugin helper does; p as for Prepare.
+func Unprepare(ctx context.Context, p kubeletplugin.DRAPlugin, claim *resourceapi.ResourceClaim) error {
 	res, err := p.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{
 		NamespacedName: types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}, UID: claim.UID}})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/draplugin/exclusive"
 )
 
@@ -48,7 +49,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 				cr.n = 0 // armed below
 			}
 			p := n.plugin(cr.hooks())
-			_, err := prepare(p, c)
+			_, err := draplugintest.Prepare(t.Context(), p, c)
 			if op == "unprepare" {
 				if err != nil {
 					t.Fatal(err)
@@ -56,7 +57,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 				cr.mu.Lock()
 				cr.seen, cr.n = nil, k
 				cr.mu.Unlock()
-				err = unprepare(p, c)
+				err = draplugintest.Unprepare(t.Context(), p, c)
 			}
 			if err == nil {
 				if k == 1 {
@@ -81,7 +82,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 				}
 				// kubelet retries the call that never answered.
 				if op == "prepare" {
-					devices, err := prepare(p2, c)
+					devices, err := draplugintest.Prepare(t.Context(), p2, c)
 					if err != nil || len(devices) != 2 {
 						t.Fatalf("retried prepare: %v, %v", devices, err)
 					}
@@ -90,7 +91,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 					}
 					return
 				}
-				if err := unprepare(p2, c); err != nil {
+				if err := draplugintest.Unprepare(t.Context(), p2, c); err != nil {
 					t.Fatalf("retried unprepare: %v", err)
 				}
 				if held, _ := n.driver.state(); len(held) > 0 || len(n.specs()) > 0 {

@@ -14,7 +14,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/cdi"
@@ -184,25 +183,6 @@ func allocated(name string, results ...resourceapi.DeviceRequestAllocationResult
 		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
 			Devices: resourceapi.DeviceAllocationResult{Results: slices.Clone(results)}}},
 	}
-}
-
-// prepare prepares one claim as the kubelet-plugin helper does.
-func prepare(p *exclusive.Plugin, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
-	res, err := p.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
-	if err != nil {
-		return nil, err
-	}
-	return res[c.UID].Devices, res[c.UID].Err
-}
-
-// unprepare unprepares one claim as the kubelet-plugin helper does.
-func unprepare(p *exclusive.Plugin, c *resourceapi.ResourceClaim) error {
-	res, err := p.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{
-		{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, UID: c.UID}})
-	if err != nil {
-		return err
-	}
-	return res[c.UID]
 }
 
 // cdiID is the CDI device ID a claim's device gets: "<vendor>/<class>=<claimUID>-<device>".

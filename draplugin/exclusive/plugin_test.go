@@ -14,6 +14,7 @@ import (
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/draplugin/exclusive"
 )
 
@@ -27,7 +28,7 @@ func TestPrepareUnprepare(t *testing.T) {
 	c := allocated("train", result(nodeName, "accel-2"))
 	want := []kubeletplugin.Device{{Requests: []string{"accel"}, PoolName: nodeName, DeviceName: "accel-2", CDIDeviceIDs: []string{cdiID(c, "accel-2")}}}
 	for i := range 2 {
-		got, err := prepare(p, c)
+		got, err := draplugintest.Prepare(t.Context(), p, c)
 		if err != nil {
 			t.Fatalf("prepare %d: %v", i, err)
 		}
@@ -53,14 +54,14 @@ func TestPrepareUnprepare(t *testing.T) {
 	}
 
 	moved := allocated("train", result(nodeName, "accel-3"))
-	if _, err := prepare(p, moved); err == nil || !strings.Contains(err.Error(), "is now allocated") {
+	if _, err := draplugintest.Prepare(t.Context(), p, moved); err == nil || !strings.Contains(err.Error(), "is now allocated") {
 		t.Fatalf("prepare of a claim allocated another device: error %v", err)
 	}
 	if held, calls := n.driver.state(); len(calls) > 0 || held["accel-3"] != "" {
 		t.Errorf("a refused re-prepare called the driver: %v (held %v)", calls, held)
 	}
 
-	if err := unprepare(p, c); err != nil {
+	if err := draplugintest.Unprepare(t.Context(), p, c); err != nil {
 		t.Fatalf("unprepare: %v", err)
 	}
 	held, calls = n.driver.state()
@@ -70,7 +71,7 @@ func TestPrepareUnprepare(t *testing.T) {
 	if got := n.specs(); len(got) > 0 {
 		t.Errorf("specs left after unprepare: %v", got)
 	}
-	if err := unprepare(p, c); err != nil {
+	if err := draplugintest.Unprepare(t.Context(), p, c); err != nil {
 		t.Fatalf("second unprepare: %v", err)
 	}
 	if _, calls := n.driver.state(); len(calls) > 0 {
@@ -110,7 +111,7 @@ func TestClaimsThatCannotBePreparedHereLeaveNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, 4)
 			p := n.plugin(exclusive.TestHooks{})
-			devices, err := prepare(p, tc.claim)
+			devices, err := draplugintest.Prepare(t.Context(), p, tc.claim)
 			switch {
 			case tc.want == "" && (err != nil || len(devices) > 0):
 				t.Fatalf("prepare: %v, %v; want success with no devices", devices, err)
@@ -136,7 +137,7 @@ func TestFailedPrepareIsUndone(t *testing.T) {
 	p := n.plugin(exclusive.TestHooks{})
 	c := allocated("c", result(nodeName, "accel-0"), result(nodeName, "accel-1"))
 	n.driver.setFail("prepare accel-1", errors.New("firmware did not answer"))
-	if _, err := prepare(p, c); err == nil || !strings.Contains(err.Error(), "device accel-1: prepare: firmware did not answer") {
+	if _, err := draplugintest.Prepare(t.Context(), p, c); err == nil || !strings.Contains(err.Error(), "device accel-1: prepare: firmware did not answer") {
 		t.Fatalf("prepare: error %v", err)
 	}
 	held, calls := n.driver.state()
@@ -146,7 +147,7 @@ func TestFailedPrepareIsUndone(t *testing.T) {
 	}
 
 	n.driver.setFail("unprepare accel-0", errors.New("device busy"))
-	_, err := prepare(p, c)
+	_, err := draplugintest.Prepare(t.Context(), p, c)
 	if err == nil || !strings.Contains(err.Error(), "undoing the attempt failed too") || !strings.Contains(err.Error(), "device accel-0: unprepare: device busy") {
 		t.Fatalf("prepare with a failing undo: error %v", err)
 	}
@@ -159,7 +160,7 @@ func TestFailedPrepareIsUndone(t *testing.T) {
 	if held, _ := n.driver.state(); len(held) > 0 {
 		t.Errorf("held after the restart: %v", held)
 	}
-	if _, err := prepare(p2, c); err != nil {
+	if _, err := draplugintest.Prepare(t.Context(), p2, c); err != nil {
 		t.Fatalf("prepare after the restart: %v", err)
 	}
 }
@@ -170,7 +171,7 @@ func TestRebootReleasesClaims(t *testing.T) {
 	n := newNode(t, 2)
 	p := n.plugin(exclusive.TestHooks{})
 	c := allocated("c", result(nodeName, "accel-1"))
-	if _, err := prepare(p, c); err != nil {
+	if _, err := draplugintest.Prepare(t.Context(), p, c); err != nil {
 		t.Fatal(err)
 	}
 	n.reboot("boot-2")
@@ -181,7 +182,7 @@ func TestRebootReleasesClaims(t *testing.T) {
 	if held, _ := n.driver.state(); len(held) > 0 || len(n.specs()) > 0 {
 		t.Errorf("after the reboot: held %v, specs %v", held, n.specs())
 	}
-	if _, err := prepare(p2, c); err != nil {
+	if _, err := draplugintest.Prepare(t.Context(), p2, c); err != nil {
 		t.Fatalf("prepare after the reboot: %v", err)
 	}
 }
@@ -195,7 +196,7 @@ func TestLostCheckpoint(t *testing.T) {
 	kept := allocated("kept", result(nodeName, "accel-0"))
 	gone := allocated("gone", result(nodeName, "accel-2"))
 	for _, c := range []*resourceapi.ResourceClaim{kept, gone} {
-		if _, err := prepare(p, c); err != nil {
+		if _, err := draplugintest.Prepare(t.Context(), p, c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -222,14 +223,14 @@ func TestLostCheckpoint(t *testing.T) {
 	if diff := cmp.Diff(slices.Sorted(slices.Values([]string{string(gone.UID), string(kept.UID)})), n.specs()); diff != "" {
 		t.Errorf("specs after adoption (-want +got):\n%s", diff)
 	}
-	got, err := prepare(p2, kept)
+	got, err := draplugintest.Prepare(t.Context(), p2, kept)
 	if err != nil || len(got) != 1 || got[0].CDIDeviceIDs[0] != cdiID(kept, "accel-0") || got[0].Requests[0] != "accel" {
 		t.Fatalf("prepare of the adopted claim: %v, %v", got, err)
 	}
 	if after, _ := n.writer.Read(string(kept.UID)); !cmp.Equal(before, after) {
 		t.Errorf("the adopted claim's spec changed: %s", cmp.Diff(before, after))
 	}
-	if err := unprepare(p2, kept); err != nil {
+	if err := draplugintest.Unprepare(t.Context(), p2, kept); err != nil {
 		t.Fatal(err)
 	}
 	if held, _ := n.driver.state(); held["accel-0"] != "" {
@@ -243,7 +244,7 @@ func TestSpecsReconciled(t *testing.T) {
 	n := newNode(t, 2)
 	p := n.plugin(exclusive.TestHooks{})
 	c := allocated("c", result(nodeName, "accel-1"))
-	if _, err := prepare(p, c); err != nil {
+	if _, err := draplugintest.Prepare(t.Context(), p, c); err != nil {
 		t.Fatal(err)
 	}
 	before, err := n.writer.Read(string(c.UID))

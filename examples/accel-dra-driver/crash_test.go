@@ -17,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/draplugin/exclusive"
 )
 
@@ -83,13 +84,13 @@ func crashChild(dir string) int {
 		return 2
 	}
 	c := crashClaim()
-	if _, err := prepare(p, c); err != nil {
+	if _, err := draplugintest.Prepare(ctx, p, c); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	if op == "unprepare" {
 		armed = true
-		if err := unprepare(p, c); err != nil {
+		if err := draplugintest.Unprepare(ctx, p, c); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
@@ -166,13 +167,13 @@ func checkAfterKill(t *testing.T, o *options, op string, point exclusive.CrashPo
 		t.Errorf("claims undone by reconciliation %v, want %v: report %s", undone, want, rep)
 	}
 	if op == "prepare" {
-		devices, err := prepare(p, c)
+		devices, err := draplugintest.Prepare(t.Context(), p, c)
 		if err != nil || len(devices) != 2 || o.owner(t, 0) != c.UID || o.owner(t, 1) != c.UID {
 			t.Fatalf("retried prepare: %v, %v; reserved for %q and %q", devices, err, o.owner(t, 0), o.owner(t, 1))
 		}
 		return
 	}
-	if err := unprepare(p, c); err != nil {
+	if err := draplugintest.Unprepare(t.Context(), p, c); err != nil {
 		t.Fatalf("retried unprepare: %v", err)
 	}
 	if specs, _ := cfg.CDIWriter.List(); o.owner(t, 0)+o.owner(t, 1) != "" || len(specs) > 0 {

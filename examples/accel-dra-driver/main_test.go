@@ -180,25 +180,6 @@ func allocated(name, pool, device string) *resourceapi.ResourceClaim {
 	return c
 }
 
-// prepare prepares one claim as the kubelet-plugin helper does.
-func prepare(p *exclusive.Plugin, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
-	res, err := p.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
-	if err != nil {
-		return nil, err
-	}
-	return res[c.UID].Devices, res[c.UID].Err
-}
-
-// unprepare unprepares one claim as the kubelet-plugin helper does.
-func unprepare(p *exclusive.Plugin, c *resourceapi.ResourceClaim) error {
-	res, err := p.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{
-		{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, UID: c.UID}})
-	if err != nil {
-		return err
-	}
-	return res[c.UID]
-}
-
 // TestBadClaimsLeaveNothing: a claim allocated another node's accelerator, one this node does
 // not have, or one reserved for another claim fails with an error that says so, and reserves
 // nothing and writes no spec.
@@ -219,7 +200,7 @@ func TestBadClaimsLeaveNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			p, cfg := o.newPlugin(t, exclusive.TestHooks{})
-			if _, err := prepare(p, c.claim); err == nil || !strings.Contains(err.Error(), c.want) {
+			if _, err := draplugintest.Prepare(t.Context(), p, c.claim); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("prepare: error %v, want one containing %q", err, c.want)
 			}
 			uids, _ := cfg.CDIWriter.List()
