@@ -15,7 +15,8 @@
 // # Claims and kubelet
 //
 // Node.Allocate allocates a claim with the Kubernetes scheduler's allocator (package simulate)
-// against the slices the node publishes. Prepare and Unprepare call the plugin as the
+// against the slices the node publishes. Prepare and Unprepare call a plugin (any
+// kubeletplugin.DRAPlugin: draplugin's, draplugin/exclusive's, a driver's own) as the
 // kubelet-plugin helper does; Node.Serve starts the plugin's real gRPC servers with a fake API
 // client, and the returned Kubelet talks to them exactly as kubelet does (registration socket,
 // GetInfo, then NodePrepareResources / NodeUnprepareResources). ConnectKubelet does the same
