@@ -79,6 +79,13 @@ func (p *Plugin) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		return nil, stepErr(StepLock, "", err)
 	}
 	defer unlock()
+	// The wait for the locks can outlast kubelet's call (another claim's long MIG or MPS step,
+	// the other pod of a rolling update). Kubelet has given up then and may already have
+	// unprepared the claim, finding nothing: a prepare that went on would leave a claim
+	// nobody unprepares.
+	if err := ctx.Err(); err != nil {
+		return nil, stepErr(StepLock, "", fmt.Errorf("gave up while waiting for the GPU locks: %w", context.Cause(ctx)))
+	}
 	if devices, done, err := p.resume(ctx, claim, ours); done || err != nil {
 		return devices, err
 	}

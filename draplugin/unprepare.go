@@ -45,10 +45,16 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 		return stepErr(StepCheckpoint, "", err)
 	}
 	st, ok := p.store.Get(uid)
+	lock := func() (func(), error) { return p.lockGPUs(claimGPUs(st)) }
 	if !ok {
-		return p.removeUnrecordedSpec(uid)
+		// Not recorded: never prepared, or its prepare has not recorded anything yet. Which GPUs
+		// such a prepare waits for or works on is not known here, so wait for every GPU: once
+		// they are held, no prepare of the claim is under way in any process, and one still
+		// waiting finds its call cancelled (kubelet unprepares only claims whose prepare it
+		// gave up on or finished).
+		lock = p.lockAll
 	}
-	unlock, err := p.lockGPUs(claimGPUs(st))
+	unlock, err := lock()
 	if err != nil {
 		return stepErr(StepLock, "", err)
 	}
