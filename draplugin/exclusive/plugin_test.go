@@ -1,11 +1,13 @@
 package exclusive_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
@@ -16,6 +18,7 @@ import (
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/draplugin/exclusive"
+	"github.com/gpudra/gpudra/internal/pluginkit"
 )
 
 // TestPrepareUnprepare: a prepared claim gets a CDI spec whose device is the driver's edits
@@ -274,5 +277,47 @@ func TestSpecsReconciled(t *testing.T) {
 	}
 	if diff := cmp.Diff(before, after); diff != "" {
 		t.Errorf("rewritten spec (-before +after):\n%s", diff)
+	}
+}
+
+// TestPrepareGivenUpWhileWaitingForLocks: kubelet's prepare call ends while the plugin waits for
+// a device lock that another plugin process holds (a rolling update), and kubelet, the pod
+// gone, unprepares the claim, which the checkpoint does not hold yet. Once the lock is free,
+// the prepare must not go on: kubelet has forgotten the claim and would never unprepare it.
+func TestPrepareGivenUpWhileWaitingForLocks(t *testing.T) {
+	n := newNode(t, 2)
+	p := n.plugin(exclusive.TestHooks{})
+	c := allocated("late", result(nodeName, "accel-1"))
+	other, err := pluginkit.NewLocks(n.stateDir) // the other plugin process
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := other.Lock([]string{"accel-0", "accel-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	prepared := make(chan error, 1)
+	go func() {
+		_, err := draplugintest.Prepare(ctx, p, c)
+		prepared <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the prepare waits for the lock
+	cancel()
+	unprepared := make(chan error, 1)
+	go func() { unprepared <- draplugintest.Unprepare(t.Context(), p, c) }()
+	time.Sleep(100 * time.Millisecond)
+	release()
+	if err := <-unprepared; err != nil {
+		t.Fatalf("kubelet's unprepare: %v", err)
+	}
+	if err := <-prepared; !errors.Is(err, context.Canceled) {
+		t.Errorf("prepare given up by kubelet returned %v, want an error wrapping context.Canceled", err)
+	}
+	if held, calls := n.driver.state(); len(held) > 0 || len(calls) > 0 {
+		t.Errorf("the driver was called for a claim kubelet unprepared: held %v, calls %v", held, calls)
+	}
+	if got := n.specs(); len(got) > 0 {
+		t.Errorf("specs left: %v", got)
 	}
 }

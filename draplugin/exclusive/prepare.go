@@ -71,6 +71,11 @@ func (p *Plugin) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		return nil, err
 	}
 	defer unlock()
+	// Kubelet may have given up on this call while it waited for the locks, and unprepared the
+	// claim: going on would leave a claim nobody unprepares.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("gave up while waiting for the device locks: %w", context.Cause(ctx))
+	}
 	if st, ok := p.store.Get(uid); ok {
 		answer, err := p.resume(ctx, claim, results, st)
 		if err != nil || answer != nil {
@@ -234,10 +239,14 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 		return err
 	}
 	st, ok := p.store.Get(uid)
+	lock := func() (func(), error) { return p.lock(deviceNames(st)) }
 	if !ok {
-		return p.writer.Remove(uid)
+		// Not recorded: a prepare of the claim may still wait for its devices' locks, which are
+		// not known here. With every lock held, none is under way and one still waiting finds
+		// its call over.
+		lock = p.lockAll
 	}
-	unlock, err := p.lock(deviceNames(st))
+	unlock, err := lock()
 	if err != nil {
 		return err
 	}
