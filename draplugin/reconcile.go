@@ -129,12 +129,14 @@ func (p *Plugin) lockAll() (func(), error) {
 // on a tmpfs), and kubelet prepares again the claim of every pod it starts after a reboot: it
 // does not checkpoint which claims are prepared. Keeping none is what lets an unprepare return
 // without an fsync: whatever version of the checkpoint a power loss leaves, no claim of it
-// outlives the reboot (docs/reliability.md, "Durability").
+// outlives the reboot (docs/reliability.md, "Durability"). A claim with no boot ID (migrated
+// from checkpoint version 1, which kept none) is kept: nothing says it predates this boot, and
+// an upgrade of the driver does not reboot the node.
 func (p *Plugin) forgetRebooted(ctx context.Context, rep *ReconcileReport) error {
 	var errs []error
 	boot := p.store.BootID()
 	for _, c := range p.store.List() {
-		if c.BootID == boot {
+		if c.BootID == boot || c.BootID == "" {
 			continue
 		}
 		if err := p.store.Delete(c.UID, reconcileDurability); err != nil {

@@ -2,6 +2,9 @@ package draplugin_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +19,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/mig"
 )
 
@@ -213,3 +217,52 @@ func taintsOf(t *testing.T, p *draplugin.Plugin, dev string) []resourceTaint {
 }
 
 type resourceTaint struct{ Key, Value, Effect string }
+
+// TestReconcileAfterUpgradeFromCheckpointVersion1: a driver that wrote checkpoint version 1 (no
+// boot ID) is replaced by this one without a reboot, as a DaemonSet update does. Its prepared
+// claims' pods still run and kubelet will not prepare them again: the claims must be kept, with
+// their specs, and unprepare as usual.
+func TestReconcileAfterUpgradeFromCheckpointVersion1(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", false)
+	c := e.claim(gpudra.GPUDeviceClassName, gpuIndex(1), "")
+	p := e.plugin()
+	e.reconcile(p)
+	devs, err := prepareOne(t, p, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	writeCheckpointV1(t, e.StateDir, map[string]any{string(c.UID): map[string]any{
+		"namespace": c.Namespace, "name": c.Name, "devices": []string{devs[0].DeviceName}, "cdiDeviceIDs": devs[0].CDIDeviceIDs}})
+	p2 := e.plugin()
+	rep := e.reconcile(p2)
+	if rep.Checkpoint.Migrated == 0 || len(rep.Forgotten) > 0 || len(rep.SpecsPruned) > 0 || rep.Prepared != 1 {
+		t.Errorf("report %v: want the checkpoint migrated and its claim kept (forgotten %v, specs pruned %v)", rep, rep.Forgotten, rep.SpecsPruned)
+	}
+	if !slices.Contains(e.specs(), string(c.UID)) {
+		t.Errorf("the CDI spec of the claim is gone: %v", e.specs())
+	}
+	if err := unprepareOne(t, p2, c); err != nil {
+		t.Fatalf("unprepare after the upgrade: %v", err)
+	}
+	if got := e.specs(); len(got) > 0 {
+		t.Errorf("specs after unprepare: %v", got)
+	}
+}
+
+// writeCheckpointV1 writes the state directory's checkpoint as version 1 wrote it: the claims
+// under "preparedClaims", the checksum over the compact JSON of the data.
+func writeCheckpointV1(t *testing.T, stateDir string, claims map[string]any) {
+	t.Helper()
+	data, err := json.Marshal(map[string]any{"preparedClaims": claims})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data) // json.Marshal output is compact
+	file := fmt.Appendf(nil, `{"version":1,"checksum":"sha256:%x","data":%s}`, sum, data)
+	if err := os.WriteFile(filepath.Join(stateDir, checkpoint.FileName), file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

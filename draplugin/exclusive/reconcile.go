@@ -131,7 +131,7 @@ func (p *Plugin) finishClaims(ctx context.Context, rep *ReconcileReport) error {
 			done = &rep.RolledBack
 		case c.Phase == checkpoint.UnprepareStarted:
 			done = &rep.UnprepareFinished
-		case c.BootID != boot:
+		case c.BootID != boot && c.BootID != "": // none: migrated from version 1, boot unknown
 			done = &rep.Released
 		default:
 			continue

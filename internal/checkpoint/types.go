@@ -58,7 +58,8 @@ type ClaimState struct {
 	// BootID is the kernel boot ID current when the claim was last changed. Store stamps it on
 	// every change. A claim whose BootID differs from Store.BootID was prepared before a reboot:
 	// its dynamic MIG instances, host settings and tmpfs CDI specs are gone and must be rebuilt or
-	// forgotten. Empty for claims migrated from version 1, which did not record it.
+	// forgotten. Empty for claims migrated from version 1, which did not record it: unknown, not
+	// an earlier boot (a driver upgrade does not reboot the node).
 	BootID string `json:"bootID,omitempty"`
 	// UpdatedAt is when the claim was last changed, stamped by Store in UTC. Zero for claims
 	// migrated from version 1.
