@@ -389,6 +389,12 @@ func TestCorruptMovedAside(t *testing.T) {
 		{"key differs from uid", withChecksum("2", `{"claims":{"u":{"uid":"v","phase":"PrepareStarted"}}}`), `data.claims["u"].uid`},
 		{"unknown phase", withChecksum("2", `{"claims":{"u":{"uid":"u","phase":"Prepared"}}}`), `data.claims["u"].phase`},
 		{"v1 wrong type", withChecksum("1", `{"preparedClaims":[]}`), "version 1 data"},
+		// The version is outside the checksum: one damaged byte must not make the data read
+		// as no claims, a trusted empty checkpoint.
+		{"version 2 damaged to 1", raw(bytes.Replace(valid, []byte(`"version":2`), []byte(`"version":1`), 1)), "version 1 data"},
+		{"version 1 damaged to 2", withChecksum("2", `{"preparedClaims":{}}`), `version 2 data: "claims" is missing`},
+		{"v1 without its claims", withChecksum("1", `{}`), `version 1 data: "preparedClaims" is missing`},
+		{"claims null", withChecksum("2", `{"claims":null}`), `"claims" is missing`},
 	}
 	for _, off := range []int{1, 10, len(valid) / 3, len(valid) / 2, len(valid) - 3, len(valid) - 2} {
 		cases = append(cases, tc{fmt.Sprintf("truncated at %d of %d", off, len(valid)), raw(valid[:off]), "decode envelope"})

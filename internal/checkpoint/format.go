@@ -175,6 +175,11 @@ func decode(path string, b []byte) (decoded, error) {
 		st, err = migrateV1(env.Data)
 	case 2:
 		err = json.Unmarshal(env.Data, &st)
+		if err == nil && st.Claims == nil {
+			// Every version 2 writer writes the key, also for no claims. The version is outside
+			// the checksum: a damaged one must not make the data read as no claims.
+			err = errors.New(`"claims" is missing`)
+		}
 	}
 	if err != nil {
 		return decoded{}, fmt.Errorf("%w: %s: version %d data: %w", ErrCorrupt, path, env.Version, err)
@@ -191,6 +196,11 @@ func migrateV1(data []byte) (State, error) {
 	var v1 stateV1
 	if err := json.Unmarshal(data, &v1); err != nil {
 		return State{}, err
+	}
+	if v1.PreparedClaims == nil {
+		// Every version 1 writer wrote the key. Without it the data is of another version and
+		// the version (outside the checksum) is damaged: read as version 1 it would be no claims.
+		return State{}, errors.New(`"preparedClaims" is missing`)
 	}
 	st := State{Claims: make(map[string]ClaimState, len(v1.PreparedClaims))}
 	for uid, c := range v1.PreparedClaims {
