@@ -74,7 +74,13 @@ func (p *Plugin) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	for _, d := range ours {
 		gpus = append(gpus, d.GPU.UUID)
 	}
-	unlock, err := p.lockGPUs(gpus)
+	// Interrupted prepares of other claims on these GPUs are rolled back first (below), which
+	// needs the locks of all their GPUs.
+	locked := slices.Clone(gpus)
+	for _, c := range p.interruptedOn(gpus, claim.UID) {
+		locked = append(locked, claimGPUs(c)...)
+	}
+	unlock, err := p.lockGPUs(locked)
 	if err != nil {
 		return nil, stepErr(StepLock, "", err)
 	}
@@ -86,10 +92,43 @@ func (p *Plugin) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if err := ctx.Err(); err != nil {
 		return nil, stepErr(StepLock, "", fmt.Errorf("gave up while waiting for the GPU locks: %w", context.Cause(ctx)))
 	}
+	if err := p.rollBackInterrupted(ctx, gpus, locked, claim.UID); err != nil {
+		return nil, err
+	}
 	if devices, done, err := p.resume(ctx, claim, ours); done || err != nil {
 		return devices, err
 	}
 	return p.prepareLocked(ctx, claim, ours)
+}
+
+// interruptedOn returns the claims other than except whose prepare was interrupted (a crash of
+// this or another plugin process, a failed rollback) on any of the GPUs.
+func (p *Plugin) interruptedOn(gpus []string, except types.UID) []checkpoint.ClaimState {
+	return p.store.ListFunc(func(c *checkpoint.ClaimState) bool {
+		return c.Phase == checkpoint.PrepareStarted && c.UID != string(except) &&
+			slices.ContainsFunc(c.Devices, func(d checkpoint.PreparedDevice) bool { return slices.Contains(gpus, d.GPUUUID) })
+	})
+}
+
+// rollBackInterrupted rolls back the interrupted prepares of other claims on the GPUs a prepare
+// is about to use, with the locks of locked held. Such a prepare may have made host changes
+// that no prepared claim's record holds (the sharing registry knows only applied records): a
+// claim sharing the GPU now would take them for the host's own settings and never restore them.
+// Holding a claim's GPU locks proves that its prepare is not under way, in any process: a
+// prepare holds them from recording its intent until it completes or is rolled back.
+func (p *Plugin) rollBackInterrupted(ctx context.Context, gpus, locked []string, except types.UID) error {
+	for _, c := range p.interruptedOn(gpus, except) {
+		ref := pluginkit.Ref(c)
+		if missing := slices.DeleteFunc(claimGPUs(c), func(u string) bool { return slices.Contains(locked, u) }); len(missing) > 0 {
+			return stepErr(StepRecover, "", fmt.Errorf("the interrupted prepare of claim %s, on the same GPUs, also holds GPUs %v this prepare did not lock; kubelet's retry rolls it back first", ref, missing))
+		}
+		cctx := klog.NewContext(ctx, klog.FromContext(ctx).WithValues("interruptedClaim", ref))
+		if err := p.rollback(cctx, c, true, stepDurability); err != nil {
+			return stepErr(StepRecover, "", fmt.Errorf("roll back the interrupted prepare of claim %s on the same GPUs: %w", ref, err))
+		}
+		klog.FromContext(ctx).Info("Rolled back an interrupted prepare of another claim on the same GPUs", "interruptedClaim", ref)
+	}
+	return nil
 }
 
 // ourDevices resolves the claim's allocation results of this driver to published devices.

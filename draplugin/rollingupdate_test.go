@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
@@ -194,5 +195,51 @@ func TestRollingUpdateSharedSettings(t *testing.T) {
 	}
 	if err := e.HostClean(); err != nil {
 		t.Errorf("host after claims prepared and unprepared crosswise: %v", err)
+	}
+}
+
+// TestRollingUpdateShareAfterACrashedFirstShare: the old pod crashes right after the first MPS
+// share of a GPU set its compute mode and started its daemon (the claim recorded as
+// PrepareStarted), while the new pod, started before, serves on without reconciling. The new
+// pod then prepares a second share of that GPU. Taking the crashed claim's settings for the
+// host's own, it would never restore them: the compute mode would stay EXCLUSIVE_PROCESS after
+// both claims are gone. Found by review.
+func TestRollingUpdateShareAfterACrashedFirstShare(t *testing.T) {
+	e := newEnvWith(t, "dgx-h100", draplugintest.WithSliceOptions(gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})))
+	share := func(name string) *resourceapi.ResourceClaim {
+		c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, gpuIndex(0), "")
+		c.Spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			gpudra.CapMemory: resource.MustParse("2Gi")}}
+		a, err := e.Allocate(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	first, second := share("first"), share("second")
+	crash := draplugintest.CrashAt(first.UID, 2)
+	old := e.plugin(withHooks(crash.Hooks()))
+	e.reconcile(old)
+	updated := e.plugin()
+	e.reconcile(updated)
+	if _, err := prepareOne(t, old, first); !errors.Is(err, draplugintest.ErrCrash) {
+		t.Fatalf("prepare of the first share: %v, want the crash", err)
+	}
+	if seen := crash.Seen(); seen[len(seen)-1] != draplugin.CrashAfterSharingApplied {
+		t.Fatalf("crashed at %v, the scenario needs %s", seen, draplugin.CrashAfterSharingApplied)
+	}
+	if _, err := prepareOne(t, updated, second); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*resourceapi.ResourceClaim{first, second} { // kubelet gave up on the first
+		if err := unprepareOne(t, updated, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.HostClean(); err != nil {
+		t.Errorf("host after both claims are gone: %v", err)
+	}
+	if rep := e.reconcile(e.plugin()); rep.Prepared != 0 || len(rep.RolledBack) != 0 {
+		t.Errorf("a restarted plugin found %v", rep)
 	}
 }

@@ -458,6 +458,20 @@ func (s *Store) List() []ClaimState {
 	return out
 }
 
+// ListFunc returns copies of the claims for which keep reports true, ordered by UID; only those
+// are copied. keep sees each stored claim and must neither change nor retain it.
+func (s *Store) ListFunc(keep func(*ClaimState) bool) []ClaimState {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []ClaimState
+	for _, uid := range slices.Sorted(maps.Keys(s.state.Claims)) {
+		if c := s.state.Claims[uid]; keep(&c) {
+			out = append(out, c.Clone())
+		}
+	}
+	return out
+}
+
 // Update runs fn on a copy of the state and, if fn succeeds and the result is valid, writes it
 // and makes it the store's state before returning. Once Update returns, the checkpoint as it
 // is then survives what d says: a crash of the process always; a power loss with
