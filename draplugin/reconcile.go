@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/internal/pluginkit"
 	"github.com/gpudra/gpudra/sharing"
@@ -342,6 +343,10 @@ func instanceName(gpuUUID, profile string, start int) string {
 
 // reconcileMIG destroys MIG instances that no claim records and that are not in the baseline.
 func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
+	// The baseline is written only here, under every GPU lock: its temporaries are leftovers.
+	if _, err := atomicfile.Clean(p.stateDir, MIGBaselineFile); err != nil {
+		klog.FromContext(ctx).Error(err, "Removing leftovers of an interrupted MIG baseline write failed")
+	}
 	base, fresh, err := p.loadBaseline()
 	if err != nil {
 		return err

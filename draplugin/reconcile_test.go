@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +21,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/mig"
 )
@@ -264,5 +267,28 @@ func writeCheckpointV1(t *testing.T, stateDir string, claims map[string]any) {
 	file := fmt.Appendf(nil, `{"version":1,"checksum":"sha256:%x","data":%s}`, sum, data)
 	if err := os.WriteFile(filepath.Join(stateDir, checkpoint.FileName), file, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMIGBaselineTemporaries: the MIG baseline is written under every GPU lock, not the
+// checkpoint's, so another plugin process opening its checkpoint meanwhile (a rolling update)
+// must leave the baseline's temporary file alone; reconciliation, holding every GPU lock, removes
+// one that a crash left behind.
+func TestMIGBaselineTemporaries(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", true)
+	tmp := filepath.Join(e.StateDir, atomicfile.TempPrefix+draplugin.MIGBaselineFile+"-4242")
+	if err := os.MkdirAll(e.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tmp, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := e.plugin()
+	if _, err := os.Stat(tmp); err != nil {
+		t.Fatalf("opening the plugin's checkpoint removed the baseline's temporary file: %v", err)
+	}
+	e.reconcile(p)
+	if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("reconciliation left the baseline's temporary file: %v", err)
 	}
 }

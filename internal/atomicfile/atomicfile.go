@@ -226,10 +226,13 @@ func (fs *Files) SyncDir(dir string) error {
 // IsTemp reports whether a file name is one of this package's temporary files.
 func IsTemp(name string) bool { return strings.HasPrefix(filepath.Base(name), TempPrefix) }
 
-// Clean removes temporary files left in dir by a writer that crashed before its rename, and
-// returns their names. The removals are not synced: a temporary file that comes back after a
-// power loss is removed by the next Clean.
-func Clean(dir string) ([]string, error) {
+// Clean removes the temporary files of the file named base that a writer left in dir when it
+// crashed before its rename, and returns their names. Call it when no write of that file can be
+// under way (under the lock its writers hold); temporaries of other files are left alone, as
+// their writers may hold other locks. The removals are not synced: a temporary file that comes
+// back after a power loss is removed by the next Clean.
+func Clean(dir, base string) ([]string, error) {
+	prefix := TempPrefix + base + "-"
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -239,7 +242,7 @@ func Clean(dir string) ([]string, error) {
 	}
 	var removed []string
 	for _, e := range entries {
-		if e.IsDir() || !IsTemp(e.Name()) {
+		if e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())

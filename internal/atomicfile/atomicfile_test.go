@@ -195,24 +195,30 @@ func TestWriteFailureLeavesTargetAndNoTemp(t *testing.T) {
 	}
 }
 
-func TestCleanRemovesOnlyTemps(t *testing.T) {
+// TestCleanRemovesOnlyTheFilesTemps: Clean removes the leftover temporaries of the file it is
+// given, and neither the file itself nor another file's temporaries, whose writer may be
+// writing under a lock the caller does not hold.
+func TestCleanRemovesOnlyTheFilesTemps(t *testing.T) {
 	dir := t.TempDir()
 	keep := filepath.Join(dir, "keep.json")
 	leftover := filepath.Join(dir, atomicfile.TempPrefix+"keep.json-123")
-	for _, p := range []string{keep, leftover} {
+	others := []string{filepath.Join(dir, atomicfile.TempPrefix+"other.json-456"), filepath.Join(dir, atomicfile.TempPrefix+"keep.json.bak-789")}
+	for _, p := range append([]string{keep, leftover}, others...) {
 		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	removed, err := atomicfile.Clean(dir)
+	removed, err := atomicfile.Clean(dir, "keep.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{filepath.Base(leftover)}, removed); diff != "" {
 		t.Errorf("removed (-want +got):\n%s", diff)
 	}
-	if _, err := os.Stat(keep); err != nil {
-		t.Errorf("Clean removed a real file: %v", err)
+	for _, p := range append([]string{keep}, others...) {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("Clean removed %s: %v", filepath.Base(p), err)
+		}
 	}
 }
 

@@ -215,8 +215,9 @@ func Open(dir string, opts ...Option) (*Store, LoadReport, error) {
 // write, migrates an older schema, and moves an unusable file aside.
 func (s *Store) load(cfg config, report *LoadReport, logger klog.Logger) error {
 	dir, path := filepath.Dir(s.path), s.path
-	// Under the lock no other process is writing: temporaries are leftovers of a crash.
-	if removed, err := atomicfile.Clean(dir); err != nil {
+	// Under the lock no other process writes the checkpoint: its temporaries are leftovers of a
+	// crash. Other files of the directory have their own writers and locks.
+	if removed, err := atomicfile.Clean(dir, FileName); err != nil {
 		logger.Error(err, "Removing leftover temporary files failed", "dir", dir)
 	} else if len(removed) > 0 {
 		report.CleanedTemp = removed
