@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
@@ -1091,6 +1092,51 @@ func dataFiles(t *testing.T, dir string) []os.DirEntry {
 		t.Fatal(err)
 	}
 	return slices.DeleteFunc(entries, func(e os.DirEntry) bool { return e.Name() == LockFileName })
+}
+
+// TestLoadedFileStaysOpen: a store tells another process's write by the file's identity, so it
+// keeps the version it loaded or wrote open: a file system that hands a freed inode number to
+// the next new file (ext4 does at once) could otherwise give the other process's next version
+// the same inode, size and, on kernels that stamp at the clock tick, times, and the store would
+// miss that write and overwrite it. The reuse cannot be forced here; what prevents it can be
+// checked: after its own writes and after a reload, the store holds the checkpoint on disk open.
+func TestLoadedFileStaysOpen(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := open(t, dir)
+	b, _ := open(t, dir)
+	held := func(step string) {
+		t.Helper()
+		var want, got unix.Stat_t
+		if err := unix.Stat(a.Path(), &want); err != nil {
+			t.Fatal(err)
+		}
+		if a.pinned == nil {
+			t.Fatalf("%s: the store holds no checkpoint file open", step)
+		}
+		if err := unix.Fstat(int(a.pinned.Fd()), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Ino != want.Ino || got.Dev != want.Dev {
+			t.Errorf("%s: the store holds inode %d open, the checkpoint is inode %d", step, got.Ino, want.Ino)
+		}
+	}
+	held("after Open")
+	if err := a.Put(claim("c1"), atomicfile.ProcessCrash); err != nil {
+		t.Fatal(err)
+	}
+	held("after its own write")
+	for _, uid := range []string{"c2", "c3"} {
+		if err := b.Put(claim(uid), atomicfile.ProcessCrash); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	held("after a reload")
+	if got := claims(a); len(got) != 3 {
+		t.Errorf("store sees %d claims after the other's writes, want 3", len(got))
+	}
 }
 
 // TestTwoStoresOnOneDirectory is a rolling update: two plugin processes write the same

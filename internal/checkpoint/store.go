@@ -129,6 +129,9 @@ type Store struct {
 	// loaded identifies the file state was read from or written to; when the file on disk
 	// differs, another process changed it and the leader reloads before applying updates.
 	loaded fileID
+	// pinned is that file, held open so that its inode number cannot be reused (see fileID).
+	// Leader only (and Open, Close).
+	pinned *os.File
 	// reloads counts the reloads, that is the changes by another process seen so far.
 	reloads atomic.Uint64
 	// durable is what the file on disk is known to survive: what its last write or sync by
@@ -207,7 +210,7 @@ func Open(dir string, opts ...Option) (*Store, LoadReport, error) {
 		_ = lock.Close()
 		return nil, report, err
 	}
-	s.loaded = statID(path)
+	s.loaded = s.pin()
 	return s, report, nil
 }
 
@@ -611,8 +614,9 @@ func (s *Store) writeBatch(work State, dirty map[string]bool, need atomicfile.Du
 	if err == nil || errors.As(err, &nd) {
 		// The file holds the new state (even when its rename may not be durable): so must
 		// memory, or the store and the disk would disagree.
+		id := s.pin()
 		s.mu.Lock()
-		s.state, s.enc, s.loaded = work, enc, statID(s.path)
+		s.state, s.enc, s.loaded = work, enc, id
 		s.mu.Unlock()
 		s.durable = need
 		if err != nil {
@@ -677,6 +681,7 @@ func (s *Store) reload() error {
 		}
 		st = d.state
 	}
+	id = s.pin() // the same file: the lock is held
 	s.mu.Lock()
 	s.state, s.enc, s.loaded = st, nil, id
 	s.mu.Unlock()
@@ -702,10 +707,17 @@ func (s *Store) Sync(d atomicfile.Durability) error {
 }
 
 // Close releases the store's lock file. The store must not be used afterwards.
-func (s *Store) Close() error { return s.lock.Close() }
+func (s *Store) Close() error {
+	s.unpin()
+	return s.lock.Close()
+}
 
 // fileID identifies one version of the checkpoint file: every write renames a new file into
-// place, so inode, size and change time differ between writes.
+// place, whose inode differs from that of the file it replaces. Not necessarily from that of
+// an older one: a file system may give a freed inode number to the next new file (ext4 does at
+// once), and one of the same size written within one timestamp tick (kernels before 6.13 stamp
+// ext4 and XFS files at the clock tick) would look unchanged. So the store keeps the file it
+// loaded open (pin): its inode is not freed, and no other version can get its number.
 type fileID struct {
 	exists    bool
 	dev, ino  uint64
@@ -719,8 +731,37 @@ func statID(path string) fileID {
 	if err := unix.Stat(path, &st); err != nil {
 		return fileID{}
 	}
+	return idOf(&st)
+}
+
+func idOf(st *unix.Stat_t) fileID {
 	return fileID{exists: true, dev: uint64(st.Dev), ino: st.Ino, size: st.Size,
 		mtimeNsec: st.Mtim.Nano(), ctimeNsec: st.Ctim.Nano()}
+}
+
+// pin opens the checkpoint file as it is now, keeps it open in place of the file pinned before
+// and returns its identity. The lock must be held. No file (or one that cannot be opened) pins
+// nothing and returns the zero identity, which differs from every file's.
+func (s *Store) pin() fileID {
+	s.unpin()
+	f, err := os.Open(s.path)
+	if err != nil {
+		return fileID{}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		_ = f.Close()
+		return fileID{}
+	}
+	s.pinned = f
+	return idOf(&st)
+}
+
+func (s *Store) unpin() {
+	if s.pinned != nil {
+		_ = s.pinned.Close()
+		s.pinned = nil
+	}
 }
 
 // writeState writes st, reusing and completing enc, the per-claim encodings.
