@@ -205,8 +205,13 @@ func (m *Manager) cleanup(ctx context.Context, rec *Record) (*Record, error) {
 // Undo reverses the host changes of a record, newest first, and forgets the claim. A change
 // that another prepared claim still holds (a shared device's time slice, compute mode or MPS
 // daemon) is left for the last claim to undo. Undo works from the record alone, so it also
-// works after a restart (call Restore first, so that shared settings are known). When a step
-// fails, the others are still tried and the claim stays registered, so Undo can be retried.
+// works after a restart (call Restore first, so that shared settings are known).
+//
+// When a step fails, the others are still tried, and the claim stays registered with a partial
+// record (Record.Partial set) whose Steps are only the changes still on the host: the changes
+// that were undone no longer count as held, so another claim that needs them makes them again
+// instead of joining them, and Shared answers for what is left. Undo can then be retried with
+// the same record; steps undone already are undone again, which changes nothing.
 func (m *Manager) Undo(ctx context.Context, rec *Record) error {
 	if rec == nil {
 		return errors.New("sharing: Undo of a nil record")
@@ -215,7 +220,11 @@ func (m *Manager) Undo(ctx context.Context, rec *Record) error {
 	ctx = klog.NewContext(ctx, logger)
 	unlock := m.locks.lock(physicalGPUs(rec))
 	defer unlock()
-	if _, err := m.undoSteps(ctx, rec); err != nil {
+	if left, err := m.undoSteps(ctx, rec); err != nil {
+		partial := rec.DeepCopy()
+		partial.Steps, partial.Partial = left, true
+		m.registry.add(partial)
+		logger.Error(err, "Host changes could not be undone; keeping them registered", "left", len(left))
 		return fmt.Errorf("claim %s/%s (%s): %w", rec.Namespace, rec.Name, rec.ClaimUID, err)
 	}
 	m.registry.remove(rec.ClaimUID)

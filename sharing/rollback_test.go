@@ -175,3 +175,73 @@ func TestJoinDaemonOfPartialRecord(t *testing.T) {
 		t.Errorf("host state at the end (-before +after):\n%s", diff)
 	}
 }
+
+// TestFailedUndoKeepsOnlyWhatIsLeft: the only claim on a shared GPU is unprepared; its Undo
+// stops the MPS daemon but cannot restore the compute mode. The claim stays registered with
+// only the compute mode step, so a second share of the GPU starts a daemon of its own instead
+// of joining the stopped one, and a retried Undo of the first claim's full record (what its
+// caller checkpointed) still works, before or after the second claim's.
+func TestFailedUndoKeepsOnlyWhatIsLeft(t *testing.T) {
+	for _, order := range [][]string{{"a", "b"}, {"b", "a"}} {
+		t.Run(strings.Join(order, " then "), func(t *testing.T) {
+			ctx := ctxFor(t)
+			h := newHost()
+			before := h.State()
+			m := newManager(t, h)
+			a, err := m.Prepare(ctx, newClaim("a", results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))), lookup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			daemon := a.Devices[0].MPSDaemonID
+			restore := "SetComputeMode " + uuidA + " DEFAULT"
+			h.FailOn(restore, errors.New("nvml: unknown error"))
+			if err := m.Undo(ctx, a); err == nil || !strings.Contains(err.Error(), "nvml: unknown error") {
+				t.Fatalf("Undo of a = %v, want the failed compute mode restore", err)
+			}
+			h.FailOn(restore, nil)
+			if _, ok := h.State().Daemons[daemon]; ok {
+				t.Fatalf("test setup: the failed Undo should have stopped daemon %s", daemon)
+			}
+			// Expected from a's record: only its compute mode change is still on the host.
+			want := a.DeepCopy()
+			want.Partial = true
+			want.Steps = nil
+			for _, s := range a.Steps {
+				if s.Action == sharing.ActionSetComputeMode {
+					want.Steps = append(want.Steps, s)
+				}
+			}
+			got, ok := m.Registry().Get("a")
+			if !ok {
+				t.Fatal("a failed Undo forgot claim a; the compute mode it left is recorded nowhere")
+			}
+			if diff := cmp.Diff(want, &got); diff != "" {
+				t.Errorf("registry entry of a after the failed Undo (-want +got):\n%s", diff)
+			}
+
+			b, err := m.Prepare(ctx, newClaim("b", results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "16Gi"))), lookup)
+			if err != nil {
+				t.Fatalf("Prepare of b: %v", err)
+			}
+			if _, ok := h.State().Daemons[b.Devices[0].MPSDaemonID]; !ok {
+				t.Fatalf("Prepare of b succeeded, but its MPS daemon %s does not run (b joined the daemon a's Undo stopped)", b.Devices[0].MPSDaemonID)
+			}
+			if m.Shared(b) {
+				t.Error("Shared(b) = true, but b started the daemon that no other claim holds")
+			}
+
+			recs := map[string]*sharing.Record{"a": a, "b": b}
+			for _, uid := range order {
+				if err := m.Undo(ctx, recs[uid]); err != nil {
+					t.Fatalf("Undo of %s: %v", uid, err)
+				}
+			}
+			if diff := cmp.Diff(before, h.State()); diff != "" {
+				t.Errorf("host state at the end (-before +after):\n%s", diff)
+			}
+			if got := m.Registry().List(); len(got) != 0 {
+				t.Errorf("registry at the end = %+v, want empty", got)
+			}
+		})
+	}
+}
