@@ -369,16 +369,18 @@ func (a acquirer) timeSlice(ctx context.Context, rec *Record, uuid string, value
 	if known {
 		step.PreviousTimeSlice = &cur
 	}
-	if (!known || cur != value) && a.dry {
-		step.Changed = true
-	} else if !known || cur != value {
-		if err := m.timeSlicer.SetTimeSlice(ctx, uuid, value); err != nil {
-			return fmt.Errorf("setting time slice of %s to %d: %w", uuid, value, err)
-		}
-		step.Changed = true
-		klog.FromContext(ctx).V(2).Info("Set time slice", "device", uuid, "timeSlice", value, "previous", step.PreviousTimeSlice)
-	}
+	step.Changed = !known || cur != value
+	// The step is recorded before the set, so that a set that failed after nvidia-smi applied
+	// the value (killed at the caller's deadline, or exiting non-zero) is undone as well;
+	// restoring a value that did not change is harmless.
 	rec.Steps = append(rec.Steps, step)
+	if !step.Changed || a.dry {
+		return nil
+	}
+	if err := m.timeSlicer.SetTimeSlice(ctx, uuid, value); err != nil {
+		return fmt.Errorf("setting time slice of %s to %d: %w", uuid, value, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Set time slice", "device", uuid, "timeSlice", value, "previous", step.PreviousTimeSlice)
 	return nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -241,6 +243,62 @@ func TestFailedUndoKeepsOnlyWhatIsLeft(t *testing.T) {
 			}
 			if got := m.Registry().List(); len(got) != 0 {
 				t.Errorf("registry at the end = %+v, want empty", got)
+			}
+		})
+	}
+}
+
+// TestTimeSliceSetThatFailsAfterApplyingIsUndone: nvidia-smi can apply a time slice and then
+// fail (exit non-zero, or be killed at the caller's deadline). The failed Prepare must still
+// restore the value the GPU had before.
+func TestTimeSliceSetThatFailsAfterApplyingIsUndone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// cancel cancels the caller's context during the set, before it applies.
+		cancel bool
+	}{
+		{name: "exits non-zero after applying"},
+		{name: "killed at the caller's cancellation after applying", cancel: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(ctxFor(t))
+			defer cancel()
+			h := newHost()
+			h.SetTimeSliceState(uuidA, 1) // not the Default, so that a restore to 0 shows too
+			before := h.State()
+			m := newManager(t, h)
+			claim := newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(tsLong, "gpu"))
+			plan, err := m.Plan(ctx, claim, lookup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			set := fmt.Sprintf("SetTimeSlice %s %d", uuidA, *plan.Devices[0].TimeSlice)
+			injected := errors.New("nvidia-smi: exit status 3")
+			if tc.cancel {
+				injected = fmt.Errorf("nvidia-smi: %w", context.Canceled)
+				h.SetHook(func(call string) error {
+					if call == set {
+						cancel()
+					}
+					return nil
+				})
+			}
+			h.FailAfter(set, injected)
+			partial, err := m.Prepare(ctx, claim, lookup)
+			if !errors.Is(err, injected) {
+				t.Fatalf("Prepare error = %v, want the failed set (%v)", err, injected)
+			}
+			if got := h.Calls(); !slices.Contains(got, set) {
+				t.Fatalf("test setup: Prepare did not call %q; calls %v", set, got)
+			}
+			if partial != nil {
+				t.Errorf("partial record = %+v, want nil: the time slice could be restored", partial)
+			}
+			if diff := cmp.Diff(before, h.State()); diff != "" {
+				t.Errorf("host state after the failed Prepare (-before +after):\n%s", diff)
+			}
+			if got := m.Registry().List(); len(got) != 0 {
+				t.Errorf("registry after a fully undone Prepare = %+v, want empty", got)
 			}
 		})
 	}

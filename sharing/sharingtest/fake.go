@@ -68,15 +68,17 @@ func (h *host) device(uuid string) error {
 
 // FakeHost is a host for package sharing: it implements TimeSlicer, ComputeModeSetter,
 // MPSDaemons and Mounter, keeps the resulting host state, records every call, and can be told
-// to fail a call (FailOn), to run a hook before every change (SetHook), and to let a daemon
-// die (KillDaemon). NewFakeHost keeps the state in memory; OpenFakeHost keeps it in a file, so
+// to fail a call (FailOn, or FailAfter its change), to run a hook before every change
+// (SetHook), and to let a daemon die (KillDaemon). NewFakeHost keeps the state in memory; OpenFakeHost keeps it in a file, so
 // that it survives the test's process being killed. It is safe for concurrent use.
 type FakeHost struct {
 	mu     sync.Mutex
 	host   host
 	calls  []string
 	failOn map[string]error
-	hook   func(call string) error
+	// failAfter are the calls that fail after their change (FailAfter).
+	failAfter map[string]error
+	hook      func(call string) error
 	// file is where a persisted host keeps its state; nil in memory.
 	file *stateFile
 	// broken is the error of a state setter that could not save its change; the next call
@@ -235,7 +237,7 @@ func (f *FakeHost) SetTimeSlice(ctx context.Context, uuid string, v int) error {
 	if err := f.begin(ctx, true, "SetTimeSlice %s %d", uuid, v); err != nil {
 		return err
 	}
-	return f.do(func(h *host) (bool, error) {
+	return f.after(f.do(func(h *host) (bool, error) {
 		if err := h.device(uuid); err != nil {
 			return false, err
 		}
@@ -244,7 +246,7 @@ func (f *FakeHost) SetTimeSlice(ctx context.Context, uuid string, v int) error {
 		}
 		h.State.TimeSlices[uuid] = v
 		return true, nil
-	})
+	}), "SetTimeSlice %s %d", uuid, v)
 }
 
 // ComputeMode implements sharing.ComputeModeSetter.
@@ -268,13 +270,13 @@ func (f *FakeHost) SetComputeMode(ctx context.Context, uuid string, m sharing.Co
 	if err := f.begin(ctx, true, "SetComputeMode %s %s", uuid, m); err != nil {
 		return err
 	}
-	return f.do(func(h *host) (bool, error) {
+	return f.after(f.do(func(h *host) (bool, error) {
 		if err := h.device(uuid); err != nil {
 			return false, err
 		}
 		h.State.ComputeModes[uuid] = m
 		return true, nil
-	})
+	}), "SetComputeMode %s %s", uuid, m)
 }
 
 // Start implements sharing.MPSDaemons. Like the real daemon setup, it needs every device in
@@ -284,7 +286,7 @@ func (f *FakeHost) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error 
 	if err := f.begin(ctx, true, "Start %s", spec.ID); err != nil {
 		return err
 	}
-	return f.do(func(h *host) (bool, error) {
+	return f.after(f.do(func(h *host) (bool, error) {
 		for _, u := range spec.DeviceUUIDs {
 			if err := h.device(u); err != nil {
 				return false, err
@@ -298,7 +300,7 @@ func (f *FakeHost) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error 
 			h.State.Mounts[spec.ShmDir] = cmp.Or(spec.ShmSizeBytes, sharing.DefaultMPSShmSize)
 		}
 		return true, nil
-	})
+	}), "Start %s", spec.ID)
 }
 
 // Ready implements sharing.MPSDaemons.
@@ -332,11 +334,11 @@ func (f *FakeHost) Stop(ctx context.Context, spec sharing.MPSDaemonSpec) error {
 	if err := f.begin(ctx, true, "Stop %s", spec.ID); err != nil {
 		return err
 	}
-	return f.do(func(h *host) (bool, error) {
+	return f.after(f.do(func(h *host) (bool, error) {
 		delete(h.State.Daemons, spec.ID)
 		delete(h.State.Mounts, spec.ShmDir)
 		return true, nil
-	})
+	}), "Stop %s", spec.ID)
 }
 
 // Mount implements sharing.Mounter: it records a tmpfs of sizeBytes on target (the directory
@@ -345,7 +347,7 @@ func (f *FakeHost) Mount(ctx context.Context, target string, sizeBytes int64) er
 	if err := f.begin(ctx, true, "Mount %s %d", target, sizeBytes); err != nil {
 		return err
 	}
-	return f.do(func(h *host) (bool, error) {
+	return f.after(f.do(func(h *host) (bool, error) {
 		if sizeBytes <= 0 {
 			return false, fmt.Errorf("tmpfs on %s: size %d bytes: the size must be positive", target, sizeBytes)
 		}
@@ -354,7 +356,7 @@ func (f *FakeHost) Mount(ctx context.Context, target string, sizeBytes int64) er
 		}
 		h.State.Mounts[target] = sizeBytes
 		return true, nil
-	})
+	}), "Mount %s %d", target, sizeBytes)
 }
 
 // Unmount implements sharing.Mounter.
@@ -362,9 +364,9 @@ func (f *FakeHost) Unmount(ctx context.Context, target string) error {
 	if err := f.begin(ctx, true, "Unmount %s", target); err != nil {
 		return err
 	}
-	return f.do(func(h *host) (bool, error) {
+	return f.after(f.do(func(h *host) (bool, error) {
 		_, ok := h.State.Mounts[target]
 		delete(h.State.Mounts, target)
 		return ok, nil
-	})
+	}), "Unmount %s", target)
 }

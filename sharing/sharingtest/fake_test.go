@@ -52,6 +52,35 @@ func TestHook(t *testing.T) {
 	}
 }
 
+// TestFailAfter: a call told to fail after its change returns the error with the host changed
+// as the call succeeding would have changed it; FailOn, by contrast, changes nothing.
+func TestFailAfter(t *testing.T) {
+	ctx := context.Background()
+	injected := errors.New("killed after applying")
+	want := sharingtest.NewFakeHost(gpu) // the same changes, succeeding
+	h := sharingtest.NewFakeHost(gpu)
+	h.SetHook(func(call string) error {
+		h.FailAfter(call, injected)
+		return nil
+	})
+	for i, c := range changes() {
+		if err := c(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		if err := c(ctx, h); !errors.Is(err, injected) {
+			t.Errorf("change %d (%s) = %v, want the injected error", i, h.Calls()[len(h.Calls())-1], err)
+		}
+		if diff := cmp.Diff(want.State(), h.State()); diff != "" {
+			t.Fatalf("host after change %d (%s) failed after applying (-want +got):\n%s", i, h.Calls()[len(h.Calls())-1], diff)
+		}
+	}
+	h.SetHook(nil)
+	h.FailAfter("SetTimeSlice "+gpu+" 3", nil)
+	if err := h.SetTimeSlice(ctx, gpu, 3); err != nil {
+		t.Errorf("SetTimeSlice after FailAfter(call, nil) = %v, want nil", err)
+	}
+}
+
 // TestCancelledContext: like exec.CommandContext, a call with a done context does nothing.
 func TestCancelledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
