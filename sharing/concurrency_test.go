@@ -51,14 +51,14 @@ func TestOtherGPUsDoNotWait(t *testing.T) {
 	ctx := ctxFor(t)
 	h := newHost()
 	m := newManager(t, h)
-	entered, release := blockOn(h, "Start u2")
+	entered, release := blockOn(h, "Start "+uidU2)
 	defer release()
-	stuck := prepareAsync(ctx, m, newClaim("u2", results(result("gpu", "gpu-2")), claimCfg(mpsGPU, "gpu")))
+	stuck := prepareAsync(ctx, m, newClaim(uidU2, results(result("gpu", "gpu-2")), claimCfg(mpsGPU, "gpu")))
 	<-entered
 
 	done := make(chan error, 1)
 	go func() {
-		rec, err := m.Prepare(ctx, newClaim("u0", results(result("gpu", "gpu-0")), claimCfg(tsLong, "gpu")), lookup)
+		rec, err := m.Prepare(ctx, newClaim(uidU0, results(result("gpu", "gpu-0")), claimCfg(tsLong, "gpu")), lookup)
 		if err == nil {
 			err = m.Undo(ctx, rec)
 		}
@@ -90,16 +90,16 @@ func TestSameGPUSerialized(t *testing.T) {
 	}{
 		{
 			name:    "same device",
-			first:   newClaim("a", results(withMemory(shared(result("gpu", "gpu-2"), "s1"), "1Gi"))),
-			second:  newClaim("b", results(result("gpu", "gpu-2"))),
+			first:   newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-2"), "s1"), "1Gi"))),
+			second:  newClaim(uidB, results(result("gpu", "gpu-2"))),
 			block:   "Start shared-",
 			wantErr: "the device is allocated to both claims, but not as a shared device",
 		},
 		{
 			name:    "MIG device and its GPU",
-			first:   newClaim("a", results(result("mig", "gpu-2-mig-1g5gb-0")), claimCfg(mpsMIG, "mig")),
-			second:  newClaim("b", results(result("gpu", "gpu-2"))),
-			block:   "Start a",
+			first:   newClaim(uidA, results(result("mig", "gpu-2-mig-1g5gb-0")), claimCfg(mpsMIG, "mig")),
+			second:  newClaim(uidB, results(result("gpu", "gpu-2"))),
+			block:   "Start " + uidA,
 			wantErr: "a GPU used whole cannot also serve one of its MIG devices",
 		},
 	}
@@ -148,7 +148,7 @@ func TestConcurrentSharedClaims(t *testing.T) {
 	for w := range 8 {
 		wg.Go(func() {
 			for i := range 10 {
-				uid := fmt.Sprintf("w%d-%d", w, i)
+				uid := fmt.Sprintf("00000000-0000-4000-8000-%06d%06d", w, i)
 				var claim *resourceapi.ResourceClaim
 				if w%2 == 0 {
 					claim = newClaim(uid, results(withMemory(shared(result("gpu", "gpu-0"), uid), "1Gi")))

@@ -21,7 +21,7 @@ func ExampleManager_Prepare() {
 		sharing.WithTimeSlicer(host), sharing.WithComputeModeSetter(host), sharing.WithMPSDaemons(host))
 
 	claim := &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "mps-gpu", Name: "shared-gpu-claim", UID: "c1"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "mps-gpu", Name: "shared-gpu-claim", UID: "3f2c6a1e-8d4b-4c2a-9e7f-5b1d0c9a8e21"},
 		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
 			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "shared-gpu", Driver: "gpu.nvidia.com", Pool: "node-1", Device: "gpu-0"}},
 			Config: []resourceapi.DeviceAllocationConfiguration{{
@@ -53,8 +53,8 @@ func ExampleManager_Prepare() {
 	fmt.Println(host.State().ComputeModes[gpu], len(host.State().Daemons))
 	// Output:
 	// gpu-0 MPS [CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps]
-	// /run/gpudra/mps/c1/pipe -> /tmp/nvidia-mps
-	// /run/gpudra/mps/c1/shm -> /dev/shm
+	// /run/gpudra/mps/3f2c6a1e-8d4b-4c2a-9e7f-5b1d0c9a8e21/pipe -> /tmp/nvidia-mps
+	// /run/gpudra/mps/3f2c6a1e-8d4b-4c2a-9e7f-5b1d0c9a8e21/shm -> /dev/shm
 	// EXCLUSIVE_PROCESS
 	// DEFAULT 0
 }

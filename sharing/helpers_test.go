@@ -23,6 +23,25 @@ const (
 	uuidP  = "GPU-ffffffff-0000-0000-0000-000000000006" // a Pascal GPU
 )
 
+// Claim UIDs of the tests: canonical UUIDs, as Kubernetes makes them and as Prepare and Plan
+// require, in the order of the names they stand for.
+const (
+	uidA        = "00000000-0000-4000-8000-000000000001"
+	uidB        = "00000000-0000-4000-8000-000000000002"
+	uidC        = "00000000-0000-4000-8000-000000000003"
+	uidInflight = "00000000-0000-4000-8000-000000000004"
+	uidKept     = "00000000-0000-4000-8000-000000000005"
+	uidMig      = "00000000-0000-4000-8000-000000000006"
+	uidOther    = "00000000-0000-4000-8000-000000000007"
+	uidOwn      = "00000000-0000-4000-8000-000000000008"
+	uidPartial  = "00000000-0000-4000-8000-000000000009"
+	uidU        = "00000000-0000-4000-8000-000000000010"
+	uidU0       = "00000000-0000-4000-8000-000000000011"
+	uidU1       = "00000000-0000-4000-8000-000000000012"
+	uidU2       = "00000000-0000-4000-8000-000000000013"
+	uidZZ       = "00000000-0000-4000-8000-0000000000ff"
+)
+
 var devices = []sharing.Device{
 	{Name: "gpu-0", UUID: uuidA, Index: 0, MemoryBytes: 80 << 30, ComputeCapabilityMajor: 9},
 	{Name: "gpu-1", UUID: uuidB, Index: 1, MemoryBytes: 80 << 30, ComputeCapabilityMajor: 9},

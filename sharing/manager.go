@@ -104,7 +104,9 @@ func (m *Manager) Sync(records []Record, gpus []string) error { return m.registr
 
 // Prepare sets up sharing for one allocated claim and returns its record: per device the
 // container edits to put into its CDI spec, and the host changes made, to be checkpointed and
-// passed to Undo on unprepare. lookup maps the claim's allocation results to devices.
+// passed to Undo on unprepare. lookup maps the claim's allocation results to devices. The
+// claim's UID must be a canonical lower-case UUID, as Kubernetes makes them
+// (cdi.ValidateClaimUID): it names the claim's own MPS daemon and that daemon's directories.
 //
 // Prepare is idempotent per claim UID: a claim already prepared (also one used by several
 // pods or containers) gets its existing record back without host changes. A claim that
@@ -123,6 +125,9 @@ func (m *Manager) Sync(records []Record, gpus []string) error { return m.registr
 func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim, lookup DeviceLookup) (*Record, error) {
 	if claim == nil || lookup == nil {
 		return nil, errors.New("sharing: Prepare needs a claim and a device lookup, got nil")
+	}
+	if err := validateClaimUID(claim); err != nil {
+		return nil, err
 	}
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
 	ctx = klog.NewContext(ctx, logger)

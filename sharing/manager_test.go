@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,12 +39,12 @@ func TestPrepareUndo(t *testing.T) {
 	}{
 		{
 			name:      "exclusive",
-			claim:     newClaim("u1", results(result("gpu", "gpu-0"))),
+			claim:     newClaim(uidU1, results(result("gpu", "gpu-0"))),
 			wantCalls: nil,
 		},
 		{
 			name:  "time-slicing",
-			claim: newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(tsLong, "gpu")),
+			claim: newClaim(uidU1, results(result("gpu", "gpu-0")), claimCfg(tsLong, "gpu")),
 			wantCalls: []string{"ComputeMode " + uuidA, "TimeSlice " + uuidA, "SetTimeSlice " + uuidA + " 3",
 				"SetTimeSlice " + uuidA + " 0"},
 			during: func(t *testing.T, s sharingtest.HostState) {
@@ -58,29 +59,29 @@ func TestPrepareUndo(t *testing.T) {
 				h.SetComputeModeState(uuidA, sharing.ComputeModeProhibited)
 				h.SetTimeSliceState(uuidA, 2)
 			},
-			claim: newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")),
+			claim: newClaim(uidU1, results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")),
 			wantCalls: []string{"ComputeMode " + uuidA, "SetComputeMode " + uuidA + " DEFAULT", "TimeSlice " + uuidA, "SetTimeSlice " + uuidA + " 1",
 				"SetTimeSlice " + uuidA + " 2", "SetComputeMode " + uuidA + " PROHIBITED"},
 		},
 		{
 			name:      "time-slicing already at the wanted value changes nothing",
-			claim:     newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(tsDefault, "gpu")),
+			claim:     newClaim(uidU1, results(result("gpu", "gpu-0")), claimCfg(tsDefault, "gpu")),
 			wantCalls: []string{"ComputeMode " + uuidA, "TimeSlice " + uuidA},
 		},
 		{
 			name:  "MPS on two GPUs",
-			claim: newClaim("u1", results(result("gpu", "gpu-0"), result("gpu", "gpu-1")), claimCfg(mps50, "gpu")),
+			claim: newClaim(uidU1, results(result("gpu", "gpu-0"), result("gpu", "gpu-1")), claimCfg(mps50, "gpu")),
 			wantCalls: []string{"ComputeMode " + uuidA, "SetComputeMode " + uuidA + " EXCLUSIVE_PROCESS", "ComputeMode " + uuidB, "SetComputeMode " + uuidB + " EXCLUSIVE_PROCESS",
-				"Start u1", "Ready u1",
-				"Stop u1", "SetComputeMode " + uuidB + " DEFAULT", "SetComputeMode " + uuidA + " DEFAULT"},
+				"Start " + uidU1, "Ready " + uidU1,
+				"Stop " + uidU1, "SetComputeMode " + uuidB + " DEFAULT", "SetComputeMode " + uuidA + " DEFAULT"},
 			during: func(t *testing.T, s sharingtest.HostState) {
-				d, ok := s.Daemons["u1"]
+				d, ok := s.Daemons[uidU1]
 				if !ok {
 					t.Fatalf("no daemon u1 during prepare: %v", s.Daemons)
 				}
-				want := sharing.MPSDaemonSpec{ID: "u1", DeviceUUIDs: []string{uuidA, uuidB}, Dir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1",
-					PipeDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1/pipe", LogDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1/log",
-					ShmDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/u1/shm", ActiveThreadPercentage: new(50),
+				want := sharing.MPSDaemonSpec{ID: uidU1, DeviceUUIDs: []string{uuidA, uuidB}, Dir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/" + uidU1,
+					PipeDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/" + uidU1 + "/pipe", LogDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/" + uidU1 + "/log",
+					ShmDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/" + uidU1 + "/shm", ActiveThreadPercentage: new(50),
 					PinnedMemoryLimits: map[string]string{"0": "8192M", "1": "4096M"}, ClientLimit: 48, ShmSizeBytes: 1 << 30}
 				if diff := cmp.Diff(want, d); diff != "" {
 					t.Errorf("daemon (-want +got):\n%s", diff)
@@ -89,9 +90,9 @@ func TestPrepareUndo(t *testing.T) {
 		},
 		{
 			name:  "MPS on a MIG device leaves its sibling alone",
-			claim: newClaim("u1", results(result("mig", "gpu-2-mig-1g5gb-0")), claimCfg(mpsMIG, "mig")),
-			wantCalls: []string{"ComputeMode " + uuidM1, "SetComputeMode " + uuidM1 + " EXCLUSIVE_PROCESS", "Start u1", "Ready u1",
-				"Stop u1", "SetComputeMode " + uuidM1 + " DEFAULT"},
+			claim: newClaim(uidU1, results(result("mig", "gpu-2-mig-1g5gb-0")), claimCfg(mpsMIG, "mig")),
+			wantCalls: []string{"ComputeMode " + uuidM1, "SetComputeMode " + uuidM1 + " EXCLUSIVE_PROCESS", "Start " + uidU1, "Ready " + uidU1,
+				"Stop " + uidU1, "SetComputeMode " + uuidM1 + " DEFAULT"},
 			during: func(t *testing.T, s sharingtest.HostState) {
 				if s.ComputeModes[uuidM2] != sharing.ComputeModeDefault || s.ComputeModes[uuidC] != sharing.ComputeModeDefault {
 					t.Errorf("sibling MIG device or parent changed: %v", s.ComputeModes)
@@ -100,7 +101,7 @@ func TestPrepareUndo(t *testing.T) {
 		},
 		{
 			name:  "fractional memory runs under MPS",
-			claim: newClaim("u1", results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))),
+			claim: newClaim(uidU1, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))),
 			wantCalls: []string{"ComputeMode " + uuidA, "SetComputeMode " + uuidA + " EXCLUSIVE_PROCESS", "Start shared-4f86766ad33c", "Ready shared-4f86766ad33c",
 				"Stop shared-4f86766ad33c", "SetComputeMode " + uuidA + " DEFAULT"},
 		},
@@ -150,7 +151,7 @@ func TestTimeSliceUnknownRestoresDefault(t *testing.T) {
 	h := newHost()
 	h.HideTimeSlice()
 	m := newManager(t, h)
-	rec, err := m.Prepare(ctx, newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(tsDefault, "gpu")), lookup)
+	rec, err := m.Prepare(ctx, newClaim(uidU1, results(result("gpu", "gpu-0")), claimCfg(tsDefault, "gpu")), lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,15 +165,15 @@ func TestTimeSliceUnknownRestoresDefault(t *testing.T) {
 }
 
 func TestPrepareRollsBack(t *testing.T) {
-	for _, failing := range []string{"Start u1", "Ready u1", "SetComputeMode " + uuidB + " EXCLUSIVE_PROCESS"} {
+	for _, failing := range []string{"Start " + uidU1, "Ready " + uidU1, "SetComputeMode " + uuidB + " EXCLUSIVE_PROCESS"} {
 		t.Run(failing, func(t *testing.T) {
 			ctx := ctxFor(t)
 			h := newHost()
 			before := h.State()
 			h.FailOn(failing, errors.New("injected"))
 			m := newManager(t, h)
-			_, err := m.Prepare(ctx, newClaim("u1", results(result("gpu", "gpu-0"), result("gpu", "gpu-1")), claimCfg(mpsGPU, "gpu")), lookup)
-			if err == nil || !strings.Contains(err.Error(), "injected") || !strings.HasPrefix(err.Error(), "claim ns/claim-u1 (u1): ") {
+			_, err := m.Prepare(ctx, newClaim(uidU1, results(result("gpu", "gpu-0"), result("gpu", "gpu-1")), claimCfg(mpsGPU, "gpu")), lookup)
+			if err == nil || !strings.Contains(err.Error(), "injected") || !strings.HasPrefix(err.Error(), "claim ns/claim-"+uidU1+" ("+uidU1+"): ") {
 				t.Fatalf("Prepare error = %v, want the injected error with the claim", err)
 			}
 			if diff := cmp.Diff(before, h.State()); diff != "" {
@@ -190,19 +191,19 @@ func TestUndoFailureKeepsClaim(t *testing.T) {
 	h := newHost()
 	before := h.State()
 	m := newManager(t, h)
-	rec, err := m.Prepare(ctx, newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")), lookup)
+	rec, err := m.Prepare(ctx, newClaim(uidU1, results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")), lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.FailOn("Stop u1", errors.New("busy"))
+	h.FailOn("Stop "+uidU1, errors.New("busy"))
 	if err := m.Undo(ctx, rec); err == nil || !strings.Contains(err.Error(), "busy") {
 		t.Fatalf("Undo error = %v, want busy", err)
 	}
-	if _, ok := m.Registry().Get("u1"); !ok {
+	if _, ok := m.Registry().Get(uidU1); !ok {
 		t.Fatal("claim forgotten after a failed Undo")
 	}
-	h.FailOn("Stop u1", nil)
-	if err := m.UndoClaim(ctx, "u1"); err != nil {
+	h.FailOn("Stop "+uidU1, nil)
+	if err := m.UndoClaim(ctx, uidU1); err != nil {
 		t.Fatalf("retried Undo: %v", err)
 	}
 	if diff := cmp.Diff(before, h.State()); diff != "" {
@@ -214,7 +215,7 @@ func TestPrepareIdempotent(t *testing.T) {
 	ctx := ctxFor(t)
 	h := newHost()
 	m := newManager(t, h)
-	claim := newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu"))
+	claim := newClaim(uidU1, results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu"))
 	first, err := m.Prepare(ctx, claim, lookup)
 	if err != nil {
 		t.Fatal(err)
@@ -242,50 +243,50 @@ func TestConflicts(t *testing.T) {
 	}{
 		{
 			name:    "exclusive vs shared",
-			first:   newClaim("a", results(result("gpu", "gpu-0"))),
-			second:  newClaim("b", results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")),
-			wantErr: `claim ns/claim-b (b): device "gpu-0" (` + uuidA + `) of request "gpu" with TimeSlicing (time slice 1) conflicts with claim ns/claim-a (a), prepared with device "gpu-0" (` + uuidA + `) of request "gpu" with Exclusive: the device is allocated to both claims, but not as a shared device (no share ID)`,
+			first:   newClaim(uidA, results(result("gpu", "gpu-0"))),
+			second:  newClaim(uidB, results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")),
+			wantErr: `claim ns/claim-` + uidB + ` (` + uidB + `): device "gpu-0" (` + uuidA + `) of request "gpu" with TimeSlicing (time slice 1) conflicts with claim ns/claim-` + uidA + ` (` + uidA + `), prepared with device "gpu-0" (` + uuidA + `) of request "gpu" with Exclusive: the device is allocated to both claims, but not as a shared device (no share ID)`,
 		},
 		{
 			name:    "TimeSlicing vs MPS",
-			first:   newClaim("a", results(shared(result("gpu", "gpu-0"), "s1")), claimCfg(tsShort, "gpu")),
-			second:  newClaim("b", results(shared(result("gpu", "gpu-0"), "s2")), claimCfg(mpsGPU, "gpu")),
-			wantErr: `claim ns/claim-b (b): device "gpu-0" (` + uuidA + `) of request "gpu" with MPS conflicts with claim ns/claim-a (a), prepared with device "gpu-0" (` + uuidA + `) of request "gpu" with TimeSlicing (time slice 1): claims sharing a device must use the same sharing strategy`,
+			first:   newClaim(uidA, results(shared(result("gpu", "gpu-0"), "s1")), claimCfg(tsShort, "gpu")),
+			second:  newClaim(uidB, results(shared(result("gpu", "gpu-0"), "s2")), claimCfg(mpsGPU, "gpu")),
+			wantErr: `claim ns/claim-` + uidB + ` (` + uidB + `): device "gpu-0" (` + uuidA + `) of request "gpu" with MPS conflicts with claim ns/claim-` + uidA + ` (` + uidA + `), prepared with device "gpu-0" (` + uuidA + `) of request "gpu" with TimeSlicing (time slice 1): claims sharing a device must use the same sharing strategy`,
 		},
 		{
 			name:    "two intervals",
-			first:   newClaim("a", results(shared(result("gpu", "gpu-0"), "s1")), claimCfg(tsShort, "gpu")),
-			second:  newClaim("b", results(shared(result("gpu", "gpu-0"), "s2")), claimCfg(tsLong, "gpu")),
-			wantErr: `claim ns/claim-b (b): device "gpu-0" (` + uuidA + `) of request "gpu" with TimeSlicing (time slice 3) conflicts with claim ns/claim-a (a), prepared with device "gpu-0" (` + uuidA + `) of request "gpu" with TimeSlicing (time slice 1): a GPU has one time slice; claims sharing it must ask for the same interval`,
+			first:   newClaim(uidA, results(shared(result("gpu", "gpu-0"), "s1")), claimCfg(tsShort, "gpu")),
+			second:  newClaim(uidB, results(shared(result("gpu", "gpu-0"), "s2")), claimCfg(tsLong, "gpu")),
+			wantErr: `claim ns/claim-` + uidB + ` (` + uidB + `): device "gpu-0" (` + uuidA + `) of request "gpu" with TimeSlicing (time slice 3) conflicts with claim ns/claim-` + uidA + ` (` + uidA + `), prepared with device "gpu-0" (` + uuidA + `) of request "gpu" with TimeSlicing (time slice 1): a GPU has one time slice; claims sharing it must ask for the same interval`,
 		},
 		{
 			name:    "whole GPU vs its MIG device",
-			first:   newClaim("a", results(result("gpu", "gpu-2"))),
-			second:  newClaim("b", results(result("mig", "gpu-2-mig-1g5gb-0"))),
-			wantErr: `claim ns/claim-b (b): device "gpu-2-mig-1g5gb-0" (` + uuidM1 + `) of request "mig" with Exclusive conflicts with claim ns/claim-a (a), prepared with device "gpu-2" (` + uuidC + `) of request "gpu" with Exclusive: a GPU used whole cannot also serve one of its MIG devices`,
+			first:   newClaim(uidA, results(result("gpu", "gpu-2"))),
+			second:  newClaim(uidB, results(result("mig", "gpu-2-mig-1g5gb-0"))),
+			wantErr: `claim ns/claim-` + uidB + ` (` + uidB + `): device "gpu-2-mig-1g5gb-0" (` + uuidM1 + `) of request "mig" with Exclusive conflicts with claim ns/claim-` + uidA + ` (` + uidA + `), prepared with device "gpu-2" (` + uuidC + `) of request "gpu" with Exclusive: a GPU used whole cannot also serve one of its MIG devices`,
 		},
 		{
 			name:   "MIG devices of one GPU are independent",
-			first:  newClaim("a", results(result("mig", "gpu-2-mig-1g5gb-0")), claimCfg(mpsMIG, "mig")),
-			second: newClaim("b", results(result("mig", "gpu-2-mig-1g5gb-1"))),
+			first:  newClaim(uidA, results(result("mig", "gpu-2-mig-1g5gb-0")), claimCfg(mpsMIG, "mig")),
+			second: newClaim(uidB, results(result("mig", "gpu-2-mig-1g5gb-1"))),
 		},
 		{
 			name:   "same interval on a shared GPU",
-			first:  newClaim("a", results(shared(result("gpu", "gpu-0"), "s1")), claimCfg(tsShort, "gpu")),
-			second: newClaim("b", results(shared(result("gpu", "gpu-0"), "s2")), claimCfg(tsShort, "gpu")),
+			first:  newClaim(uidA, results(shared(result("gpu", "gpu-0"), "s1")), claimCfg(tsShort, "gpu")),
+			second: newClaim(uidB, results(shared(result("gpu", "gpu-0"), "s2")), claimCfg(tsShort, "gpu")),
 		},
 		{
 			name:   "different GPUs",
-			first:  newClaim("a", results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")),
-			second: newClaim("b", results(result("gpu", "gpu-1")), claimCfg(tsLong, "gpu")),
+			first:  newClaim(uidA, results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")),
+			second: newClaim(uidB, results(result("gpu", "gpu-1")), claimCfg(tsLong, "gpu")),
 		},
 		{
 			name:  "admin access never conflicts",
-			first: newClaim("a", results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")),
+			first: newClaim(uidA, results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")),
 			second: func() *resourceapi.ResourceClaim {
 				r := result("gpu", "gpu-0")
 				r.AdminAccess = new(true)
-				return newClaim("b", results(r))
+				return newClaim(uidB, results(r))
 			}(),
 		},
 	}
@@ -323,11 +324,11 @@ func TestSharedDevice(t *testing.T) {
 	h := newHost()
 	before := h.State()
 	m := newManager(t, h)
-	a, err := m.Prepare(ctx, newClaim("a", results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))), lookup)
+	a, err := m.Prepare(ctx, newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))), lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := m.Prepare(ctx, newClaim("b", results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "32Gi"))), lookup)
+	b, err := m.Prepare(ctx, newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "32Gi"))), lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,9 +362,9 @@ func TestSharedDevice(t *testing.T) {
 func TestShared(t *testing.T) {
 	ctx := ctxFor(t)
 	m := newManager(t, newHost())
-	claimA := newClaim("a", results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi")))
-	claimB := newClaim("b", results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "16Gi")))
-	claimC := newClaim("c", results(withMemory(shared(result("gpu", "gpu-1"), "s3"), "16Gi")))
+	claimA := newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi")))
+	claimB := newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "16Gi")))
+	claimC := newClaim(uidC, results(withMemory(shared(result("gpu", "gpu-1"), "s3"), "16Gi")))
 	shared := func(what string, rec *sharing.Record, err error, want bool) {
 		t.Helper()
 		if err != nil {
@@ -396,13 +397,13 @@ func TestMPSClientLimit(t *testing.T) {
 	m := newManager(t, newHost())
 	// The Pascal GPU takes 16 MPS clients.
 	for i := range 16 {
-		uid := string(rune('a'+i%26)) + string(rune('a'+i/26))
+		uid := fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
 		if _, err := m.Prepare(ctx, newClaim(uid, results(withMemory(shared(result("gpu", "gpu-3"), uid), "1Gi"))), lookup); err != nil {
 			t.Fatalf("claim %d: %v", i, err)
 		}
 	}
-	_, err := m.Prepare(ctx, newClaim("zz", results(withMemory(shared(result("gpu", "gpu-3"), "zz"), "1Gi"))), lookup)
-	want := `claim ns/claim-zz (zz): MPS control daemon shared-`
+	_, err := m.Prepare(ctx, newClaim(uidZZ, results(withMemory(shared(result("gpu", "gpu-3"), "zz"), "1Gi"))), lookup)
+	want := `claim ns/claim-` + uidZZ + ` (` + uidZZ + `): MPS control daemon shared-`
 	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.HasSuffix(err.Error(), "would serve 17 claims, more than the device's limit of 16 MPS clients") {
 		t.Fatalf("17th claim error = %v", err)
 	}
@@ -425,49 +426,49 @@ func TestPlanErrors(t *testing.T) {
 	}{
 		{
 			name:    "time-slicing a memory fraction",
-			claim:   newClaim("u", results(withMemory(shared(result("gpu", "gpu-0"), "s"), "16Gi")), claimCfg(tsShort, "gpu")),
-			wantErr: `claim ns/claim-u (u): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): the device was allocated 17179869184 bytes of its memory, which TimeSlicing cannot enforce; use strategy MPS or no sharing config`,
+			claim:   newClaim(uidU, results(withMemory(shared(result("gpu", "gpu-0"), "s"), "16Gi")), claimCfg(tsShort, "gpu")),
+			wantErr: `claim ns/claim-` + uidU + ` (` + uidU + `): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): the device was allocated 17179869184 bytes of its memory, which TimeSlicing cannot enforce; use strategy MPS or no sharing config`,
 		},
 		{
 			name:    "limit above the allocation",
-			claim:   newClaim("u", results(withMemory(shared(result("gpu", "gpu-0"), "s"), "16Gi")), claimCfg(perDevice(`{"0":"20Gi"}`), "gpu")),
-			wantErr: `claim ns/claim-u (u): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): pinned memory limit 20480Mi exceeds the 16384Mi of device memory allocated to the claim`,
+			claim:   newClaim(uidU, results(withMemory(shared(result("gpu", "gpu-0"), "s"), "16Gi")), claimCfg(perDevice(`{"0":"20Gi"}`), "gpu")),
+			wantErr: `claim ns/claim-` + uidU + ` (` + uidU + `): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): pinned memory limit 20480Mi exceeds the 16384Mi of device memory allocated to the claim`,
 		},
 		{
 			name:    "per-device index out of range",
-			claim:   newClaim("u", results(result("gpu", "gpu-0")), claimCfg(perDevice(`{"1":"2Gi"}`), "gpu")),
-			wantErr: `claim ns/claim-u (u): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): defaultPerDevicePinnedMemoryLimit[1]: the config applies to 1 device(s), indices 0..0`,
+			claim:   newClaim(uidU, results(result("gpu", "gpu-0")), claimCfg(perDevice(`{"1":"2Gi"}`), "gpu")),
+			wantErr: `claim ns/claim-` + uidU + ` (` + uidU + `): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): defaultPerDevicePinnedMemoryLimit[1]: the config applies to 1 device(s), indices 0..0`,
 		},
 		{
 			name:    "per-device UUID not allocated",
-			claim:   newClaim("u", results(result("gpu", "gpu-0")), claimCfg(perDevice(`{"`+uuidB+`":"2Gi"}`), "gpu")),
-			wantErr: `claim ns/claim-u (u): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): defaultPerDevicePinnedMemoryLimit[` + uuidB + `]: no device with that UUID is allocated under this config`,
+			claim:   newClaim(uidU, results(result("gpu", "gpu-0")), claimCfg(perDevice(`{"`+uuidB+`":"2Gi"}`), "gpu")),
+			wantErr: `claim ns/claim-` + uidU + ` (` + uidU + `): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): defaultPerDevicePinnedMemoryLimit[` + uuidB + `]: no device with that UUID is allocated under this config`,
 		},
 		{
 			name:    "index and UUID name one device",
-			claim:   newClaim("u", results(result("gpu", "gpu-0")), claimCfg(perDevice(`{"0":"2Gi","`+uuidA+`":"3Gi"}`), "gpu")),
-			wantErr: `claim ns/claim-u (u): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): defaultPerDevicePinnedMemoryLimit: keys "0" and "` + uuidA + `" both name this device; keep one`,
+			claim:   newClaim(uidU, results(result("gpu", "gpu-0")), claimCfg(perDevice(`{"0":"2Gi","`+uuidA+`":"3Gi"}`), "gpu")),
+			wantErr: `claim ns/claim-` + uidU + ` (` + uidU + `): device "gpu-0" (GPU ` + uuidA + `) of request "gpu", config[0] (GpuConfig from claim, requests [gpu]): defaultPerDevicePinnedMemoryLimit: keys "0" and "` + uuidA + `" both name this device; keep one`,
 		},
 		{
 			name:    "two thread percentages on one daemon",
-			claim:   newClaim("u", results(result("a", "gpu-0"), result("b", "gpu-1")), claimCfg(mpsPct("10"), "a"), claimCfg(mpsPct("20"), "b")),
-			wantErr: `claim ns/claim-u (u): requests "a" (config[0] (GpuConfig from claim, requests [a])) and "b" (config[1] (GpuConfig from claim, requests [b])) set different MPS defaultActiveThreadPercentage (10 and 20), but the claim's devices share one MPS control daemon; use one value`,
+			claim:   newClaim(uidU, results(result("a", "gpu-0"), result("b", "gpu-1")), claimCfg(mpsPct("10"), "a"), claimCfg(mpsPct("20"), "b")),
+			wantErr: `claim ns/claim-` + uidU + ` (` + uidU + `): requests "a" (config[0] (GpuConfig from claim, requests [a])) and "b" (config[1] (GpuConfig from claim, requests [b])) set different MPS defaultActiveThreadPercentage (10 and 20), but the claim's devices share one MPS control daemon; use one value`,
 		},
 		{
 			name:    "two daemons for one claim",
-			claim:   newClaim("u", results(withMemory(shared(result("a", "gpu-0"), "s1"), "1Gi"), withMemory(shared(result("b", "gpu-1"), "s2"), "1Gi"))),
-			wantErr: `claim ns/claim-u (u): devices "gpu-0" (GPU ` + uuidA + `) (request "a") and "gpu-1" (GPU ` + uuidB + `) (request "b") would be served by different MPS control daemons`,
+			claim:   newClaim(uidU, results(withMemory(shared(result("a", "gpu-0"), "s1"), "1Gi"), withMemory(shared(result("b", "gpu-1"), "s2"), "1Gi"))),
+			wantErr: `claim ns/claim-` + uidU + ` (` + uidU + `): devices "gpu-0" (GPU ` + uuidA + `) (request "a") and "gpu-1" (GPU ` + uuidB + `) (request "b") would be served by different MPS control daemons`,
 		},
 		{
 			name:    "a shared and an own device in one claim",
-			claim:   newClaim("u", results(result("a", "gpu-1"), withMemory(shared(result("b", "gpu-0"), "s2"), "1Gi")), claimCfg(mpsGPU, "a")),
-			wantErr: `claim ns/claim-u (u): devices "gpu-1" (GPU ` + uuidB + `) (request "a") and "gpu-0" (GPU ` + uuidA + `) (request "b") would be served by different MPS control daemons`,
+			claim:   newClaim(uidU, results(result("a", "gpu-1"), withMemory(shared(result("b", "gpu-0"), "s2"), "1Gi")), claimCfg(mpsGPU, "a")),
+			wantErr: `claim ns/claim-` + uidU + ` (` + uidU + `): devices "gpu-1" (GPU ` + uuidB + `) (request "a") and "gpu-0" (GPU ` + uuidA + `) (request "b") would be served by different MPS control daemons`,
 		},
 		{
 			name: "one shared device twice with two thread percentages",
-			claim: newClaim("u", results(shared(result("a", "gpu-0"), "s1"), shared(result("b", "gpu-0"), "s2")),
+			claim: newClaim(uidU, results(shared(result("a", "gpu-0"), "s1"), shared(result("b", "gpu-0"), "s2")),
 				claimCfg(mpsPct("10"), "a"), claimCfg(mpsPct("20"), "b")),
-			wantErr: `claim ns/claim-u (u): requests "a" (config[0] (GpuConfig from claim, requests [a])) and "b" (config[1] (GpuConfig from claim, requests [b])) set different MPS defaultActiveThreadPercentage (10 and 20)`,
+			wantErr: `claim ns/claim-` + uidU + ` (` + uidU + `): requests "a" (config[0] (GpuConfig from claim, requests [a])) and "b" (config[1] (GpuConfig from claim, requests [b])) set different MPS defaultActiveThreadPercentage (10 and 20)`,
 		},
 	}
 	m := newManager(t, newHost())
@@ -483,7 +484,7 @@ func TestPlanErrors(t *testing.T) {
 
 func TestMissingHostInterfaces(t *testing.T) {
 	m := sharing.NewManager("gpu.nvidia.com")
-	_, err := m.Prepare(ctxFor(t), newClaim("u", results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")), lookup)
+	_, err := m.Prepare(ctxFor(t), newClaim(uidU, results(result("gpu", "gpu-0")), claimCfg(tsShort, "gpu")), lookup)
 	if err == nil || !strings.Contains(err.Error(), "WithComputeModeSetter") {
 		t.Fatalf("Prepare without host = %v, want an error naming WithComputeModeSetter", err)
 	}
@@ -537,14 +538,14 @@ func TestSameDeviceTwice(t *testing.T) {
 	before := h.State()
 	m := newManager(t, h)
 	// The daemon another claim sharing gpu-0 gets: the one both results must use.
-	other, err := m.Plan(ctx, newClaim("other", results(withMemory(shared(result("gpu", "gpu-0"), "s0"), "1Gi"))), lookup)
+	other, err := m.Plan(ctx, newClaim(uidOther, results(withMemory(shared(result("gpu", "gpu-0"), "s0"), "1Gi"))), lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantDaemon := other.Devices[0].MPSDaemonID
 	h.ResetCalls() // Plan read the compute mode; the calls below are Prepare's
 
-	claim := newClaim("u1", results(withMemory(shared(result("a", "gpu-0"), "s1"), "16Gi"), withMemory(shared(result("b", "gpu-0"), "s2"), "8Gi")),
+	claim := newClaim(uidU1, results(withMemory(shared(result("a", "gpu-0"), "s1"), "16Gi"), withMemory(shared(result("b", "gpu-0"), "s2"), "8Gi")),
 		claimCfg(mpsGPU, "a", "b"))
 	rec, err := m.Prepare(ctx, claim, lookup)
 	if err != nil {
@@ -581,7 +582,7 @@ func TestSameDeviceTwice(t *testing.T) {
 func TestNilArguments(t *testing.T) {
 	ctx := ctxFor(t)
 	m := newManager(t, newHost())
-	claim := newClaim("u", results(result("gpu", "gpu-0")))
+	claim := newClaim(uidU, results(result("gpu", "gpu-0")))
 	if _, err := m.Prepare(ctx, nil, lookup); err == nil {
 		t.Error("Prepare(nil claim) succeeded")
 	}
@@ -605,7 +606,7 @@ func TestPlanRecordsPreviousValues(t *testing.T) {
 	h.SetTimeSliceState(uuidA, 2)
 	m := newManager(t, h)
 	long := `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`
-	claim := newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(long, "gpu"))
+	claim := newClaim(uidU1, results(result("gpu", "gpu-0")), claimCfg(long, "gpu"))
 	plan, err := m.Plan(ctx, claim, lookup)
 	if err != nil {
 		t.Fatal(err)
@@ -635,8 +636,8 @@ func TestJoinedStepIsACopy(t *testing.T) {
 	ctx := ctxFor(t)
 	m := newManager(t, newHost())
 	var recs []*sharing.Record
-	for _, name := range []string{"a", "b", "c"} {
-		if name == "c" {
+	for _, name := range []string{uidA, uidB, uidC} {
+		if name == uidC {
 			// A caller changes the step b copied from a, in place.
 			daemonStep(t, recs[1]).Daemon.PipeDir = "/changed"
 		}
@@ -646,7 +647,7 @@ func TestJoinedStepIsACopy(t *testing.T) {
 		}
 		recs = append(recs, rec)
 	}
-	for i, name := range []string{"a", "c"} {
+	for i, name := range []string{uidA, uidC} {
 		if got := daemonStep(t, recs[i*2]).Daemon.PipeDir; got == "/changed" {
 			t.Errorf("claim %s's MPS daemon step changed through another claim's record: pipe directory %q", name, got)
 		}
@@ -672,7 +673,7 @@ func TestRestoredRecordsAreCopies(t *testing.T) {
 	for _, restore := range []string{"Restore", "Sync"} {
 		t.Run(restore, func(t *testing.T) {
 			m := newManager(t, newHost())
-			a, err := m.Prepare(ctx, newClaim("a", results(withMemory(shared(result("gpu", "gpu-0"), "s-a"), "8Gi"))), lookup)
+			a, err := m.Prepare(ctx, newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-0"), "s-a"), "8Gi"))), lookup)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -687,7 +688,7 @@ func TestRestoredRecordsAreCopies(t *testing.T) {
 				t.Fatal(err)
 			}
 			daemonStep(t, &records[0]).Daemon.PipeDir = "/changed"
-			b, err := m.Prepare(ctx, newClaim("b", results(withMemory(shared(result("gpu", "gpu-0"), "s-b"), "8Gi"))), lookup)
+			b, err := m.Prepare(ctx, newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s-b"), "8Gi"))), lookup)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -695,5 +696,53 @@ func TestRestoredRecordsAreCopies(t *testing.T) {
 				t.Errorf("the share joined an MPS daemon step with pipe directory %q, want %q: the registry kept the caller's record", got, want)
 			}
 		})
+	}
+}
+
+// TestClaimUIDMustBeAUUID: the claim UID names the claim's own MPS daemon and its directory
+// under the MPS root, so Prepare and Plan refuse one that is not a canonical UUID before they
+// read or change anything on the host.
+func TestClaimUIDMustBeAUUID(t *testing.T) {
+	ctx := ctxFor(t)
+	calls := map[string]func(*sharing.Manager, *resourceapi.ResourceClaim) error{
+		"Prepare": func(m *sharing.Manager, c *resourceapi.ResourceClaim) error {
+			_, err := m.Prepare(ctx, c, lookup)
+			return err
+		},
+		"Plan": func(m *sharing.Manager, c *resourceapi.ResourceClaim) error {
+			_, err := m.Plan(ctx, c, lookup)
+			return err
+		},
+	}
+	for _, uid := range []string{
+		"",
+		"../../x",
+		"../" + uidA,
+		"a/b",
+		uidA + "/..",
+		"..",
+		"123E4567-E89B-12D3-A456-426614174000", // upper case
+		"{" + uidA + "}",
+	} {
+		for name, call := range calls {
+			t.Run(name+" "+uid, func(t *testing.T) {
+				h := newHost()
+				before := h.State()
+				m := newManager(t, h)
+				err := call(m, newClaim(uid, results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")))
+				if err == nil || !strings.Contains(err.Error(), "metadata.uid") || !strings.Contains(err.Error(), "canonical lower-case UUID") {
+					t.Fatalf("%s with claim UID %q = %v, want an error naming metadata.uid and what it must be", name, uid, err)
+				}
+				if got := h.Calls(); len(got) != 0 {
+					t.Errorf("%s with a bad claim UID called the host: %v", name, got)
+				}
+				if diff := cmp.Diff(before, h.State()); diff != "" {
+					t.Errorf("host state (-before +after):\n%s", diff)
+				}
+				if got := m.Registry().List(); len(got) != 0 {
+					t.Errorf("registry = %+v, want empty", got)
+				}
+			})
+		}
 	}
 }

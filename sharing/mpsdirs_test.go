@@ -31,11 +31,11 @@ func TestShmTmpfsSize(t *testing.T) {
 			h := newHost()
 			m := sharing.NewManager("gpu.nvidia.com", append([]sharing.Option{sharing.WithComputeModeSetter(h), sharing.WithMPSDaemons(h),
 				sharing.WithMPSRoot("/mps")}, tt.opts...)...)
-			rec, err := m.Prepare(ctx, newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")), lookup)
+			rec, err := m.Prepare(ctx, newClaim(uidU1, results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")), lookup)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(map[string]int64{"/mps/u1/shm": tt.want}, h.State().Mounts); diff != "" {
+			if diff := cmp.Diff(map[string]int64{"/mps/" + uidU1 + "/shm": tt.want}, h.State().Mounts); diff != "" {
 				t.Errorf("mounts (-want +got):\n%s", diff)
 			}
 			if err := m.Undo(ctx, rec); err != nil {
@@ -55,12 +55,12 @@ func TestSuperviseMPSDaemons(t *testing.T) {
 	ctx := ctxFor(t)
 	h := newHost()
 	m := newManager(t, h)
-	own, err := m.Prepare(ctx, newClaim("own", results(result("gpu", "gpu-1")), claimCfg(mpsGPU, "gpu")), lookup)
+	own, err := m.Prepare(ctx, newClaim(uidOwn, results(result("gpu", "gpu-1")), claimCfg(mpsGPU, "gpu")), lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var sharedRecs []*sharing.Record
-	for _, uid := range []string{"a", "b"} {
+	for _, uid := range []string{uidA, uidB} {
 		rec, err := m.Prepare(ctx, newClaim(uid, results(withMemory(shared(result("gpu", "gpu-0"), uid), "1Gi"))), lookup)
 		if err != nil {
 			t.Fatal(err)
@@ -68,20 +68,20 @@ func TestSuperviseMPSDaemons(t *testing.T) {
 		sharedRecs = append(sharedRecs, rec)
 	}
 	sharedID := sharedRecs[0].Devices[0].MPSDaemonID
-	h.FailOn("Ready mig", errors.New("daemon crashed"))
-	h.FailOn("Stop mig", errors.New("quit refused"))
-	if partial, _ := m.Prepare(ctx, newClaim("mig", results(result("mig", "gpu-2-mig-1g5gb-0")), claimCfg(mpsMIG, "mig")), lookup); partial == nil {
+	h.FailOn("Ready "+uidMig, errors.New("daemon crashed"))
+	h.FailOn("Stop "+uidMig, errors.New("quit refused"))
+	if partial, _ := m.Prepare(ctx, newClaim(uidMig, results(result("mig", "gpu-2-mig-1g5gb-0")), claimCfg(mpsMIG, "mig")), lookup); partial == nil {
 		t.Fatal("test setup: want a partial record for claim mig")
 	}
-	h.FailOn("Ready mig", nil)
-	h.FailOn("Stop mig", nil)
+	h.FailOn("Ready "+uidMig, nil)
+	h.FailOn("Stop "+uidMig, nil)
 	want := h.State().Daemons
 
 	// Nothing died: nothing to do.
 	if got, err := m.SuperviseMPSDaemons(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("SuperviseMPSDaemons with every daemon alive = %v, %v; want nothing", got, err)
 	}
-	for _, id := range []string{"own", sharedID, "mig"} {
+	for _, id := range []string{uidOwn, sharedID, uidMig} {
 		h.KillDaemon(id)
 	}
 	h.ResetCalls()
@@ -89,12 +89,12 @@ func TestSuperviseMPSDaemons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantRestarted := []string{"own", sharedID}
+	wantRestarted := []string{uidOwn, sharedID}
 	slices.Sort(wantRestarted)
 	if diff := cmp.Diff(wantRestarted, got); diff != "" {
 		t.Errorf("restarted (-want +got):\n%s", diff)
 	}
-	delete(want, "mig")
+	delete(want, uidMig)
 	if diff := cmp.Diff(want, h.State().Daemons); diff != "" {
 		t.Errorf("daemons after supervision (-want +got):\n%s", diff)
 	}
@@ -103,10 +103,10 @@ func TestSuperviseMPSDaemons(t *testing.T) {
 	}
 
 	// A daemon whose state cannot be read is not restarted.
-	h.KillDaemon("own")
-	h.FailOn("Running own", errors.New("permission denied"))
+	h.KillDaemon(uidOwn)
+	h.FailOn("Running "+uidOwn, errors.New("permission denied"))
 	got, err = m.SuperviseMPSDaemons(ctx)
-	if err == nil || !strings.Contains(err.Error(), "MPS control daemon own") || !strings.Contains(err.Error(), "permission denied") || len(got) != 0 {
+	if err == nil || !strings.Contains(err.Error(), "MPS control daemon "+uidOwn) || !strings.Contains(err.Error(), "permission denied") || len(got) != 0 {
 		t.Errorf("SuperviseMPSDaemons with an unreadable daemon = %v, %v; want an error naming it and no restart", got, err)
 	}
 	if err := m.Undo(ctx, own); err != nil {
@@ -143,15 +143,15 @@ func TestCleanMPSDirs(t *testing.T) {
 	m := sharing.NewManager("gpu.nvidia.com", sharing.WithComputeModeSetter(h), sharing.WithMPSDaemons(h), sharing.WithMPSRoot(root))
 
 	// Registered: a prepared claim and a failed one's partial record.
-	if _, err := m.Prepare(ctx, newClaim("kept", results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")), lookup); err != nil {
+	if _, err := m.Prepare(ctx, newClaim(uidKept, results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")), lookup); err != nil {
 		t.Fatal(err)
 	}
-	h.FailOn("Ready partial", errors.New("daemon crashed"))
-	h.FailOn("Stop partial", errors.New("quit refused"))
-	if partial, _ := m.Prepare(ctx, newClaim("partial", results(result("gpu", "gpu-1")), claimCfg(mpsGPU, "gpu")), lookup); partial == nil {
+	h.FailOn("Ready "+uidPartial, errors.New("daemon crashed"))
+	h.FailOn("Stop "+uidPartial, errors.New("quit refused"))
+	if partial, _ := m.Prepare(ctx, newClaim(uidPartial, results(result("gpu", "gpu-1")), claimCfg(mpsGPU, "gpu")), lookup); partial == nil {
 		t.Fatal("test setup: want a partial record")
 	}
-	h.FailOn("Stop partial", nil)
+	h.FailOn("Stop "+uidPartial, nil)
 	// Registered in an older form: a device names its daemon, no step does.
 	restored := append(m.Registry().List(), sharing.Record{Version: sharing.RecordVersion, ClaimUID: "old", Namespace: "ns", Name: "old",
 		Devices: []sharing.PreparedDevice{{Request: "gpu", Pool: "node-1", Device: "gpu-2", UUID: uuidC, Strategy: "MPS", MPSDaemonID: "devonly"}}})
@@ -159,10 +159,10 @@ func TestCleanMPSDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The registered daemons died with the plugin's container: their directories stay anyway.
-	h.KillDaemon("kept")
-	h.KillDaemon("partial")
+	h.KillDaemon(uidKept)
+	h.KillDaemon(uidPartial)
 	// Forgotten at a reboot: one dead, with its tmpfs still mounted; one whose daemon runs.
-	for _, id := range []string{"kept", "partial", "devonly", "forgotten", "orphan-running"} {
+	for _, id := range []string{uidKept, uidPartial, "devonly", "forgotten", "orphan-running"} {
 		mkDaemonDir(t, root, id)
 	}
 	if err := h.Mount(ctx, filepath.Join(root, "forgotten", "shm"), 1<<30); err != nil {
@@ -180,15 +180,15 @@ func TestCleanMPSDirs(t *testing.T) {
 	var wg sync.WaitGroup
 	entered, release := make(chan struct{}), make(chan struct{})
 	h.SetHook(func(call string) error {
-		if call == "Start inflight" {
-			mkDaemonDir(t, root, "inflight")
+		if call == "Start "+uidInflight {
+			mkDaemonDir(t, root, uidInflight)
 			close(entered)
 			<-release
 		}
 		return nil
 	})
 	wg.Go(func() {
-		if _, err := m.Prepare(ctx, newClaim("inflight", results(result("gpu", "gpu-3")), claimCfg(mpsGPU, "gpu")), lookup); err != nil {
+		if _, err := m.Prepare(ctx, newClaim(uidInflight, results(result("gpu", "gpu-3")), claimCfg(mpsGPU, "gpu")), lookup); err != nil {
 			t.Errorf("Prepare in progress: %v", err)
 		}
 	})
@@ -202,7 +202,7 @@ func TestCleanMPSDirs(t *testing.T) {
 	if diff := cmp.Diff(sharing.MPSCleanup{Removed: []string{"forgotten"}, Running: []string{"orphan-running"}}, got); diff != "" {
 		t.Errorf("CleanMPSDirs (-want +got):\n%s", diff)
 	}
-	for id, want := range map[string]bool{"kept": true, "partial": true, "devonly": true, "inflight": true, "orphan-running": true, "forgotten": false} {
+	for id, want := range map[string]bool{uidKept: true, uidPartial: true, "devonly": true, uidInflight: true, "orphan-running": true, "forgotten": false} {
 		if got := exists(filepath.Join(root, id, "shm", "f")); got != want {
 			t.Errorf("directory of %s exists = %v, want %v", id, got, want)
 		}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/sharing/v1beta1"
 )
 
@@ -43,10 +44,14 @@ type plan struct {
 // values they would replace, read now. Settings of a device marked Planned (which does not
 // exist yet) are not among the steps: a rollback destroys that device. A caller that records
 // the plan before Prepare can, after a crash in between, undo whatever Prepare changed with
-// ResetPlan, restoring the values read here.
+// ResetPlan, restoring the values read here. The claim's UID must be a canonical UUID, as for
+// Prepare.
 func (m *Manager) Plan(ctx context.Context, claim *resourceapi.ResourceClaim, lookup DeviceLookup) (*Record, error) {
 	if claim == nil || lookup == nil {
 		return nil, errors.New("sharing: Plan needs a claim and a device lookup, got nil")
+	}
+	if err := validateClaimUID(claim); err != nil {
+		return nil, err
 	}
 	p, err := m.plan(ctx, claim, lookup)
 	if err != nil {
@@ -58,6 +63,17 @@ func (m *Manager) Plan(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 		return nil, fmt.Errorf("claim %s: %w", ClaimString(claim), err)
 	}
 	return p.rec, nil
+}
+
+// validateClaimUID refuses a claim UID that is not a canonical UUID, as Kubernetes makes
+// them, before it names anything: the UID is the ID of the claim's own MPS daemon and the name
+// of that daemon's directory under the MPS root, so "../x" or "a/b" would reach outside it.
+// The rule is package cdi's, which puts the UID in CDI spec file names and device IDs.
+func validateClaimUID(claim *resourceapi.ResourceClaim) error {
+	if err := cdi.ValidateClaimUID(string(claim.UID)); err != nil {
+		return fmt.Errorf("sharing: claim %s/%s: metadata.uid: %w", claim.Namespace, claim.Name, err)
+	}
+	return nil
 }
 
 func (m *Manager) plan(ctx context.Context, claim *resourceapi.ResourceClaim, lookup DeviceLookup) (*plan, error) {

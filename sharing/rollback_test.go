@@ -24,13 +24,13 @@ func TestPrepareCleanupOutlivesTheDeadline(t *testing.T) {
 	before := h.State()
 	// The deadline expires once the daemon has been started, before Ready.
 	h.SetHook(func(call string) error {
-		if call == "Start u1" {
+		if call == "Start "+uidU1 {
 			cancel()
 		}
 		return nil
 	})
 	m := newManager(t, h)
-	partial, err := m.Prepare(ctx, newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")), lookup)
+	partial, err := m.Prepare(ctx, newClaim(uidU1, results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu")), lookup)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Prepare error = %v, want context.Canceled", err)
 	}
@@ -55,10 +55,10 @@ func TestPrepareReturnsWhatItCouldNotUndo(t *testing.T) {
 			ctx := ctxFor(t)
 			h := newHost()
 			before := h.State()
-			h.FailOn("Ready u1", errors.New("daemon crashed"))
-			h.FailOn("Stop u1", errors.New("quit refused"))
+			h.FailOn("Ready "+uidU1, errors.New("daemon crashed"))
+			h.FailOn("Stop "+uidU1, errors.New("quit refused"))
 			m := newManager(t, h)
-			claim := newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu"))
+			claim := newClaim(uidU1, results(result("gpu", "gpu-0")), claimCfg(mpsGPU, "gpu"))
 			partial, err := m.Prepare(ctx, claim, lookup)
 			if err == nil || !strings.Contains(err.Error(), "daemon crashed") || !strings.Contains(err.Error(), "quit refused") {
 				t.Fatalf("Prepare error = %v, want the failure and the failed undo", err)
@@ -67,20 +67,20 @@ func TestPrepareReturnsWhatItCouldNotUndo(t *testing.T) {
 				t.Fatal("Prepare returned no partial record; the running daemon is recorded nowhere")
 			}
 			// What is left: the daemon (its Stop failed); the compute mode was restored.
-			wantLeft := sharing.MPSDaemonSpec{ID: "u1", DeviceUUIDs: []string{uuidA}}
+			wantLeft := sharing.MPSDaemonSpec{ID: uidU1, DeviceUUIDs: []string{uuidA}}
 			if len(partial.Steps) != 1 || partial.Steps[0].Action != sharing.ActionStartMPSDaemon || partial.Steps[0].Daemon == nil ||
 				partial.Steps[0].Daemon.ID != wantLeft.ID || !cmp.Equal(partial.Steps[0].Daemon.DeviceUUIDs, wantLeft.DeviceUUIDs) || !partial.Partial {
 				t.Fatalf("partial record steps = %+v (partial %v), want only the start of daemon u1 on %s", partial.Steps, partial.Partial, uuidA)
 			}
-			if _, ok := h.State().Daemons["u1"]; !ok {
+			if _, ok := h.State().Daemons[uidU1]; !ok {
 				t.Fatal("test setup: the daemon should still run")
 			}
-			reg, ok := m.Registry().Get("u1")
+			reg, ok := m.Registry().Get(uidU1)
 			if !ok || !cmp.Equal(&reg, partial) {
 				t.Fatalf("registry entry of u1 = %+v, %v; want the partial record", reg, ok)
 			}
 			// Another claim on the device conflicts with the partial one.
-			if _, err := m.Prepare(ctx, newClaim("u2", results(result("gpu", "gpu-0"))), lookup); err == nil || !strings.Contains(err.Error(), "conflicts with claim ns/claim-u1 (u1)") {
+			if _, err := m.Prepare(ctx, newClaim(uidU2, results(result("gpu", "gpu-0"))), lookup); err == nil || !strings.Contains(err.Error(), "conflicts with claim ns/claim-"+uidU1+" ("+uidU1+")") {
 				t.Errorf("Prepare of a claim on the same device = %v, want a conflict with u1", err)
 			}
 			// While the undo keeps failing, a retry fails and returns the partial record again.
@@ -89,7 +89,7 @@ func TestPrepareReturnsWhatItCouldNotUndo(t *testing.T) {
 				t.Fatalf("retried Prepare = %+v, %v; want the partial record and the undo error", again, err)
 			}
 
-			h.FailOn("Stop u1", nil)
+			h.FailOn("Stop "+uidU1, nil)
 			switch how {
 			case "Undo":
 				if err := m.Undo(ctx, partial); err != nil {
@@ -104,7 +104,7 @@ func TestPrepareReturnsWhatItCouldNotUndo(t *testing.T) {
 					t.Fatalf("Undo of the partial record: %v", err)
 				}
 			case "retried Prepare":
-				h.FailOn("Ready u1", nil)
+				h.FailOn("Ready "+uidU1, nil)
 				rec, err := m.Prepare(ctx, claim, lookup)
 				if err != nil || rec.Partial {
 					t.Fatalf("retried Prepare = %+v, %v; want a prepared claim", rec, err)
@@ -141,7 +141,7 @@ func TestJoinDaemonOfPartialRecord(t *testing.T) {
 	h := newHost()
 	before := h.State()
 	m := newManager(t, h)
-	first := newClaim("a", results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "1Gi")))
+	first := newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "1Gi")))
 	plan, err := m.Plan(ctx, first, lookup)
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestJoinDaemonOfPartialRecord(t *testing.T) {
 	h.FailOn("Stop "+daemon, nil)
 	h.KillDaemon(daemon) // whatever the failed Prepare left is not running
 	h.ResetCalls()
-	rec, err := m.Prepare(ctx, newClaim("b", results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "1Gi"))), lookup)
+	rec, err := m.Prepare(ctx, newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "1Gi"))), lookup)
 	if err != nil {
 		t.Fatalf("second Prepare: %v", err)
 	}
@@ -190,7 +190,7 @@ func TestFailedUndoKeepsOnlyWhatIsLeft(t *testing.T) {
 			h := newHost()
 			before := h.State()
 			m := newManager(t, h)
-			a, err := m.Prepare(ctx, newClaim("a", results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))), lookup)
+			a, err := m.Prepare(ctx, newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))), lookup)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +213,7 @@ func TestFailedUndoKeepsOnlyWhatIsLeft(t *testing.T) {
 					want.Steps = append(want.Steps, s)
 				}
 			}
-			got, ok := m.Registry().Get("a")
+			got, ok := m.Registry().Get(uidA)
 			if !ok {
 				t.Fatal("a failed Undo forgot claim a; the compute mode it left is recorded nowhere")
 			}
@@ -221,7 +221,7 @@ func TestFailedUndoKeepsOnlyWhatIsLeft(t *testing.T) {
 				t.Errorf("registry entry of a after the failed Undo (-want +got):\n%s", diff)
 			}
 
-			b, err := m.Prepare(ctx, newClaim("b", results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "16Gi"))), lookup)
+			b, err := m.Prepare(ctx, newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "16Gi"))), lookup)
 			if err != nil {
 				t.Fatalf("Prepare of b: %v", err)
 			}
@@ -267,7 +267,7 @@ func TestTimeSliceSetThatFailsAfterApplyingIsUndone(t *testing.T) {
 			h.SetTimeSliceState(uuidA, 1) // not the Default, so that a restore to 0 shows too
 			before := h.State()
 			m := newManager(t, h)
-			claim := newClaim("u1", results(result("gpu", "gpu-0")), claimCfg(tsLong, "gpu"))
+			claim := newClaim(uidU1, results(result("gpu", "gpu-0")), claimCfg(tsLong, "gpu"))
 			plan, err := m.Plan(ctx, claim, lookup)
 			if err != nil {
 				t.Fatal(err)
