@@ -52,11 +52,11 @@
 // Devices that a claim has to itself (no share ID) get a daemon of the claim's own, named
 // after the claim UID (which Prepare and Plan require to be a canonical UUID, so that it stays
 // one directory under the MPS root): its pipe directory and its shm tmpfs are mounted into
-// that claim's containers only. A device allocated with a share ID gets the device's shared daemon: MPS runs
-// one control daemon per GPU, so claims that share a device necessarily share its daemon, its
-// pipe directory and its shm directory, whatever their namespaces. The isolation boundary of
-// MPS sharing is therefore the claim for unshared devices and the device for shared ones; give
-// tenants that must not see each other's MPS clients different devices.
+// that claim's containers only. A device allocated with a share ID gets the device's shared
+// daemon: MPS runs one control daemon per GPU, so claims that share a device necessarily share
+// its daemon, its pipe directory and its shm directory, whatever their namespaces. The isolation
+// boundary of MPS sharing is therefore the claim for unshared devices and the device for shared
+// ones; give tenants that must not see each other's MPS clients different devices.
 //
 // Each daemon's directories live under the MPS root (WithMPSRoot) as <id>/{pipe,log,shm}; the
 // shm directory is a tmpfs mounted by MPSControl with the manager's size (WithMPSShmSize,

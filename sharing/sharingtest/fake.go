@@ -69,8 +69,9 @@ func (h *host) device(uuid string) error {
 // FakeHost is a host for package sharing: it implements TimeSlicer, ComputeModeSetter,
 // MPSDaemons and Mounter, keeps the resulting host state, records every call, and can be told
 // to fail a call (FailOn, or FailAfter its change), to run a hook before every change
-// (SetHook), and to let a daemon die (KillDaemon). NewFakeHost keeps the state in memory; OpenFakeHost keeps it in a file, so
-// that it survives the test's process being killed. It is safe for concurrent use.
+// (SetHook), and to let a daemon die (KillDaemon). NewFakeHost keeps the state in memory;
+// OpenFakeHost keeps it in a file, so that it survives the test's process being killed. It is
+// safe for concurrent use.
 type FakeHost struct {
 	mu     sync.Mutex
 	host   host
