@@ -89,12 +89,6 @@ const startLog = "start.log"
 
 func controlSocket(spec MPSDaemonSpec) string { return filepath.Join(spec.PipeDir, "control") }
 
-// alive says whether the daemon's control socket accepts a connection.
-func alive(spec MPSDaemonSpec) bool {
-	ok, _ := probe(spec)
-	return ok
-}
-
 // probe connects to the daemon's control socket: true when it accepts, false when there is no
 // socket or nobody listens on it, an error when the answer is not known.
 func probe(spec MPSDaemonSpec) (bool, error) {
@@ -139,7 +133,13 @@ func (m *MPSControl) Start(ctx context.Context, spec MPSDaemonSpec) error {
 	if err := m.mounter.Mount(ctx, spec.ShmDir, size); err != nil {
 		return fmt.Errorf("MPS daemon %s: shm directory: %w", spec.ID, err)
 	}
-	if alive(spec) {
+	// A probe that cannot tell (a full listen backlog, a timeout) fails the start: a second
+	// daemon on the same pipe directory would take the socket from the one that runs.
+	running, err := probe(spec)
+	if err != nil {
+		return fmt.Errorf("MPS daemon %s: cannot tell whether it runs already: %w", spec.ID, err)
+	}
+	if running {
 		logger.V(2).Info("MPS control daemon already runs")
 	} else {
 		logger.V(2).Info("Starting MPS control daemon", "binary", m.binary, "devices", spec.DeviceUUIDs, "pipeDir", spec.PipeDir)
@@ -177,7 +177,9 @@ func (m *MPSControl) waitFor(ctx context.Context, spec MPSDaemonSpec, up bool) e
 	t := time.NewTicker(m.poll)
 	defer t.Stop()
 	for {
-		if alive(spec) == up {
+		// A probe that cannot tell is asked again, not taken for either answer.
+		running, err := probe(spec)
+		if err == nil && running == up {
 			return nil
 		}
 		select {
@@ -186,7 +188,7 @@ func (m *MPSControl) waitFor(ctx context.Context, spec MPSDaemonSpec, up bool) e
 			if !up {
 				state = "go away"
 			}
-			return fmt.Errorf("MPS daemon %s: control socket %s did not %s within %s: %w", spec.ID, controlSocket(spec), state, m.readyTimeout, ctx.Err())
+			return fmt.Errorf("MPS daemon %s: control socket %s did not %s within %s: %w", spec.ID, controlSocket(spec), state, m.readyTimeout, errors.Join(ctx.Err(), err))
 		case <-t.C:
 		}
 	}
@@ -195,7 +197,13 @@ func (m *MPSControl) waitFor(ctx context.Context, spec MPSDaemonSpec, up bool) e
 // Stop implements MPSDaemons.
 func (m *MPSControl) Stop(ctx context.Context, spec MPSDaemonSpec) error {
 	logger := klog.FromContext(ctx).WithValues("daemon", spec.ID)
-	if alive(spec) {
+	// A probe that cannot tell fails the stop: removing the directories of a daemon that runs
+	// would orphan it.
+	running, err := probe(spec)
+	if err != nil {
+		return fmt.Errorf("MPS daemon %s: cannot tell whether it runs: %w", spec.ID, err)
+	}
+	if running {
 		logger.V(2).Info("Stopping MPS control daemon")
 		if err := run(ctx, m.binary, m.daemonEnv(spec), "quit\n"); err != nil {
 			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)

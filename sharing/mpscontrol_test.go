@@ -143,6 +143,40 @@ func TestMPSControl(t *testing.T) {
 	}
 }
 
+// TestMPSControlWhenTheProbeCannotTell: when connecting to the control socket fails for another
+// reason than "no socket" or "nobody listens" (a full listen backlog or a timeout in
+// production; here a socket path longer than a unix socket address allows), whether the daemon
+// runs is unknown. Start must not start a second daemon on the pipe directory, and Stop must
+// not unmount or remove the directories of a daemon that may still run.
+func TestMPSControlWhenTheProbeCannotTell(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100)) // the socket path exceeds 108 bytes
+	spec := specIn(dir, "c1", "GPU-a")
+	marker := filepath.Join(t.TempDir(), "started")
+	bin := writeScript(t, t.TempDir(), "nvidia-cuda-mps-control", "touch "+marker+"\n")
+	mounts := sharingtest.NewFakeHost()
+	ctl := sharing.NewMPSControl(sharing.WithMPSBinary(bin), sharing.WithMPSReadyTimeout(100*time.Millisecond), sharing.WithMPSMounter(mounts))
+	ctx := context.Background()
+	if err := ctl.Start(ctx, spec); err == nil || !strings.Contains(err.Error(), "cannot tell whether it runs") {
+		t.Errorf("Start = %v, want an error saying whether the daemon runs is unknown", err)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Start ran nvidia-cuda-mps-control although a daemon may run (stat: %v)", err)
+	}
+	inPipe := filepath.Join(spec.PipeDir, "control.lock")
+	if err := os.WriteFile(inPipe, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Stop(ctx, spec); err == nil || !strings.Contains(err.Error(), "cannot tell whether it runs") {
+		t.Errorf("Stop = %v, want an error saying whether the daemon runs is unknown", err)
+	}
+	if _, err := os.Stat(inPipe); err != nil {
+		t.Errorf("Stop removed the pipe directory of a daemon that may run: %v", err)
+	}
+	if diff := cmp.Diff(map[string]int64{spec.ShmDir: sharing.DefaultMPSShmSize}, mounts.State().Mounts); diff != "" {
+		t.Errorf("shm mounts after Stop, as Start left them (-want +got):\n%s", diff)
+	}
+}
+
 // TestMPSControlShmMountFails: a shm directory that cannot be mounted fails Start before the
 // daemon is started (a daemon must never use an unbounded directory on the kubelet disk).
 func TestMPSControlShmMountFails(t *testing.T) {
