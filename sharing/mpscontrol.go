@@ -188,7 +188,11 @@ func (m *MPSControl) waitFor(ctx context.Context, spec MPSDaemonSpec, up bool) e
 			if !up {
 				state = "go away"
 			}
-			return fmt.Errorf("MPS daemon %s: control socket %s did not %s within %s: %w", spec.ID, controlSocket(spec), state, m.readyTimeout, errors.Join(ctx.Err(), err))
+			cause := ctx.Err()
+			if err != nil {
+				cause = fmt.Errorf("%w; last probe: %w", cause, err)
+			}
+			return fmt.Errorf("MPS daemon %s: control socket %s did not %s within %s: %w", spec.ID, controlSocket(spec), state, m.readyTimeout, cause)
 		case <-t.C:
 		}
 	}
