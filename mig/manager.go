@@ -70,7 +70,7 @@ func (mg *InstanceManager) EnableMIG() (resetRequired bool, err error) {
 	if pending == nvml.DEVICE_MIG_ENABLE {
 		return true, nil
 	}
-	ret, status := mg.dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	status, ret := mg.dev.SetMigMode(nvml.DEVICE_MIG_ENABLE) // go-nvml: (activation status, return)
 	if ret != nvml.SUCCESS {
 		return false, fmt.Errorf("enable MIG mode on GPU %s: %w", mg.label, ret)
 	}
@@ -106,7 +106,7 @@ func (mg *InstanceManager) DisableMIG() (changed, resetRequired bool, err error)
 	if len(current) > 0 {
 		return false, false, fmt.Errorf("disable MIG mode on GPU %s: GPU instances exist: %s", mg.label, FormatLayout(current))
 	}
-	ret, status := mg.dev.SetMigMode(nvml.DEVICE_MIG_DISABLE)
+	status, ret := mg.dev.SetMigMode(nvml.DEVICE_MIG_DISABLE)
 	if ret != nvml.SUCCESS {
 		return false, false, fmt.Errorf("disable MIG mode on GPU %s: %w", mg.label, ret)
 	}

@@ -208,16 +208,36 @@ func TestManagerErrorContext(t *testing.T) {
 	}
 }
 
-func TestManagerResetRequired(t *testing.T) {
-	m, mg := newManager(t)
-	dev := m.Device(0)
-	dev.SetMigModeFunc = func(int) (nvml.Return, nvml.Return) { return nvml.SUCCESS, nvml.ERROR_RESET_REQUIRED }
-	_, err := mg.Apply(balanced)
-	var rr *mig.ResetRequiredError
-	if !errors.As(err, &rr) || !strings.HasPrefix(rr.GPU, "GPU-") {
-		t.Errorf("Apply with reset required: %v", err)
-	}
-	if got := giSummary(m, 0); len(got) != 0 {
-		t.Errorf("instances created despite pending MIG mode: %v", got)
+// TestManagerSetMigModeAnswers: go-nvml's SetMigMode returns NVML's activation status first and
+// the call's return second. A busy GPU (status IN_USE) or one that needs a reset leaves the new
+// mode pending: Apply reports ResetRequiredError and creates nothing. A call that fails (no
+// permission; the status is left unset) is that error, not a pending mode.
+func TestManagerSetMigModeAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		status, ret nvml.Return
+		wantReset   bool
+		wantErr     error
+	}{
+		{"reset required", nvml.ERROR_RESET_REQUIRED, nvml.SUCCESS, true, nil},
+		{"GPU in use", nvml.ERROR_IN_USE, nvml.SUCCESS, true, nil},
+		{"no permission", nvml.SUCCESS, nvml.ERROR_NO_PERMISSION, false, nvml.ERROR_NO_PERMISSION},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, mg := newManager(t)
+			dev := m.Device(0)
+			dev.SetMigModeFunc = func(int) (nvml.Return, nvml.Return) { return tc.status, tc.ret }
+			_, err := mg.Apply(balanced)
+			var rr *mig.ResetRequiredError
+			switch {
+			case tc.wantReset && (!errors.As(err, &rr) || !strings.HasPrefix(rr.GPU, "GPU-")):
+				t.Errorf("Apply = %v, want a ResetRequiredError naming the GPU", err)
+			case tc.wantErr != nil && (!errors.Is(err, tc.wantErr) || errors.As(err, &rr)):
+				t.Errorf("Apply = %v, want an error wrapping %v, not a pending mode", err, tc.wantErr)
+			}
+			if got := giSummary(m, 0); len(got) != 0 {
+				t.Errorf("instances created although MIG mode did not change: %v", got)
+			}
+		})
 	}
 }

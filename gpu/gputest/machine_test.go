@@ -450,8 +450,8 @@ func TestMIGDeviceHandles(t *testing.T) {
 func TestLifecycleErrors(t *testing.T) {
 	m := mustNew(t, "dgx-a100-40gb", WithMIG(0, "7g.40gb"))
 	d := dev(t, m, 0)
-	if act, ret := d.SetMigMode(nvml.DEVICE_MIG_DISABLE); ret != nvml.ERROR_IN_USE || act != nvml.ERROR_IN_USE {
-		t.Errorf("SetMigMode(disable) with instances: %v, %v; want ERROR_IN_USE", act, ret)
+	if act, ret := d.SetMigMode(nvml.DEVICE_MIG_DISABLE); ret != nvml.ERROR_IN_USE || act != nvml.SUCCESS {
+		t.Errorf("SetMigMode(disable) with instances: activation status %v, return %v; want the call refused with ERROR_IN_USE (status unset)", act, ret)
 	}
 	md, _ := d.GetMigDeviceHandleByIndex(0)
 	gi, _ := d.GetGpuInstanceById(0)

@@ -362,20 +362,22 @@ func (d *Device) setMIGFuncs() {
 		}
 		return d.migMode, d.migMode, nvml.SUCCESS
 	}
+	// SetMigMode returns (activation status, return) as go-nvml does; a failed call leaves the
+	// activation status unset (SUCCESS).
 	d.SetMigModeFunc = func(mode int) (nvml.Return, nvml.Return) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if ret := d.enter("SetMigMode"); ret != nvml.SUCCESS {
-			return ret, ret
+			return nvml.SUCCESS, ret
 		}
 		if ret := d.migCheck(false); ret != nvml.SUCCESS {
-			return ret, ret
+			return nvml.SUCCESS, ret
 		}
 		if mode != nvml.DEVICE_MIG_ENABLE && mode != nvml.DEVICE_MIG_DISABLE {
-			return nvml.ERROR_INVALID_ARGUMENT, nvml.ERROR_INVALID_ARGUMENT
+			return nvml.SUCCESS, nvml.ERROR_INVALID_ARGUMENT
 		}
 		if mode != d.migMode && len(d.gis) > 0 {
-			return nvml.ERROR_IN_USE, nvml.ERROR_IN_USE
+			return nvml.SUCCESS, nvml.ERROR_IN_USE
 		}
 		d.migMode = mode
 		d.changed()
