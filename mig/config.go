@@ -406,6 +406,12 @@ func layoutFromCounts(m *Model, counts map[string]int) ([]Instance, error) {
 			}
 			n = (c + per - 1) / per
 		}
+		if n > gi.InstanceCount {
+			// Refused before the instances are spelled out, as Validate would refuse them: a
+			// count is any number in the file.
+			return nil, &ValidationError{Model: m.Name, Kind: ConflictCount, Allowed: fmt.Sprintf("at most %d", gi.InstanceCount),
+				msg: fmt.Sprintf("profile %q: %d instances of %s", name, n, gi.Name)}
+		}
 		ws = append(ws, want{gi, n})
 	}
 	slices.SortStableFunc(ws, func(a, b want) int { return cmp.Compare(b.gi.MemorySlices(), a.gi.MemorySlices()) })

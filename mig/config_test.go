@@ -3,6 +3,7 @@ package mig
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -108,6 +109,29 @@ func TestParseConfigAndCheck(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]int{"3g.20gb": 1, "2g.10gb": 1}, countProfiles(plans[0].Layout)); diff != "" {
 		t.Errorf("ci-packed: three 1c.3g.20gb fit one 3g GPU instance (-want +got):\n%s", diff)
+	}
+}
+
+// TestCheckConfigHugeCount: a count in a mig-parted file is any number; one beyond what a GPU
+// holds is refused with the limit, before anything is built per instance (memory would grow with
+// the number: 200,000 took about 80 MiB, a billion would exhaust the node).
+func TestCheckConfigHugeCount(t *testing.T) {
+	for _, count := range []string{"8", "200000"} {
+		spec, err := ParseConfig([]byte("version: v1\nmig-configs:\n  big:\n  - devices: all\n    mig-enabled: true\n    mig-devices:\n      1g.5gb: " + count + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err = CheckConfig(spec, "big", []GPUInfo{{Index: 0, ProductName: "NVIDIA A100-SXM4-40GB", PCIDeviceID: 0x20B010DE}})
+		runtime.ReadMemStats(&after)
+		var ve *ValidationError
+		if want := count + " instances of 1g.5gb (allowed: at most 7)"; !errors.As(err, &ve) || ve.Kind != ConflictCount || !strings.Contains(err.Error(), want) {
+			t.Errorf("count %s: error %v, want a count ValidationError containing %q", count, err, want)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
+			t.Errorf("count %s: checking allocated %d KiB", count, alloc>>10)
+		}
 	}
 }
 
