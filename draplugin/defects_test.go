@@ -24,6 +24,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -363,6 +364,43 @@ func TestDefect1CorruptCheckpointDestroysNothing(t *testing.T) {
 			checkPrepared(t, e, p2, want, claims)
 			unprepareAll(t, e, p2, claims...)
 		})
+	}
+}
+
+// TestLostCheckpointTwoClaimsOnOnePartition: an admin-access claim is prepared on the dynamic
+// partition a workload claim created, then the checkpoint is lost. Reconciliation adopts both
+// from their CDI specs, which do not say which claim created the instance, so both record it as
+// theirs. Unpreparing either must not destroy it while the other records it; the last one does.
+// The admin-access allocation is made by hand from the workload's: the v1.37 allocator refuses
+// admin access to a partition (kubernetes#140729), the plugin supports it. Found by review.
+func TestLostCheckpointTwoClaimsOnOnePartition(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", true)
+	p := e.plugin()
+	e.reconcile(p)
+	work := e.claim(gpudra.MIGDeviceClassName, migProfileOn("3g.20gb", 5), "")
+	admin := work.DeepCopy()
+	admin.Name, admin.UID = "admin", draplugintest.UID("admin")
+	admin.Status.Allocation.Devices.Results[0].AdminAccess = ptr.To(true)
+	prepareAll(t, p, work, admin)
+	instances := e.MIGInstances()
+	if err := os.Remove(filepath.Join(e.StateDir, checkpoint.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	p2 := e.plugin()
+	if rep := e.reconcile(p2); len(rep.Adopted) != 2 {
+		t.Fatalf("reconciliation adopted %v, want both claims", rep.Adopted)
+	}
+	if err := unprepareOne(t, p2, admin); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.MIGInstances(); !cmp.Equal(got, instances) {
+		t.Errorf("after the admin-access claim's unprepare: MIG instances %v, want the workload's %v", got, instances)
+	}
+	if err := unprepareOne(t, p2, work); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.MIGInstances(); len(got) != 0 {
+		t.Errorf("after both unprepares: MIG instances %v, want none", got)
 	}
 }
 

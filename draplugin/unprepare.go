@@ -159,6 +159,13 @@ func (p *Plugin) destroyCreated(ctx context.Context, st checkpoint.ClaimState) e
 		if d.MIG == nil || !d.MIG.Created {
 			continue
 		}
+		// Two claims can both record one instance as theirs only after a lost checkpoint: the
+		// CDI specs adopted then do not say which claim created it (an admin-access claim names
+		// the same partition). The last one to go destroys it.
+		if owner, taken := p.ownerOf(d.MIG.ParentUUID, d.MIG.Placement.Start, st.UID); taken {
+			klog.FromContext(ctx).Info("Not destroying MIG instance another claim records", "device", d.Device, "otherClaim", owner)
+			continue
+		}
 		if err := p.destroyMIG(ctx, d); err != nil {
 			return p.unprepareFail(StepDestroyMIG, d.Device, err)
 		}
