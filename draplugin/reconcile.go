@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"k8s.io/klog/v2"
 
@@ -329,6 +330,16 @@ func (p *Plugin) rewriteSpec(c checkpoint.ClaimState) error {
 type migBaseline struct {
 	BootID    string            `json:"bootID"`
 	Instances []migBaselineItem `json:"instances"`
+	// GPUs are the GPUs whose instances Instances covers: a GPU whose instances could not be
+	// listed when the baseline was taken (an NVML error, a GPU not partitioned or not enumerated
+	// then) gets its baseline at a later start. A baseline written before this field (nil)
+	// covers every GPU.
+	GPUs []string `json:"gpus"`
+}
+
+// covers says whether the baseline holds the instances the GPU had before the plugin ran.
+func (b *migBaseline) covers(gpuUUID string) bool {
+	return b.GPUs == nil || slices.Contains(b.GPUs, gpuUUID)
 }
 
 type migBaselineItem struct {
@@ -364,8 +375,13 @@ func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
 		}
 		insts, err := p.mig.Instances(ctx, g.UUID)
 		if err != nil {
+			// Not covered: the next start takes this GPU's baseline.
 			errs = append(errs, fmt.Errorf("list MIG instances of GPU %s: %w", g.UUID, err))
 			continue
+		}
+		gpuFresh := fresh || !base.covers(g.UUID)
+		if gpuFresh && base.GPUs != nil && !base.covers(g.UUID) {
+			base.GPUs, changed = append(base.GPUs, g.UUID), true
 		}
 		for _, in := range insts {
 			if referenced[placementKey{g.UUID, in.Placement.Start}] {
@@ -373,13 +389,13 @@ func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
 			}
 			item := migBaselineItem{GPUUUID: g.UUID, GIProfileID: in.GIProfileID, Start: in.Placement.Start}
 			name := instanceName(g.UUID, in.Profile, in.Placement.Start)
-			if fresh || inBase[item] {
+			if gpuFresh || inBase[item] {
 				rep.MIGBaseline = append(rep.MIGBaseline, name)
 			}
-			if (fresh || !p.trusted()) && !inBase[item] {
+			if (gpuFresh || !p.trusted()) && !inBase[item] {
 				base.Instances = append(base.Instances, item)
 				inBase[item], changed = true, true
-				if !fresh {
+				if !gpuFresh {
 					rep.MIGUnowned = append(rep.MIGUnowned, name)
 					klog.FromContext(ctx).Info("Keeping a MIG instance no claim records: the checkpoint was lost, so it may be in use; remove it by hand if it is not",
 						"gpu", g.UUID, "profile", in.Profile, "placement", in.Placement.Start)
@@ -432,7 +448,7 @@ func (p *Plugin) loadBaseline() (base migBaseline, fresh bool, err error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return base, false, fmt.Errorf("read %s: %w", path, err)
 	}
-	return migBaseline{BootID: p.store.BootID()}, true, nil
+	return migBaseline{BootID: p.store.BootID(), GPUs: []string{}}, true, nil
 }
 
 func (p *Plugin) saveBaseline(base migBaseline) error {

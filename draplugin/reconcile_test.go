@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -290,5 +292,35 @@ func TestMIGBaselineTemporaries(t *testing.T) {
 	e.reconcile(p)
 	if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("reconciliation left the baseline's temporary file: %v", err)
+	}
+}
+
+// TestMIGBaselineOfAGPUThatFailedToList: at the plugin's first start in a boot, listing one GPU's
+// MIG instances fails (a transient NVML error). That GPU's instances, there before the plugin
+// ran, are not in the baseline then; the next start, with a trusted checkpoint, must take them
+// into it, not destroy them as leaks. Found by review.
+func TestMIGBaselineOfAGPUThatFailedToList(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", true, gputest.WithMIG(5, "3g.20gb"))
+	preExisting := e.MIGInstances()
+	p := e.plugin()
+	// GetGpuInstanceById is reached only through GPU 5's MIG device.
+	if err := e.Machine.InjectFault("GetGpuInstanceById", 1, nvml.ERROR_UNKNOWN); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Reconcile(e.ctx()); err == nil || !strings.Contains(err.Error(), "list MIG instances") {
+		t.Fatalf("first start: %v, want the listing error", err)
+	}
+	e.Machine.ClearFaults()
+	rep := e.reconcile(e.plugin())
+	if len(rep.MIGDestroyed) != 0 || len(rep.MIGBaseline) != 1 || !cmp.Equal(e.MIGInstances(), preExisting) {
+		t.Errorf("next start: destroyed %v, baseline %v; instances %v, want %v kept", rep.MIGDestroyed, rep.MIGBaseline, e.MIGInstances(), preExisting)
+	}
+	// From now on the GPU is covered: a leak there is destroyed.
+	ctl := draplugin.NewNVMLMIGController(e.Machine, nil)
+	if _, err := ctl.Create(context.Background(), e.Inventory.GPUs[5].UUID, "1g.5gb", mig.Placement{Start: 6, Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if rep := e.reconcile(e.plugin()); len(rep.MIGDestroyed) != 1 || !cmp.Equal(e.MIGInstances(), preExisting) {
+		t.Errorf("leak on the GPU after its baseline: destroyed %v, instances %v", rep.MIGDestroyed, e.MIGInstances())
 	}
 }
