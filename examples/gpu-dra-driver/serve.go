@@ -272,9 +272,15 @@ func (s *serveFlags) run(ctx context.Context, plugin *draplugin.Plugin, reg *pro
 		}
 		defer stop()
 	}
-	<-ctx.Done()
-	logger.Info("Shutting down: prepared claims stay prepared")
-	return nil
+	select {
+	case <-ctx.Done():
+		logger.Info("Shutting down: prepared claims stay prepared")
+		return nil
+	case <-plugin.Done():
+		// A fatal error (the DRA or registration gRPC server failed) ended the plugin's loops:
+		// exit, so that the pod is restarted, rather than serve on half dead.
+		return fmt.Errorf("the plugin failed and must be restarted: %w", plugin.Err())
+	}
 }
 
 // negotiateFeatures asks the API server which optional ResourceSlice features it keeps
