@@ -265,6 +265,10 @@ func TestServeChecksFlagsBeforeCreatingDirectories(t *testing.T) {
 		{"unknown mig-config", []string{"--mig-config", "all-bogus"}, "neither a file nor a built-in"},
 		{"unknown machine", []string{"--machine", "dgx-z"}, `--machine="dgx-z"`},
 		{"metrics address", []string{"--metrics-addr", "8080"}, `--metrics-addr="8080": want HOST:PORT`},
+		{"metrics port out of range", []string{"--metrics-addr", ":99999"}, `--metrics-addr=":99999": want HOST:PORT`},
+		{"metrics port not a service", []string{"--metrics-addr", ":no-such-port"}, `--metrics-addr=":no-such-port": want HOST:PORT`},
+		{"API QPS not a number", []string{"--kube-api-qps", "NaN"}, `--kube-api-qps=NaN`},
+		{"API QPS infinite", []string{"--kube-api-qps", "+Inf"}, `--kube-api-qps=+Inf`},
 		{"health taint effect", []string{"--health-taint-effect", "Evict"}, `NoExecute`},
 	}
 	for _, c := range cases {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -184,12 +185,16 @@ func (s *serveFlags) validate() error {
 		}
 	}
 	if s.metricsAddr != "" {
-		if _, _, err := net.SplitHostPort(s.metricsAddr); err != nil {
-			return fmt.Errorf("--metrics-addr=%q: want HOST:PORT or :PORT: %w", s.metricsAddr, err)
+		_, port, err := net.SplitHostPort(s.metricsAddr)
+		if err == nil {
+			_, err = net.LookupPort("tcp", port)
+		}
+		if err != nil {
+			return fmt.Errorf("--metrics-addr=%q: want HOST:PORT or :PORT, the port a number up to 65535 or a service name: %w", s.metricsAddr, err)
 		}
 	}
-	if s.qps <= 0 || s.burst <= 0 {
-		return fmt.Errorf("--kube-api-qps=%v --kube-api-burst=%d: both must be positive", s.qps, s.burst)
+	if !(s.qps > 0) || math.IsInf(s.qps, 0) || s.burst <= 0 { // !(> 0) also refuses NaN
+		return fmt.Errorf("--kube-api-qps=%v --kube-api-burst=%d: both must be positive numbers", s.qps, s.burst)
 	}
 	for _, name := range []string{"plugin-dir", "registrar-dir", "cdi-root", "driver-root", "state-dir", "host-driver-root", "dev-root"} {
 		dir := s.fs.Lookup(name).Value.String()
