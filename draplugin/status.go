@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -186,7 +188,7 @@ func (w *statusWriter) run(ctx context.Context, stopped <-chan struct{}) {
 			return
 		case <-w.wake:
 		}
-		var failed []statusJob
+		failed := map[types.UID]statusJob{}
 		for {
 			if !w.waitQuiet(ctx, stopped) {
 				return
@@ -195,12 +197,15 @@ func (w *statusWriter) run(ctx context.Context, stopped <-chan struct{}) {
 			if !ok {
 				break
 			}
+			// A newer request for the claim (kubelet unprepared it while the prepare's write
+			// failed) supersedes the failed one: putting that back would undo the newer write.
+			delete(failed, j.uid)
 			if err := w.apply(ctx, j); err != nil && w.retryable(logger, &j, err) {
-				failed = append(failed, j)
+				failed[j.uid] = j
 			}
 		}
 		if len(failed) > 0 {
-			w.putBack(failed)
+			w.putBack(slices.Collect(maps.Values(failed)))
 			backoff.sleep(ctx)
 		} else {
 			backoff.reset()

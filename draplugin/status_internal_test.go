@@ -207,3 +207,43 @@ func TestStatusWritesGiveWayToKubelet(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusWriterFailedWriteGivesWayToANewerOne: the prepare's status write fails transiently,
+// and kubelet unprepares the claim meanwhile; the writer applies the removal in the same round.
+// The failed prepare write must not be retried after it: it would describe devices that are no
+// longer prepared. Found by review.
+func TestStatusWriterFailedWriteGivesWayToANewerOne(t *testing.T) {
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-1"}}
+	client := fake.NewClientset(claim)
+	w := newStatusWriter(client, "gpu.nvidia.com", time.Now)
+	var mu sync.Mutex
+	writes := 0
+	client.PrependReactor("patch", "resourceclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		writes++
+		if writes == 1 { // the prepare's write: kubelet unprepares while it is in flight, then it fails
+			w.unprepared("ns", "c", "uid-1")
+			return true, nil, fmt.Errorf("connection reset by peer")
+		}
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.run(ctx, make(chan struct{}))
+	st := checkpoint.ClaimState{UID: "uid-1", Namespace: "ns", Name: "c", Phase: checkpoint.PrepareCompleted,
+		Devices: []checkpoint.PreparedDevice{{Request: "gpu", Pool: "node-1", Device: "gpu-0", GPUUUID: "GPU-0"}}}
+	if err := w.prepared(st, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the two writes and a retry after its back-off (100 ms) are over
+	c, err := client.ResourceV1().ResourceClaims("ns").Get(ctx, "c", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if writes < 2 || len(c.Status.Devices) != 0 {
+		t.Errorf("after a failed prepare write and the unprepare's: %d writes, status.devices %v; want the removal to stand", writes, c.Status.Devices)
+	}
+}
