@@ -56,6 +56,9 @@ type health struct {
 	// device (that device only).
 	unhealthy  map[string]gpuHealth
 	monitoring bool // an NVML monitor runs
+	// unwatched says, by GPU UUID, why the monitor gets no XID or ECC events of a GPU: its
+	// devices are reported Unknown, not Healthy.
+	unwatched map[string]string
 	watchers   map[chan struct{}]struct{}
 	cancel     context.CancelFunc
 	done       chan struct{}
@@ -263,10 +266,22 @@ func (h *health) report(pool string) kubeletplugin.DeviceHealthReport {
 			d.Health, d.Message = kubeletplugin.HealthStatusUnhealthy, st.reason+": "+st.message
 		} else if !h.monitoring {
 			d.Health, d.Message = kubeletplugin.HealthStatusUnknown, "no health monitoring runs for this device"
+		} else if why, ok := h.unwatchedWhy(name); ok {
+			d.Health, d.Message = kubeletplugin.HealthStatusUnknown, "the GPU's XID and ECC events are not watched: "+why
 		}
 		rep.Devices = append(rep.Devices, d)
 	}
 	return rep
+}
+
+// unwatchedWhy says why the events of the device's GPU are not watched, if they are not.
+func (h *health) unwatchedWhy(device string) (string, bool) {
+	u, ok := h.devices.gpuOf(device)
+	if !ok {
+		return "", false
+	}
+	why, unwatched := h.unwatched[u]
+	return why, unwatched
 }
 
 // startMonitor watches NVML XID and GPU-lost events of the inventory's GPUs until ctx ends or
@@ -313,9 +328,9 @@ func (h *health) monitor(ctx context.Context, lib nvml.Interface, inv *gpu.Inven
 		return fmt.Errorf("create NVML event set: %w", ret)
 	}
 	defer set.Free()
-	gpus := register(ctx, lib, inv, set)
-	h.setMonitoring(true)
-	defer h.setMonitoring(false)
+	gpus, unwatched := register(ctx, lib, inv, set)
+	h.setMonitoring(true, unwatched)
+	defer h.setMonitoring(false, nil)
 	close(ready)
 	wait := uint32(h.cfg.EventWait / time.Millisecond)
 	backoff := newBackoff(100*time.Millisecond, 30*time.Second)
@@ -343,12 +358,12 @@ func (h *health) monitor(ctx context.Context, lib nvml.Interface, inv *gpu.Inven
 	return nil
 }
 
-// setMonitoring records whether a monitor runs (devices are Unknown without one) and wakes
-// watchers to report it.
-func (h *health) setMonitoring(on bool) {
+// setMonitoring records whether a monitor runs (devices are Unknown without one) and which
+// GPUs' events it does not get, and wakes watchers to report it.
+func (h *health) setMonitoring(on bool, unwatched map[string]string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.monitoring = on
+	h.monitoring, h.unwatched = on, unwatched
 	for ch := range h.watchers {
 		select {
 		case ch <- struct{}{}:
@@ -378,32 +393,38 @@ func (b *backoff) sleep(ctx context.Context) {
 	b.next = min(2*b.next, b.max)
 }
 
-// register asks for XID and double-bit ECC events of every GPU that supports them.
-func register(ctx context.Context, lib nvml.Interface, inv *gpu.Inventory, set nvml.EventSet) []watchedGPU {
+// register asks for XID and double-bit ECC events of every GPU that supports them. It returns
+// the GPUs to check for loss, and why the events of the others are not watched, by UUID.
+func register(ctx context.Context, lib nvml.Interface, inv *gpu.Inventory, set nvml.EventSet) ([]watchedGPU, map[string]string) {
 	logger := klog.FromContext(ctx)
 	var gpus []watchedGPU
+	unwatched := map[string]string{}
 	for _, g := range inv.GPUs {
 		dev, ret := lib.DeviceGetHandleByUUID(g.UUID)
 		if ret != nvml.SUCCESS {
 			logger.Error(ret, "Cannot watch GPU health", "gpu", g.UUID)
+			unwatched[g.UUID] = "no NVML handle: " + ret.Error()
 			continue
 		}
 		gpus = append(gpus, watchedGPU{dev, g.UUID})
 		supported, ret := dev.GetSupportedEventTypes()
 		if ret != nvml.SUCCESS {
 			logger.Error(ret, "Cannot read supported events", "gpu", g.UUID)
+			unwatched[g.UUID] = "reading its supported events failed: " + ret.Error()
 			continue
 		}
 		types := supported & (nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError)
 		if types == 0 {
 			logger.Info("GPU reports no XID events; its health is not monitored", "gpu", g.UUID)
+			unwatched[g.UUID] = "the GPU reports none"
 			continue
 		}
 		if ret := dev.RegisterEvents(types, set); ret != nvml.SUCCESS {
 			logger.Error(ret, "Cannot register for GPU events", "gpu", g.UUID)
+			unwatched[g.UUID] = "registering for them failed: " + ret.Error()
 		}
 	}
-	return gpus
+	return gpus, unwatched
 }
 
 // gpuLost marks every GPU that no longer answers (or the event's GPU) as lost.

@@ -1,12 +1,15 @@
 package draplugin_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
@@ -133,5 +136,34 @@ func TestHealthTaintEffect(t *testing.T) {
 	_, err := e.NewPlugin(e.ctx(), withHealth(draplugin.HealthConfig{TaintEffect: "Evict"}))
 	if err == nil || !strings.Contains(err.Error(), "Health.TaintEffect") || !strings.Contains(err.Error(), "NoExecute") {
 		t.Errorf("New with TaintEffect Evict: %v; want an error naming Health.TaintEffect and the allowed values", err)
+	}
+}
+
+// TestHealthOfAGPUWhoseEventsAreNotWatched: when the monitor cannot get a GPU's XID and ECC
+// events (reading the supported events or registering for them fails), an XID there goes unseen:
+// kubelet must be told the GPU's devices are Unknown, not Healthy. The other GPUs stay Healthy.
+// Found by review.
+func TestHealthOfAGPUWhoseEventsAreNotWatched(t *testing.T) {
+	for _, call := range []string{"GetSupportedEventTypes", "RegisterEvents"} {
+		t.Run(call, func(t *testing.T) {
+			e := newEnv(t, "dgx-a100-40gb", false)
+			if err := e.Machine.InjectFault(call, 1, nvml.ERROR_UNKNOWN); err != nil { // the first GPU's call
+				t.Fatal(err)
+			}
+			p := e.plugin(withHealth(draplugin.HealthConfig{ReportInterval: time.Hour, EventWait: 20 * time.Millisecond}))
+			serve(t, e, p)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			reports := make(chan kubeletplugin.DeviceHealthReport, 10)
+			go func() { _ = p.WatchHealthStatus(ctx, reports) }()
+			r := <-reports
+			first, second := gpudra.GPUDeviceName(e.Inventory.GPUs[0].Minor), gpudra.GPUDeviceName(e.Inventory.GPUs[1].Minor)
+			if h := healthOf(r, first); h.Health != kubeletplugin.HealthStatusUnknown || !strings.Contains(h.Message, "not watched") {
+				t.Errorf("%s, whose events are not watched: %+v, want Unknown saying so", first, h)
+			}
+			if h := healthOf(r, second); h.Health != kubeletplugin.HealthStatusHealthy {
+				t.Errorf("%s, watched: %+v, want Healthy", second, h)
+			}
+		})
 	}
 }
