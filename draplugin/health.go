@@ -59,9 +59,9 @@ type health struct {
 	// unwatched says, by GPU UUID, why the monitor gets no XID or ECC events of a GPU: its
 	// devices are reported Unknown, not Healthy.
 	unwatched map[string]string
-	watchers   map[chan struct{}]struct{}
-	cancel     context.CancelFunc
-	done       chan struct{}
+	watchers  map[chan struct{}]struct{}
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 func newHealth(cfg HealthConfig, driverName string, now func() time.Time) *health {
