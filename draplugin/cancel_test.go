@@ -118,3 +118,42 @@ func holdAllGPULocks(t *testing.T, e *env) func() {
 	}
 	return release
 }
+
+// TestStopWaitsForOperationsUnderWay: Stop must not return while a prepare works on the node
+// (here between creating its MIG instance and writing its spec): the driver releases NVML after
+// Stop, which would cut the prepare, or its rollback, short and leave the node half changed.
+// Found by review.
+func TestStopWaitsForOperationsUnderWay(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", true)
+	c := e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 0), "")
+	inStep, goOn := make(chan struct{}), make(chan struct{})
+	p := e.plugin(withHooks(draplugin.TestHooks{AfterStep: func(point draplugin.CrashPoint, uid types.UID) error {
+		if point == draplugin.CrashAfterMIGCreated {
+			close(inStep)
+			<-goOn
+		}
+		return nil
+	}}))
+	e.reconcile(p)
+	prepared := make(chan error, 1)
+	go func() {
+		_, err := prepareOne(t, p, c)
+		prepared <- err
+	}()
+	<-inStep
+	stopped := make(chan struct{})
+	go func() { p.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while a prepare was under way")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(goOn)
+	<-stopped
+	if err := <-prepared; err != nil {
+		t.Fatalf("the prepare under way when Stop was called: %v", err)
+	}
+	if !slices.Contains(e.specs(), string(c.UID)) || len(e.MIGInstances()) != 1 {
+		t.Errorf("after Stop: specs %v, MIG instances %v; want the prepare finished", e.specs(), e.MIGInstances())
+	}
+}

@@ -59,6 +59,9 @@ type Plugin struct {
 	synced map[string]uint64
 
 	helperMu sync.Mutex
+	// ops is held for reading by every operation that changes the node (prepare, unprepare, a
+	// round of MPS supervision); Stop takes it for writing to wait for those under way.
+	ops sync.RWMutex
 	helper   *kubeletplugin.Helper
 	stopped  chan struct{} // closed by Stop; the background loops of Start end
 
@@ -199,6 +202,8 @@ func (p *Plugin) partitionedNow(ctx context.Context) (*gpu.Inventory, func(*gpu.
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin. Claims are prepared concurrently;
 // each gets its own result, so one failing claim does not fail the others.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	p.ops.RLock()
+	defer p.ops.RUnlock()
 	return pluginkit.Concurrently(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
 		func(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult { return p.prepareClaim(ctx, c) }), nil
 }
@@ -208,6 +213,8 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 // are unprepared concurrently. Nothing is fsynced: a power loss reverting the checkpoint to before
 // an unprepare is harmless, since Reconcile forgets every claim of an earlier boot.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	p.ops.RLock()
+	defer p.ops.RUnlock()
 	return pluginkit.Concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
 		func(c kubeletplugin.NamespacedObject) error { return p.unprepareClaim(ctx, c) }), nil
 }
@@ -290,7 +297,10 @@ func (p *Plugin) superviseLoop(ctx context.Context, stopped <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		if err := p.superviseMPS(ctx); err != nil {
+		p.ops.RLock()
+		err := p.superviseMPS(ctx)
+		p.ops.RUnlock()
+		if err != nil {
 			klog.FromContext(ctx).Error(err, "Supervising MPS daemons")
 		}
 	}
@@ -373,7 +383,10 @@ func (p *Plugin) Helper() *kubeletplugin.Helper {
 	return p.helper
 }
 
-// Stop stops the gRPC servers and the health monitor. Prepared claims stay prepared.
+// Stop stops the gRPC servers and the health monitor, then waits for the prepares, unprepares
+// and MPS supervision under way to end (a request whose call was cancelled gives up before it
+// changes anything; one that has begun is finished or rolled back), so that the driver can
+// release NVML afterwards without cutting one short. Prepared claims stay prepared.
 func (p *Plugin) Stop() {
 	p.health.stop()
 	p.helperMu.Lock()
@@ -386,6 +399,9 @@ func (p *Plugin) Stop() {
 	if helper != nil {
 		helper.Stop()
 	}
+	p.ops.Lock()
+	//lint:ignore SA2001 the lock is taken only to wait until the operations under way end
+	p.ops.Unlock()
 }
 
 // lockGPUs takes the locks of the given physical GPUs (in this process and across processes)
