@@ -58,10 +58,11 @@ type Plugin struct {
 	syncMu sync.Mutex
 	synced map[string]uint64
 
-	helperMu sync.Mutex
 	// ops is held for reading by every operation that changes the node (prepare, unprepare, a
 	// round of MPS supervision); Stop takes it for writing to wait for those under way.
 	ops sync.RWMutex
+
+	helperMu sync.Mutex
 	helper   *kubeletplugin.Helper
 	stopped  chan struct{} // closed by Stop; the background loops of Start end
 
