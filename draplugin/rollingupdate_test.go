@@ -243,3 +243,53 @@ func TestRollingUpdateShareAfterACrashedFirstShare(t *testing.T) {
 		t.Errorf("a restarted plugin found %v", rep)
 	}
 }
+
+// TestRollingUpdateShareAfterAHalfDoneUnprepare: the only share of a GPU is unprepared; its
+// sharing Undo stops the MPS daemon but cannot restore the compute mode, so the unprepare fails
+// and kubelet will retry it. The other pod of a rolling update then prepares a new share of that
+// GPU. It knows the first claim only from the checkpoint: that must record only the change
+// still on the host, or the new share joins the stopped daemon and runs without MPS. Found by
+// review.
+func TestRollingUpdateShareAfterAHalfDoneUnprepare(t *testing.T) {
+	e := newEnvWith(t, "dgx-h100", draplugintest.WithSliceOptions(gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})))
+	share := func(name string) *resourceapi.ResourceClaim {
+		c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, gpuIndex(0), "")
+		c.Spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			gpudra.CapMemory: resource.MustParse("2Gi")}}
+		a, err := e.Allocate(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	first, second := share("first"), share("second")
+	old, updated := e.plugin(), e.plugin()
+	e.reconcile(old)
+	e.reconcile(updated)
+	if _, err := prepareOne(t, old, first); err != nil {
+		t.Fatal(err)
+	}
+	restore := "SetComputeMode " + e.Inventory.GPUs[0].UUID + " DEFAULT"
+	e.Host.FailOn(restore, errors.New("nvml: unknown error"))
+	if err := unprepareOne(t, old, first); err == nil {
+		t.Fatal("unprepare succeeded although the compute mode could not be restored")
+	}
+	e.Host.FailOn(restore, nil)
+	if daemons := e.Host.State().Daemons; len(daemons) != 0 {
+		t.Fatalf("test setup: the failed unprepare should have stopped the MPS daemon, running: %v", daemons)
+	}
+	if _, err := prepareOne(t, updated, second); err != nil {
+		t.Fatal(err)
+	}
+	if daemons := e.Host.State().Daemons; len(daemons) != 1 {
+		t.Errorf("the new share was prepared, but MPS daemons running: %v; want its own", daemons)
+	}
+	for _, c := range []*resourceapi.ResourceClaim{first, second} { // kubelet's retry, then the second pod goes
+		if err := unprepareOne(t, updated, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.HostClean(); err != nil {
+		t.Errorf("host after both claims are gone: %v", err)
+	}
+}

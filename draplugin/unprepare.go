@@ -14,6 +14,7 @@ import (
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/internal/pluginkit"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/sharing"
 )
 
 // unprepareClaim unprepares one claim.
@@ -137,6 +138,7 @@ func (p *Plugin) finishUnprepare(ctx context.Context, st checkpoint.ClaimState, 
 	}
 	if ss != nil && ss.Applied {
 		if err := p.sharing.Undo(ctx, ss.Record); err != nil {
+			p.recordLeft(ctx, st, err)
 			return p.unprepareFail(StepUndoSharing, "", err)
 		}
 	}
@@ -235,9 +237,29 @@ func (p *Plugin) rollbackSharing(ctx context.Context, st checkpoint.ClaimState, 
 		return nil
 	}
 	if err := p.sharing.Undo(ctx, rec); err != nil {
+		p.recordLeft(ctx, st, err)
 		return stepErr(StepUndoSharing, "", err)
 	}
 	return nil
+}
+
+// recordLeft records, after a failed Undo of an interrupted or unpreparing claim, only the host
+// changes still on the host in place of its sharing record: the sharing engine of this process
+// holds just those now, and a restart or the other pod of a rolling update, which rebuild it
+// from the checkpoint, must not count the undone ones (an MPS daemon already stopped) as held.
+// The next attempt undoes what is left.
+func (p *Plugin) recordLeft(ctx context.Context, st checkpoint.ClaimState, undoErr error) {
+	var ue *sharing.UndoError
+	if !errors.As(undoErr, &ue) || ue.Left == nil || st.Phase == checkpoint.PrepareCompleted {
+		return
+	}
+	err := setSharing(&st, ue.Left, true)
+	if err == nil {
+		err = p.store.Put(st, stepDurability)
+	}
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot record which host changes are left to undo; the next attempt undoes them all again")
+	}
 }
 
 func (p *Plugin) destroyMIG(ctx context.Context, d checkpoint.PreparedDevice) error {

@@ -215,8 +215,10 @@ func (m *Manager) cleanup(ctx context.Context, rec *Record) (*Record, error) {
 // When a step fails, the others are still tried, and the claim stays registered with a partial
 // record (Record.Partial set) whose Steps are only the changes still on the host: the changes
 // that were undone no longer count as held, so another claim that needs them makes them again
-// instead of joining them, and Shared answers for what is left. Undo can then be retried with
-// the same record; steps undone already are undone again, which changes nothing.
+// instead of joining them, and Shared answers for what is left. The error is an *UndoError
+// carrying that record: a caller that checkpoints records should store it in place of rec, so
+// that a restart, or another process reading the checkpoint, sees only what is left. Undo can
+// be retried with either record; steps undone already are undone again, which changes nothing.
 func (m *Manager) Undo(ctx context.Context, rec *Record) error {
 	if rec == nil {
 		return errors.New("sharing: Undo of a nil record")
@@ -228,14 +230,29 @@ func (m *Manager) Undo(ctx context.Context, rec *Record) error {
 	if left, err := m.undoSteps(ctx, rec); err != nil {
 		partial := rec.DeepCopy()
 		partial.Steps, partial.Partial = left, true
-		m.registry.add(partial)
+		m.registry.add(partial.DeepCopy())
 		logger.Error(err, "Host changes could not be undone; keeping them registered", "left", len(left))
-		return fmt.Errorf("claim %s/%s (%s): %w", rec.Namespace, rec.Name, rec.ClaimUID, err)
+		return &UndoError{Left: partial, Err: fmt.Errorf("claim %s/%s (%s): %w", rec.Namespace, rec.Name, rec.ClaimUID, err)}
 	}
 	m.registry.remove(rec.ClaimUID)
 	logger.V(2).Info("Undid sharing setup", "hostChanges", len(rec.Steps))
 	return nil
 }
+
+// UndoError is Undo's error when some host changes could not be undone.
+type UndoError struct {
+	// Left is the record of the changes still on the host (Partial set), which the claim stays
+	// registered with.
+	Left *Record
+	// Err says what failed.
+	Err error
+}
+
+// Error implements error.
+func (e *UndoError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *UndoError) Unwrap() error { return e.Err }
 
 // Shared reports whether every host setting of rec (each of its steps) is one that another
 // registered claim holds as well (a prepared one, or the partial record of a failed
