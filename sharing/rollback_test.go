@@ -197,8 +197,9 @@ func TestFailedUndoKeepsOnlyWhatIsLeft(t *testing.T) {
 			daemon := a.Devices[0].MPSDaemonID
 			restore := "SetComputeMode " + uuidA + " DEFAULT"
 			h.FailOn(restore, errors.New("nvml: unknown error"))
-			if err := m.Undo(ctx, a); err == nil || !strings.Contains(err.Error(), "nvml: unknown error") {
-				t.Fatalf("Undo of a = %v, want the failed compute mode restore", err)
+			undoErr := m.Undo(ctx, a)
+			if undoErr == nil || !strings.Contains(undoErr.Error(), "nvml: unknown error") {
+				t.Fatalf("Undo of a = %v, want the failed compute mode restore", undoErr)
 			}
 			h.FailOn(restore, nil)
 			if _, ok := h.State().Daemons[daemon]; ok {
@@ -219,6 +220,13 @@ func TestFailedUndoKeepsOnlyWhatIsLeft(t *testing.T) {
 			}
 			if diff := cmp.Diff(want, &got); diff != "" {
 				t.Errorf("registry entry of a after the failed Undo (-want +got):\n%s", diff)
+			}
+			var ue *sharing.UndoError
+			if !errors.As(undoErr, &ue) {
+				t.Fatalf("Undo's error %v is no *sharing.UndoError", undoErr)
+			}
+			if diff := cmp.Diff(want, ue.Left); diff != "" {
+				t.Errorf("UndoError.Left, the record a caller should checkpoint (-want +got):\n%s", diff)
 			}
 
 			b, err := m.Prepare(ctx, newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "16Gi"))), lookup)
