@@ -392,14 +392,19 @@ func (a acquirer) timeSlice(ctx context.Context, rec *Record, uuid string, value
 		step.PreviousTimeSlice = &cur
 	}
 	step.Changed = !known || cur != value
-	// The step is recorded before the set, so that a set that failed after nvidia-smi applied
-	// the value (killed at the caller's deadline, or exiting non-zero) is undone as well;
-	// restoring a value that did not change is harmless.
+	// The step is recorded before the set, so that a set cut short by the caller's deadline or
+	// cancellation, which nvidia-smi may have applied already, is undone as well (restoring a
+	// value that did not change is harmless). A set that failed by itself (nvidia-smi said why:
+	// "Not Supported" on a GPU without a compute policy) changed nothing and is not recorded: a
+	// restore would fail the same way, every time, and the claim could never be released.
 	rec.Steps = append(rec.Steps, step)
 	if !step.Changed || a.dry {
 		return nil
 	}
 	if err := m.timeSlicer.SetTimeSlice(ctx, uuid, value); err != nil {
+		if ctx.Err() == nil {
+			rec.Steps = rec.Steps[:len(rec.Steps)-1]
+		}
 		return fmt.Errorf("setting time slice of %s to %d: %w", uuid, value, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Set time slice", "device", uuid, "timeSlice", value, "previous", step.PreviousTimeSlice)

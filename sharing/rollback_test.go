@@ -256,16 +256,19 @@ func TestFailedUndoKeepsOnlyWhatIsLeft(t *testing.T) {
 	}
 }
 
-// TestTimeSliceSetThatFailsAfterApplyingIsUndone: nvidia-smi can apply a time slice and then
-// fail (exit non-zero, or be killed at the caller's deadline). The failed Prepare must still
-// restore the value the GPU had before.
-func TestTimeSliceSetThatFailsAfterApplyingIsUndone(t *testing.T) {
+// TestTimeSliceSetThatFails: nvidia-smi can be killed at the caller's deadline after it applied
+// a time slice: the failed Prepare must still restore the value the GPU had before. A set that
+// nvidia-smi refuses by itself (a GPU without a compute policy says "Not Supported") changed
+// nothing: the failed Prepare must leave no record behind, since a restore would be refused the
+// same way every time and the claim could never be released.
+func TestTimeSliceSetThatFails(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		// cancel cancels the caller's context during the set, before it applies.
+		// cancel cancels the caller's context during the set, which applies the value first;
+		// otherwise the set is refused before it changes anything, and so is every restore.
 		cancel bool
 	}{
-		{name: "exits non-zero after applying"},
+		{name: "refused by nvidia-smi"},
 		{name: "killed at the caller's cancellation after applying", cancel: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -281,7 +284,7 @@ func TestTimeSliceSetThatFailsAfterApplyingIsUndone(t *testing.T) {
 				t.Fatal(err)
 			}
 			set := fmt.Sprintf("SetTimeSlice %s %d", uuidA, *plan.Devices[0].TimeSlice)
-			injected := errors.New("nvidia-smi: exit status 3")
+			var injected error
 			if tc.cancel {
 				injected = fmt.Errorf("nvidia-smi: %w", context.Canceled)
 				h.SetHook(func(call string) error {
@@ -290,8 +293,13 @@ func TestTimeSliceSetThatFailsAfterApplyingIsUndone(t *testing.T) {
 					}
 					return nil
 				})
+				h.FailAfter(set, injected)
+			} else {
+				injected = errors.New("nvidia-smi: Setting compute policy is Not Supported")
+				h.FailOn(set, injected)
+				h.FailOn(fmt.Sprintf("SetTimeSlice %s 1", uuidA), injected)
+				h.FailOn(fmt.Sprintf("SetTimeSlice %s 0", uuidA), injected)
 			}
-			h.FailAfter(set, injected)
 			partial, err := m.Prepare(ctx, claim, lookup)
 			if !errors.Is(err, injected) {
 				t.Fatalf("Prepare error = %v, want the failed set (%v)", err, injected)
@@ -300,7 +308,7 @@ func TestTimeSliceSetThatFailsAfterApplyingIsUndone(t *testing.T) {
 				t.Fatalf("test setup: Prepare did not call %q; calls %v", set, got)
 			}
 			if partial != nil {
-				t.Errorf("partial record = %+v, want nil: the time slice could be restored", partial)
+				t.Errorf("partial record = %+v, want nil: nothing is left to restore", partial)
 			}
 			if diff := cmp.Diff(before, h.State()); diff != "" {
 				t.Errorf("host state after the failed Prepare (-before +after):\n%s", diff)
