@@ -97,8 +97,9 @@ func probe(spec MPSDaemonSpec) (bool, error) {
 		_ = c.Close()
 		return true, nil
 	}
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-		return false, nil
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENAMETOOLONG) {
+		return false, nil // no socket, nobody listens, or an address no daemon can listen on
 	}
 	return false, fmt.Errorf("MPS daemon %s: connecting to control socket %s: %w", spec.ID, controlSocket(spec), err)
 }

@@ -3,6 +3,7 @@ package sharing_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -144,13 +145,16 @@ func TestMPSControl(t *testing.T) {
 }
 
 // TestMPSControlWhenTheProbeCannotTell: when connecting to the control socket fails for another
-// reason than "no socket" or "nobody listens" (a full listen backlog or a timeout in
-// production; here a socket path longer than a unix socket address allows), whether the daemon
-// runs is unknown. Start must not start a second daemon on the pipe directory, and Stop must
-// not unmount or remove the directories of a daemon that may still run.
+// reason than "no socket" or "nobody listens" — here the daemon's listen backlog is full, as
+// under a burst of clients — whether the daemon runs is unknown. Start must not start a second
+// daemon on the pipe directory, and Stop must not unmount or remove the directories of a daemon
+// that may still run.
 func TestMPSControlWhenTheProbeCannotTell(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100)) // the socket path exceeds 108 bytes
-	spec := specIn(dir, "c1", "GPU-a")
+	spec := specIn(shortTempDir(t), "c1", "GPU-a")
+	if err := os.MkdirAll(spec.PipeDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fillBacklog(t, filepath.Join(spec.PipeDir, "control"))
 	marker := filepath.Join(t.TempDir(), "started")
 	bin := writeScript(t, t.TempDir(), "nvidia-cuda-mps-control", "touch "+marker+"\n")
 	mounts := sharingtest.NewFakeHost()
@@ -162,18 +166,65 @@ func TestMPSControlWhenTheProbeCannotTell(t *testing.T) {
 	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Start ran nvidia-cuda-mps-control although a daemon may run (stat: %v)", err)
 	}
-	inPipe := filepath.Join(spec.PipeDir, "control.lock")
-	if err := os.WriteFile(inPipe, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	if err := ctl.Stop(ctx, spec); err == nil || !strings.Contains(err.Error(), "cannot tell whether it runs") {
 		t.Errorf("Stop = %v, want an error saying whether the daemon runs is unknown", err)
 	}
-	if _, err := os.Stat(inPipe); err != nil {
+	if _, err := os.Stat(filepath.Join(spec.PipeDir, "control")); err != nil {
 		t.Errorf("Stop removed the pipe directory of a daemon that may run: %v", err)
 	}
 	if diff := cmp.Diff(map[string]int64{spec.ShmDir: sharing.DefaultMPSShmSize}, mounts.State().Mounts); diff != "" {
 		t.Errorf("shm mounts after Stop, as Start left them (-want +got):\n%s", diff)
+	}
+}
+
+// fillBacklog listens on a unix socket at path with the smallest backlog, accepts nothing, and
+// connects until the kernel refuses another connection for now (EAGAIN).
+func fillBacklog(t *testing.T, path string) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 16 {
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if errors.Is(err, syscall.EAGAIN) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("filling the backlog of %s: %v", path, err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	t.Fatalf("the backlog of %s never filled", path)
+}
+
+// TestMPSControlAtAnAddressNoDaemonCanListenOn: a control socket path longer than a unix socket
+// address allows (a long plugin directory or driver name) cannot be listened on, so no daemon
+// runs there: Start fails at the readiness wait and Stop cleans up, rather than both refusing
+// for ever and leaving the claim stuck.
+func TestMPSControlAtAnAddressNoDaemonCanListenOn(t *testing.T) {
+	spec := specIn(filepath.Join(t.TempDir(), strings.Repeat("d", 100)), "c1", "GPU-a") // > 108 bytes
+	mounts := sharingtest.NewFakeHost()
+	ctl := sharing.NewMPSControl(sharing.WithMPSBinary("/bin/true"), sharing.WithMPSReadyTimeout(100*time.Millisecond), sharing.WithMPSMounter(mounts))
+	ctx := context.Background()
+	if err := ctl.Start(ctx, spec); err == nil || !strings.Contains(err.Error(), "did not accept connections") {
+		t.Errorf("Start = %v, want the readiness timeout", err)
+	}
+	if err := ctl.Stop(ctx, spec); err != nil {
+		t.Errorf("Stop = %v, want the directories removed", err)
+	}
+	if _, err := os.Stat(spec.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("daemon directory left behind: %v", err)
+	}
+	if got := mounts.State().Mounts; len(got) != 0 {
+		t.Errorf("mounts after Stop = %v, want none", got)
 	}
 }
 
