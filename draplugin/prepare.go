@@ -92,9 +92,7 @@ func (p *Plugin) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if err := ctx.Err(); err != nil {
 		return nil, stepErr(StepLock, "", fmt.Errorf("gave up while waiting for the GPU locks: %w", context.Cause(ctx)))
 	}
-	if err := p.rollBackInterrupted(ctx, gpus, locked, claim.UID); err != nil {
-		return nil, err
-	}
+	p.rollBackInterrupted(ctx, gpus, locked, claim.UID)
 	if devices, done, err := p.resume(ctx, claim, ours); done || err != nil {
 		return devices, err
 	}
@@ -115,20 +113,26 @@ func (p *Plugin) interruptedOn(gpus []string, except types.UID) []checkpoint.Cla
 // that no prepared claim's record holds (the sharing registry knows only applied records): a
 // claim sharing the GPU now would take them for the host's own settings and never restore them.
 // Holding a claim's GPU locks proves that its prepare is not under way, in any process: a
-// prepare holds them from recording its intent until it completes or is rolled back.
-func (p *Plugin) rollBackInterrupted(ctx context.Context, gpus, locked []string, except types.UID) error {
+// prepare holds them from recording its intent until it completes or is rolled back. It is a
+// clean-up on the way, not a condition: a rollback that fails (a host setting that cannot be
+// restored) is logged and left to kubelet's retry of that claim or to its unprepare, and does
+// not stop other claims from being prepared on the GPU.
+func (p *Plugin) rollBackInterrupted(ctx context.Context, gpus, locked []string, except types.UID) {
+	logger := klog.FromContext(ctx)
 	for _, c := range p.interruptedOn(gpus, except) {
 		ref := pluginkit.Ref(c)
 		if missing := slices.DeleteFunc(claimGPUs(c), func(u string) bool { return slices.Contains(locked, u) }); len(missing) > 0 {
-			return stepErr(StepRecover, "", fmt.Errorf("the interrupted prepare of claim %s, on the same GPUs, also holds GPUs %v this prepare did not lock; kubelet's retry rolls it back first", ref, missing))
+			// It appeared after the locks were chosen; the next prepare on these GPUs locks them.
+			logger.Info("Not rolling back an interrupted prepare of another claim: it also holds GPUs not locked", "interruptedClaim", ref, "gpus", missing)
+			continue
 		}
-		cctx := klog.NewContext(ctx, klog.FromContext(ctx).WithValues("interruptedClaim", ref))
+		cctx := klog.NewContext(ctx, logger.WithValues("interruptedClaim", ref))
 		if err := p.rollback(cctx, c, true, stepDurability); err != nil {
-			return stepErr(StepRecover, "", fmt.Errorf("roll back the interrupted prepare of claim %s on the same GPUs: %w", ref, err))
+			logger.Error(err, "Rolling back an interrupted prepare of another claim on the same GPUs failed", "interruptedClaim", ref)
+			continue
 		}
-		klog.FromContext(ctx).Info("Rolled back an interrupted prepare of another claim on the same GPUs", "interruptedClaim", ref)
+		logger.Info("Rolled back an interrupted prepare of another claim on the same GPUs", "interruptedClaim", ref)
 	}
-	return nil
 }
 
 // ourDevices resolves the claim's allocation results of this driver to published devices.

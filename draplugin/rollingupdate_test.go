@@ -244,6 +244,53 @@ func TestRollingUpdateShareAfterACrashedFirstShare(t *testing.T) {
 	}
 }
 
+// TestRollingUpdateInterruptedPrepareThatCannotBeRolledBack: as in
+// TestRollingUpdateShareAfterACrashedFirstShare, but the crashed claim's rollback fails (its
+// compute mode cannot be restored for now). The second share must still be prepared: an
+// interrupted claim whose rollback fails must not lock its GPU against every other claim. Once
+// the compute mode can be restored, kubelet's unprepares leave the host clean.
+func TestRollingUpdateInterruptedPrepareThatCannotBeRolledBack(t *testing.T) {
+	e := newEnvWith(t, "dgx-h100", draplugintest.WithSliceOptions(gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})))
+	share := func(name string) *resourceapi.ResourceClaim {
+		c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, gpuIndex(0), "")
+		c.Spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			gpudra.CapMemory: resource.MustParse("2Gi")}}
+		a, err := e.Allocate(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	first, second := share("first"), share("second")
+	old := e.plugin(withHooks(draplugintest.CrashAt(first.UID, 2).Hooks())) // 2: sharing-applied
+	e.reconcile(old)
+	updated := e.plugin()
+	e.reconcile(updated)
+	if _, err := prepareOne(t, old, first); !errors.Is(err, draplugintest.ErrCrash) {
+		t.Fatalf("prepare of the first share: %v, want the crash", err)
+	}
+	restore := "SetComputeMode " + e.Inventory.GPUs[0].UUID + " DEFAULT"
+	e.Host.FailOn(restore, errors.New("nvml: unknown error"))
+	if _, err := prepareOne(t, updated, second); err != nil {
+		t.Fatalf("prepare of the second share while the first cannot be rolled back: %v", err)
+	}
+	if daemons := e.Host.State().Daemons; len(daemons) != 1 {
+		t.Errorf("MPS daemons running after the second share's prepare: %v, want its own", daemons)
+	}
+	e.Host.FailOn(restore, nil)
+	for _, c := range []*resourceapi.ResourceClaim{first, second} {
+		if err := unprepareOne(t, updated, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.HostClean(); err != nil {
+		t.Errorf("host after both claims are gone: %v", err)
+	}
+	if rep := e.reconcile(e.plugin()); rep.Prepared != 0 || len(rep.RolledBack) != 0 {
+		t.Errorf("a restarted plugin found %v", rep)
+	}
+}
+
 // TestRollingUpdateShareAfterAHalfDoneUnprepare: the only share of a GPU is unprepared; its
 // sharing Undo stops the MPS daemon but cannot restore the compute mode, so the unprepare fails
 // and kubelet will retry it. The other pod of a rolling update then prepares a new share of that
