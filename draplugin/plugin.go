@@ -299,6 +299,12 @@ func (p *Plugin) superviseLoop(ctx context.Context, stopped <-chan struct{}) {
 		case <-t.C:
 		}
 		p.ops.RLock()
+		select {
+		case <-stopped: // Stop came while the tick was taken: it waits for no round after it
+			p.ops.RUnlock()
+			return
+		default:
+		}
 		err := p.superviseMPS(ctx)
 		p.ops.RUnlock()
 		if err != nil {
