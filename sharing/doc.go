@@ -43,7 +43,9 @@
 //
 // A Prepare that fails undoes what it did, even when the caller's context is cancelled; what
 // it cannot undo it returns as a partial record (Record.Partial) and keeps registered until
-// Undo succeeds. A Manager is safe for concurrent use; host actions are serialized per
+// Undo succeeds. An Undo that fails returns an *UndoError whose Left is the record of what is
+// still on the host; checkpoint it in place of the record, so that a restart or another
+// process sees only that. A Manager is safe for concurrent use; host actions are serialized per
 // physical GPU (a MIG device counts as its GPU), so a slow MPS start on one GPU does not
 // delay claims on another.
 //
