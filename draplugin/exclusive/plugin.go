@@ -37,6 +37,10 @@ type Plugin struct {
 	mu        sync.Mutex
 	published map[string]bool // the device names Driver.Devices listed last
 
+	// ops is held for reading by every prepare and unprepare call; Stop takes it for writing
+	// to wait for those under way.
+	ops sync.RWMutex
+
 	helperMu sync.Mutex
 	helper   *kubeletplugin.Helper
 }
@@ -162,7 +166,9 @@ func (p *Plugin) Publish(ctx context.Context) error {
 	return pluginkit.Publish(ctx, helper, p.Resources)
 }
 
-// Stop stops the gRPC servers. Prepared claims stay prepared.
+// Stop stops the gRPC servers, then waits for the prepares and unprepares under way to end, so
+// that the driver can release its devices' resources afterwards without cutting one short.
+// Prepared claims stay prepared.
 func (p *Plugin) Stop() {
 	p.helperMu.Lock()
 	helper := p.helper
@@ -171,6 +177,9 @@ func (p *Plugin) Stop() {
 	if helper != nil {
 		helper.Stop()
 	}
+	p.ops.Lock()
+	//lint:ignore SA2001 the lock is taken only to wait until the operations under way end
+	p.ops.Unlock()
 }
 
 // Close releases the checkpoint and lock files. Call it after Stop when the plugin is not used

@@ -321,3 +321,40 @@ func TestPrepareGivenUpWhileWaitingForLocks(t *testing.T) {
 		t.Errorf("specs left: %v", got)
 	}
 }
+
+// TestStopWaitsForOperationsUnderWay: Stop must not return while a prepare is under way (here
+// between its driver's Prepare of one device and the next step): a driver releases its
+// devices' resources after Stop, which would cut the prepare, or its rollback, short.
+func TestStopWaitsForOperationsUnderWay(t *testing.T) {
+	n := newNode(t, 2)
+	inStep, goOn := make(chan struct{}), make(chan struct{})
+	p := n.plugin(exclusive.TestHooks{AfterStep: func(point exclusive.CrashPoint, _ types.UID) error {
+		if point == exclusive.CrashAfterDevicePrepared {
+			close(inStep)
+			<-goOn
+		}
+		return nil
+	}})
+	c := allocated("busy", result(nodeName, "accel-1"))
+	prepared := make(chan error, 1)
+	go func() {
+		_, err := draplugintest.Prepare(t.Context(), p, c)
+		prepared <- err
+	}()
+	<-inStep
+	stopped := make(chan struct{})
+	go func() { p.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while a prepare was under way")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(goOn)
+	<-stopped
+	if err := <-prepared; err != nil {
+		t.Fatalf("the prepare under way when Stop was called: %v", err)
+	}
+	if got := n.specs(); len(got) != 1 {
+		t.Errorf("after Stop: specs %v, want the prepare finished", got)
+	}
+}
