@@ -205,18 +205,7 @@ func TestRollingUpdateSharedSettings(t *testing.T) {
 // host's own, it would never restore them: the compute mode would stay EXCLUSIVE_PROCESS after
 // both claims are gone. Found by review.
 func TestRollingUpdateShareAfterACrashedFirstShare(t *testing.T) {
-	e := newEnvWith(t, "dgx-h100", draplugintest.WithSliceOptions(gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})))
-	share := func(name string) *resourceapi.ResourceClaim {
-		c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, gpuIndex(0), "")
-		c.Spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-			gpudra.CapMemory: resource.MustParse("2Gi")}}
-		a, err := e.Allocate(context.Background(), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	first, second := share("first"), share("second")
+	e, first, second := twoShares(t)
 	crash := draplugintest.CrashAt(first.UID, 2)
 	old := e.plugin(withHooks(crash.Hooks()))
 	e.reconcile(old)
@@ -250,18 +239,7 @@ func TestRollingUpdateShareAfterACrashedFirstShare(t *testing.T) {
 // interrupted claim whose rollback fails must not lock its GPU against every other claim. Once
 // the compute mode can be restored, kubelet's unprepares leave the host clean.
 func TestRollingUpdateInterruptedPrepareThatCannotBeRolledBack(t *testing.T) {
-	e := newEnvWith(t, "dgx-h100", draplugintest.WithSliceOptions(gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})))
-	share := func(name string) *resourceapi.ResourceClaim {
-		c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, gpuIndex(0), "")
-		c.Spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-			gpudra.CapMemory: resource.MustParse("2Gi")}}
-		a, err := e.Allocate(context.Background(), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	first, second := share("first"), share("second")
+	e, first, second := twoShares(t)
 	old := e.plugin(withHooks(draplugintest.CrashAt(first.UID, 2).Hooks())) // 2: sharing-applied
 	e.reconcile(old)
 	updated := e.plugin()
@@ -298,18 +276,7 @@ func TestRollingUpdateInterruptedPrepareThatCannotBeRolledBack(t *testing.T) {
 // still on the host, or the new share joins the stopped daemon and runs without MPS. Found by
 // review.
 func TestRollingUpdateShareAfterAHalfDoneUnprepare(t *testing.T) {
-	e := newEnvWith(t, "dgx-h100", draplugintest.WithSliceOptions(gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})))
-	share := func(name string) *resourceapi.ResourceClaim {
-		c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, gpuIndex(0), "")
-		c.Spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-			gpudra.CapMemory: resource.MustParse("2Gi")}}
-		a, err := e.Allocate(context.Background(), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	first, second := share("first"), share("second")
+	e, first, second := twoShares(t)
 	old, updated := e.plugin(), e.plugin()
 	e.reconcile(old)
 	e.reconcile(updated)
@@ -339,4 +306,22 @@ func TestRollingUpdateShareAfterAHalfDoneUnprepare(t *testing.T) {
 	if err := e.HostClean(); err != nil {
 		t.Errorf("host after both claims are gone: %v", err)
 	}
+}
+
+// twoShares is a DGX H100 node with consumable memory and two claims, "first" and "second", of
+// 2Gi of GPU 0 each: MPS shares of the GPU's one daemon.
+func twoShares(t *testing.T) (e *env, first, second *resourceapi.ResourceClaim) {
+	t.Helper()
+	e = newEnvWith(t, "dgx-h100", draplugintest.WithSliceOptions(gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})))
+	share := func(name string) *resourceapi.ResourceClaim {
+		c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, gpuIndex(0), "")
+		c.Spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			gpudra.CapMemory: resource.MustParse("2Gi")}}
+		a, err := e.Allocate(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	return e, share("first"), share("second")
 }
