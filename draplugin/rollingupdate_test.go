@@ -203,69 +203,48 @@ func TestRollingUpdateSharedSettings(t *testing.T) {
 // PrepareStarted), while the new pod, started before, serves on without reconciling. The new
 // pod then prepares a second share of that GPU. Taking the crashed claim's settings for the
 // host's own, it would never restore them: the compute mode would stay EXCLUSIVE_PROCESS after
-// both claims are gone. Found by review.
+// both claims are gone. With "rollback fails", the crashed claim's compute mode cannot be
+// restored for now: the second share must still be prepared (a claim whose rollback fails must
+// not lock every other claim out of its GPU), and once the mode can be restored, kubelet's
+// unprepares leave the host clean. Found by review.
 func TestRollingUpdateShareAfterACrashedFirstShare(t *testing.T) {
-	e, first, second := twoShares(t)
-	crash := draplugintest.CrashAt(first.UID, 2)
-	old := e.plugin(withHooks(crash.Hooks()))
-	e.reconcile(old)
-	updated := e.plugin()
-	e.reconcile(updated)
-	if _, err := prepareOne(t, old, first); !errors.Is(err, draplugintest.ErrCrash) {
-		t.Fatalf("prepare of the first share: %v, want the crash", err)
-	}
-	if seen := crash.Seen(); seen[len(seen)-1] != draplugin.CrashAfterSharingApplied {
-		t.Fatalf("crashed at %v, the scenario needs %s", seen, draplugin.CrashAfterSharingApplied)
-	}
-	if _, err := prepareOne(t, updated, second); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []*resourceapi.ResourceClaim{first, second} { // kubelet gave up on the first
-		if err := unprepareOne(t, updated, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.HostClean(); err != nil {
-		t.Errorf("host after both claims are gone: %v", err)
-	}
-	if rep := e.reconcile(e.plugin()); rep.Prepared != 0 || len(rep.RolledBack) != 0 {
-		t.Errorf("a restarted plugin found %v", rep)
-	}
-}
-
-// TestRollingUpdateInterruptedPrepareThatCannotBeRolledBack: as in
-// TestRollingUpdateShareAfterACrashedFirstShare, but the crashed claim's rollback fails (its
-// compute mode cannot be restored for now). The second share must still be prepared: an
-// interrupted claim whose rollback fails must not lock its GPU against every other claim. Once
-// the compute mode can be restored, kubelet's unprepares leave the host clean.
-func TestRollingUpdateInterruptedPrepareThatCannotBeRolledBack(t *testing.T) {
-	e, first, second := twoShares(t)
-	old := e.plugin(withHooks(draplugintest.CrashAt(first.UID, 2).Hooks())) // 2: sharing-applied
-	e.reconcile(old)
-	updated := e.plugin()
-	e.reconcile(updated)
-	if _, err := prepareOne(t, old, first); !errors.Is(err, draplugintest.ErrCrash) {
-		t.Fatalf("prepare of the first share: %v, want the crash", err)
-	}
-	restore := "SetComputeMode " + e.Inventory.GPUs[0].UUID + " DEFAULT"
-	e.Host.FailOn(restore, errors.New("nvml: unknown error"))
-	if _, err := prepareOne(t, updated, second); err != nil {
-		t.Fatalf("prepare of the second share while the first cannot be rolled back: %v", err)
-	}
-	if daemons := e.Host.State().Daemons; len(daemons) != 1 {
-		t.Errorf("MPS daemons running after the second share's prepare: %v, want its own", daemons)
-	}
-	e.Host.FailOn(restore, nil)
-	for _, c := range []*resourceapi.ResourceClaim{first, second} {
-		if err := unprepareOne(t, updated, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.HostClean(); err != nil {
-		t.Errorf("host after both claims are gone: %v", err)
-	}
-	if rep := e.reconcile(e.plugin()); rep.Prepared != 0 || len(rep.RolledBack) != 0 {
-		t.Errorf("a restarted plugin found %v", rep)
+	for _, rollbackFails := range []bool{false, true} {
+		t.Run(map[bool]string{false: "rolled back", true: "rollback fails"}[rollbackFails], func(t *testing.T) {
+			e, first, second := twoShares(t)
+			crash := draplugintest.CrashAt(first.UID, 2)
+			old := e.plugin(withHooks(crash.Hooks()))
+			e.reconcile(old)
+			updated := e.plugin()
+			e.reconcile(updated)
+			if _, err := prepareOne(t, old, first); !errors.Is(err, draplugintest.ErrCrash) {
+				t.Fatalf("prepare of the first share: %v, want the crash", err)
+			}
+			if seen := crash.Seen(); seen[len(seen)-1] != draplugin.CrashAfterSharingApplied {
+				t.Fatalf("crashed at %v, the scenario needs %s", seen, draplugin.CrashAfterSharingApplied)
+			}
+			restore := "SetComputeMode " + e.Inventory.GPUs[0].UUID + " DEFAULT"
+			if rollbackFails {
+				e.Host.FailOn(restore, errors.New("nvml: unknown error"))
+			}
+			if _, err := prepareOne(t, updated, second); err != nil {
+				t.Fatalf("prepare of the second share: %v", err)
+			}
+			if daemons := e.Host.State().Daemons; len(daemons) != 1 {
+				t.Errorf("MPS daemons running after the second share's prepare: %v, want one", daemons)
+			}
+			e.Host.FailOn(restore, nil)
+			for _, c := range []*resourceapi.ResourceClaim{first, second} { // kubelet gave up on the first
+				if err := unprepareOne(t, updated, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := e.HostClean(); err != nil {
+				t.Errorf("host after both claims are gone: %v", err)
+			}
+			if rep := e.reconcile(e.plugin()); rep.Prepared != 0 || len(rep.RolledBack) != 0 {
+				t.Errorf("a restarted plugin found %v", rep)
+			}
+		})
 	}
 }
 
