@@ -58,9 +58,9 @@ type Plugin struct {
 	syncMu sync.Mutex
 	synced map[string]uint64
 
-	// ops is held for reading by every operation that changes the node (prepare, unprepare, a
-	// round of MPS supervision); Stop takes it for writing to wait for those under way.
-	ops sync.RWMutex
+	// ops tracks the operations that change the node (prepare, unprepare, a round of MPS
+	// supervision), for Stop to wait for.
+	ops pluginkit.InFlight
 
 	helperMu sync.Mutex
 	helper   *kubeletplugin.Helper
@@ -203,8 +203,7 @@ func (p *Plugin) partitionedNow(ctx context.Context) (*gpu.Inventory, func(*gpu.
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin. Claims are prepared concurrently;
 // each gets its own result, so one failing claim does not fail the others.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	p.ops.RLock()
-	defer p.ops.RUnlock()
+	defer p.ops.Begin()()
 	return pluginkit.Concurrently(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
 		func(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult { return p.prepareClaim(ctx, c) }), nil
 }
@@ -214,8 +213,7 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 // are unprepared concurrently. Nothing is fsynced: a power loss reverting the checkpoint to before
 // an unprepare is harmless, since Reconcile forgets every claim of an earlier boot.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	p.ops.RLock()
-	defer p.ops.RUnlock()
+	defer p.ops.Begin()()
 	return pluginkit.Concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
 		func(c kubeletplugin.NamespacedObject) error { return p.unprepareClaim(ctx, c) }), nil
 }
@@ -298,15 +296,15 @@ func (p *Plugin) superviseLoop(ctx context.Context, stopped <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		p.ops.RLock()
+		end := p.ops.Begin()
 		select {
 		case <-stopped: // Stop came while the tick was taken: it waits for no round after it
-			p.ops.RUnlock()
+			end()
 			return
 		default:
 		}
 		err := p.superviseMPS(ctx)
-		p.ops.RUnlock()
+		end()
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Supervising MPS daemons")
 		}
@@ -406,9 +404,7 @@ func (p *Plugin) Stop() {
 	if helper != nil {
 		helper.Stop()
 	}
-	p.ops.Lock()
-	//lint:ignore SA2001 the lock is taken only to wait until the operations under way end
-	p.ops.Unlock()
+	p.ops.Wait()
 }
 
 // lockGPUs takes the locks of the given physical GPUs (in this process and across processes)

@@ -37,9 +37,8 @@ type Plugin struct {
 	mu        sync.Mutex
 	published map[string]bool // the device names Driver.Devices listed last
 
-	// ops is held for reading by every prepare and unprepare call; Stop takes it for writing
-	// to wait for those under way.
-	ops sync.RWMutex
+	// ops tracks the prepare and unprepare calls under way, for Stop to wait for.
+	ops pluginkit.InFlight
 
 	helperMu sync.Mutex
 	helper   *kubeletplugin.Helper
@@ -177,9 +176,7 @@ func (p *Plugin) Stop() {
 	if helper != nil {
 		helper.Stop()
 	}
-	p.ops.Lock()
-	//lint:ignore SA2001 the lock is taken only to wait until the operations under way end
-	p.ops.Unlock()
+	p.ops.Wait()
 }
 
 // Close releases the checkpoint and lock files. Call it after Stop when the plugin is not used

@@ -31,8 +31,7 @@ import (
 // deleted). A claim already prepared is answered from the checkpoint, unless its allocation
 // changed, which is an error.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	p.ops.RLock()
-	defer p.ops.RUnlock()
+	defer p.ops.Begin()()
 	return pluginkit.Concurrently(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
 		func(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
 			logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(c), "claimUID", c.UID)
@@ -217,8 +216,7 @@ func (p *Plugin) writeSpec(st *checkpoint.ClaimState) error {
 // releases every claim of an earlier boot, so a power loss that reverts the checkpoint to
 // before an unprepare revives nothing.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	p.ops.RLock()
-	defer p.ops.RUnlock()
+	defer p.ops.Begin()()
 	results := pluginkit.Concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
 		func(c kubeletplugin.NamespacedObject) error {
 			logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
