@@ -1236,3 +1236,36 @@ func TestDeviceEditsRoundTrip(t *testing.T) {
 		t.Fatalf("invalid edits: error %v", err)
 	}
 }
+
+// TestListFunc: ListFunc returns copies of just the claims asked for, ordered by UID whatever
+// the map's order; List returns all of them the same way.
+func TestListFunc(t *testing.T) {
+	s, _ := open(t, t.TempDir())
+	for _, uid := range []string{"c3", "c1", "c4", "c2"} {
+		c := claim(uid)
+		if uid == "c3" || uid == "c1" {
+			c.Phase = PrepareStarted
+		}
+		if err := s.Put(c, atomicfile.ProcessCrash); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uids := func(cs []ClaimState) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.UID)
+		}
+		return out
+	}
+	started := s.ListFunc(func(c *ClaimState) bool { return c.Phase == PrepareStarted })
+	if diff := cmp.Diff([]string{"c1", "c3"}, uids(started)); diff != "" {
+		t.Errorf("ListFunc(PrepareStarted) (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"c1", "c2", "c3", "c4"}, uids(s.List())); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+	started[0].Devices[0].Device = "changed"
+	if c, _ := s.Get("c1"); c.Devices[0].Device == "changed" {
+		t.Error("ListFunc returned the stored claim, not a copy")
+	}
+}

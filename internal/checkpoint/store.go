@@ -453,26 +453,22 @@ func (s *Store) Get(uid string) (ClaimState, bool) {
 
 // List returns copies of all claims, ordered by UID.
 func (s *Store) List() []ClaimState {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]ClaimState, 0, len(s.state.Claims))
-	for _, uid := range slices.Sorted(maps.Keys(s.state.Claims)) {
-		out = append(out, s.state.Claims[uid].Clone())
-	}
-	return out
+	return s.ListFunc(func(*ClaimState) bool { return true })
 }
 
 // ListFunc returns copies of the claims for which keep reports true, ordered by UID; only those
-// are copied. keep sees each stored claim and must neither change nor retain it.
+// are copied and sorted (a prepare asks for the few interrupted ones among all). keep sees each
+// stored claim and must neither change nor retain it.
 func (s *Store) ListFunc(keep func(*ClaimState) bool) []ClaimState {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []ClaimState
-	for _, uid := range slices.Sorted(maps.Keys(s.state.Claims)) {
-		if c := s.state.Claims[uid]; keep(&c) {
+	for _, c := range s.state.Claims {
+		if keep(&c) {
 			out = append(out, c.Clone())
 		}
 	}
+	slices.SortFunc(out, func(a, b ClaimState) int { return strings.Compare(a.UID, b.UID) })
 	return out
 }
 
