@@ -12,12 +12,12 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build image e2e e2e-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-scale demo render generate verify-generate
+.PHONY: all test large-files unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build image e2e e2e-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-scale demo render generate verify-generate
 
 all: test
 
 ## test: vet, staticcheck, gofmt check, then unit and integration tests with the race detector.
-test: fmt-check verify-generate vet staticcheck unit
+test: large-files fmt-check verify-generate vet staticcheck unit
 
 # The node-runtime tests write checkpoints, CDI specs and sockets by the thousand: on tmpfs when
 # the machine has one, as kubelet's pod directories and /run usually are. The race detector's
@@ -31,6 +31,10 @@ vet:
 
 staticcheck:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+## large-files: fail on a tracked file over 1 MiB not in hack/large-files.allow (build output).
+large-files:
+	hack/check-large-files
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
