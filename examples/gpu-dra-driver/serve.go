@@ -101,7 +101,7 @@ func (s *serveFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&s.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet's plugin registration directory")
 	fs.StringVar(&s.cdiRoot, "cdi-root", cdi.DefaultSpecDir, "where per-claim CDI specs are written")
 	fs.StringVar(&s.stateDir, "state-dir", "", "where the checkpoint lives (default: --plugin-dir)")
-	fs.StringVar(&s.driverRoot, "driver-root", "/", "root of the NVIDIA driver installation (/ or /run/nvidia/driver); with --nvml=fake the default is a fake installation under --state-dir")
+	fs.StringVar(&s.driverRoot, "driver-root", "/", "root of the NVIDIA driver installation (/ or /run/nvidia/driver); with --nvml=fake the default is a fake installation under --state-dir, and a fake installation given here carries the fake kernel's /proc files")
 	fs.StringVar(&s.hostRoot, "host-driver-root", "", "the driver root's path on the host, when this process sees it elsewhere (a container mounting the host's driver root at --driver-root); CDI specs name host paths (default: --driver-root)")
 	fs.StringVar(&s.devRoot, "dev-root", "", "where the NVIDIA device nodes are, on the host as here (\"/\" when a driver container creates them in the host's /dev; default: --driver-root)")
 	fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics) and a liveness check through the plugin's sockets (/healthz) on this address, e.g. :8080; empty: off")
@@ -407,6 +407,11 @@ func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot
 		}
 		if s.devRoot != "" {
 			opts = append(opts, cdi.WithDevRoot(s.devRoot), cdi.WithHostDevRoot(s.devRoot))
+		}
+		if n.machine != nil {
+			// A fake installation carries the fake kernel's /proc files (driver version,
+			// device majors, MIG capability minors): the host's /proc has none of them.
+			opts = append(opts, cdi.WithProcRoot(s.driverRoot))
 		}
 		return cdi.NewHostRoot(s.driverRoot, opts...)
 	}
