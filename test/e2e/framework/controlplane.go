@@ -59,6 +59,14 @@ type controlPlaneConfig struct {
 	schedulerFlags []string
 	deferScheduler bool
 	featureGates   string
+	allControllers bool
+}
+
+// WithAllControllers runs kube-controller-manager with every default controller, node lifecycle
+// and taint eviction included: for nodes whose kubelet is real and sends heartbeats (the node
+// tier), which need the node lifecycle controller to lift their not-ready taint.
+func WithAllControllers() ControlPlaneOption {
+	return func(c *controlPlaneConfig) { c.allControllers = true }
 }
 
 // WithSchedulerFlags appends flags to kube-scheduler's command line (later flags win), for
@@ -242,9 +250,9 @@ func (cp *ControlPlane) waitAPIServer(ctx context.Context, p *Process) error {
 	return nil
 }
 
-// component writes the kubeconfig of a component that authenticates as user cn.
-func (cp *ControlPlane) component(name, cn string) (string, error) {
-	c, err := cp.pki.client(name, cn)
+// component writes the kubeconfig of a component that authenticates as user cn in groups orgs.
+func (cp *ControlPlane) component(name, cn string, orgs ...string) (string, error) {
+	c, err := cp.pki.client(name, cn, orgs...)
 	if err != nil {
 		return "", err
 	}
@@ -271,6 +279,9 @@ func (cp *ControlPlane) startControllerManager(bins *binaries.Set, port int) err
 		return err
 	}
 	controllers := "*,-" + strings.Join(DisabledControllers, ",-")
+	if cp.cfg.allControllers {
+		controllers = "*"
+	}
 	_, err = cp.start(binaries.KubeControllerManager, append([]string{bins.Path(binaries.KubeControllerManager),
 		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
@@ -355,4 +366,11 @@ func FreePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// NodeKubeconfig writes the kubeconfig a kubelet on node uses: a client certificate for user
+// system:node:<node> in group system:nodes, which the API server's Node authorizer and the
+// NodeRestriction admission plugin limit to that node's objects, as on a production node.
+func (cp *ControlPlane) NodeKubeconfig(node string) (string, error) {
+	return cp.component("kubelet-"+node, "system:node:"+node, "system:nodes")
 }

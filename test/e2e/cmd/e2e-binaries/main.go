@@ -9,6 +9,7 @@
 //	go run ./cmd/e2e-binaries            # build what is missing
 //	go run ./cmd/e2e-binaries -rebuild   # rebuild everything
 //	go run ./cmd/e2e-binaries -example-driver   # also dra-example-driver's kubelet plugin (make bench-e2e)
+//	go run ./cmd/e2e-binaries -node      # also kubelet, containerd, runc and CNI (make e2e-node)
 //
 // The cache root is $GPUDRA_E2E_CACHE, or ~/.cache/gpudra-e2e.
 package main
@@ -37,6 +38,7 @@ func main() {
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("e2e-binaries", flag.ContinueOnError)
 	rebuild := fs.Bool("rebuild", false, "rebuild every binary even when the cache has it")
+	node := fs.Bool("node", false, "also the node tier's parts: kubelet, containerd (pinned by "+binaries.ContainerdModuleDir+"), and runc and the CNI plugins from Debian's packages when missing")
 	example := fs.Bool("example-driver", false, "also build dra-example-driver's kubelet plugin at the version "+binaries.ExampleDriverModuleDir+" pins (the benchmarks compare against it)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -47,6 +49,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if err := set.Build(ctx, out, *rebuild); err != nil {
 		return err
+	}
+	if *node {
+		if _, err := set.BuildNode(ctx, out, *rebuild); err != nil {
+			return err
+		}
+		if err := binaries.EnsureHostTools(ctx, out); err != nil {
+			return err
+		}
 	}
 	if *example {
 		if _, err := set.ExampleDriverPath(ctx, out, *rebuild); err != nil {

@@ -102,19 +102,9 @@ func (s *Set) Build(ctx context.Context, out io.Writer, rebuild bool) error {
 	fmt.Fprintf(out, "e2e binaries: Kubernetes %s, etcd %s, cache %s\n", s.KubernetesVersion, s.EtcdVersion, s.Dir)
 	total := time.Now()
 	for _, b := range s.Binaries {
-		if !rebuild && s.cached(ctx, b) {
-			fmt.Fprintf(out, "  %-24s cached\n", b.Name)
-			continue
-		}
-		start := time.Now()
-		fmt.Fprintf(out, "  %-24s building %s ...\n", b.Name, b.Package)
-		if err := s.build(ctx, out, b); err != nil {
+		if err := s.buildOne(ctx, out, b, rebuild); err != nil {
 			return err
 		}
-		if !s.cached(ctx, b) {
-			return fmt.Errorf("%s built, but `%s --version` does not say %q: check the -X version flags", b.Name, b.Name, b.VersionMarker)
-		}
-		fmt.Fprintf(out, "  %-24s built in %s\n", b.Name, time.Since(start).Round(time.Second))
 	}
 	fmt.Fprintf(out, "e2e binaries ready in %s\n", time.Since(total).Round(time.Second))
 	return nil
