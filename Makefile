@@ -12,7 +12,7 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test large-files unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build image e2e e2e-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-scale demo render generate verify-generate
+.PHONY: all test large-files unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build image e2e e2e-binaries e2e-node e2e-node-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-scale demo render generate verify-generate
 
 all: test
 
@@ -68,6 +68,18 @@ E2E_ARGS ?=
 e2e: e2e-binaries
 	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 ./framework/... ./cmd/...
 	cd test/e2e && $(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' . $(E2E_ARGS)
+
+## e2e-node-binaries: also build (or reuse) kubelet and containerd (cached like the control plane)
+## and install runc and the CNI plugins from Debian's packages when missing.
+e2e-node-binaries:
+	cd test/e2e && $(GO) run ./cmd/e2e-binaries -node
+
+## e2e-node: tier-4 tests on a real node (test/e2e/node): kubelet, containerd and runc on this
+## machine run the chart's DaemonSet and GPU pods. Needs root. E2E_NODE_RUN selects tests;
+## E2E_KEEP=1 keeps the node's directory and logs.
+E2E_NODE_RUN ?= .
+e2e-node: e2e-node-binaries
+	cd test/e2e && $(GO) test -count=1 -v -timeout 45m -run '$(E2E_NODE_RUN)' ./node/ $(E2E_ARGS)
 
 ## bench-e2e: the e2e benchmarks against real control planes; each prints a markdown table
 ## (docs/benchmarks.md records them). About 10 + 15 minutes on 2 cores.

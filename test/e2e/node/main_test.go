@@ -1,0 +1,266 @@
+package node
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpudra/gpudra/test/e2e/framework"
+	"github.com/gpudra/gpudra/test/e2e/framework/binaries"
+	"github.com/gpudra/gpudra/test/e2e/framework/kubenode"
+)
+
+// The chart's release on the node, and what the suite runs.
+const (
+	releaseName      = "gpu-dra-driver"
+	releaseNamespace = "gpu-dra-driver"
+	chartPath        = "deployments/helm/gpu-dra-driver"
+	driverName       = "gpu.nvidia.com"
+	nodeName         = "gn-1"
+	// machine is the fake machine the chart's plugin serves (8 × A100-SXM4-40GB).
+	machine = "dgx-a100-40gb"
+	gpus    = 8
+	// imageTag is the driver image's tag: the chart's repository, this tag.
+	imageTag      = "node-e2e"
+	workloadImage = "gpudra.test/gpu-workload:node-e2e"
+)
+
+var suite *Suite
+
+// Suite is the control plane, the node and the chart installed on it, shared by every test.
+type Suite struct {
+	// Dir holds everything the run writes (short: sockets live below it).
+	Dir        string
+	Repo       string
+	Bins       *binaries.Set
+	NodeBins   *binaries.Node
+	CP         *framework.ControlPlane
+	Client     kubernetes.Interface
+	Applier    *framework.Applier
+	Node       *kubenode.Node
+	DriverRoot string
+	// Values are the chart values the suite installs with.
+	Values map[string]any
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	ctx := context.Background()
+	start := time.Now()
+	s, err := newSuite(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node tier set-up failed:", err)
+		if s != nil {
+			s.teardown(true)
+		}
+		return 1
+	}
+	fmt.Printf("node: control plane, node and chart ready in %s (%s)\n", time.Since(start).Round(100*time.Millisecond), s.Dir)
+	suite = s
+	code := m.Run()
+	s.teardown(code != 0 || os.Getenv("E2E_KEEP") != "")
+	return code
+}
+
+func newSuite(ctx context.Context) (*Suite, error) {
+	repo, err := filepath.Abs("../../..")
+	if err != nil {
+		return nil, err
+	}
+	s := &Suite{Repo: repo}
+	if s.Bins, err = binaries.Resolve(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.Bins.Build(ctx, os.Stdout, false); err != nil {
+		return nil, err
+	}
+	if s.NodeBins, err = s.Bins.BuildNode(ctx, os.Stdout, false); err != nil {
+		return nil, err
+	}
+	if err := binaries.EnsureHostTools(ctx, os.Stdout); err != nil {
+		return nil, err
+	}
+	if s.Dir, err = os.MkdirTemp("/tmp", "gn"); err != nil {
+		return nil, err
+	}
+	archive, err := s.buildImages(ctx)
+	if err != nil {
+		return s, err
+	}
+	if s.CP, err = framework.StartControlPlane(ctx, s.Bins, filepath.Join(s.Dir, "cp"), framework.WithAllControllers()); err != nil {
+		return s, err
+	}
+	if s.Client, err = kubernetes.NewForConfig(s.CP.Admin); err != nil {
+		return s, err
+	}
+	if s.Applier, err = framework.NewApplier(s.CP.Admin); err != nil {
+		return s, err
+	}
+	s.Node, err = kubenode.Start(ctx, s.CP, s.NodeBins, kubenode.Config{
+		Name: nodeName, Dir: filepath.Join(s.Dir, "n"), Images: archive,
+		Labels: map[string]string{"nvidia.com/gpu.present": "true"},
+	})
+	if err != nil {
+		return s, err
+	}
+	fmt.Printf("node: %s Ready\n", nodeName)
+	// On the node's shared mount: the chart mounts the driver root with HostToContainer.
+	s.DriverRoot = filepath.Join(s.Node.Dir, "driver-root")
+	if err := kubenode.FakeDriverRoot(s.DriverRoot, gpus); err != nil {
+		return s, err
+	}
+	return s, s.installChart(ctx, nil)
+}
+
+// buildImages builds the driver as `make build` does, the pause and workload programs
+// statically, and writes the three images into one archive for containerd.
+func (s *Suite) buildImages(ctx context.Context) (string, error) {
+	start := time.Now()
+	driver := filepath.Join(s.Dir, "gpu-dra-driver")
+	if out, err := exec.CommandContext(ctx, "make", "--no-print-directory", "-C", s.Repo, "build", "BIN="+driver).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("make build: %w\n%s", err, out)
+	}
+	progs := map[string]string{}
+	for _, p := range []string{"node-pause", "gpu-workload"} {
+		bin := filepath.Join(s.Dir, p)
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/"+p)
+		cmd.Dir = filepath.Join(s.Repo, "test", "e2e")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build ./cmd/%s: %w\n%s", p, err, out)
+		}
+		progs[p] = bin
+	}
+	driverImage, err := kubenode.DriverImage("ghcr.io/gpudra/gpu-dra-driver:"+imageTag, driver)
+	if err != nil {
+		return "", err
+	}
+	archive := filepath.Join(s.Dir, "images.tar")
+	err = kubenode.WriteArchive(archive,
+		kubenode.StaticImage(kubenode.SandboxImage, progs["node-pause"]),
+		kubenode.StaticImage(workloadImage, progs["gpu-workload"]),
+		driverImage)
+	if err != nil {
+		return "", err
+	}
+	fmt.Printf("node: driver, pause and workload images built in %s\n", time.Since(start).Round(100*time.Millisecond))
+	return archive, nil
+}
+
+// chartValues are the values a platform team would set for this node: its kubelet directory,
+// containerd's CDI directory, the image, and (tests only) the fake machine with its fake
+// driver installation. extra overrides them.
+func (s *Suite) chartValues(extra map[string]any) map[string]any {
+	v := map[string]any{
+		"kubeletDir": s.Node.Kubelet.RootDir,
+		"cdiRoot":    s.Node.CDIDir,
+		"image":      map[string]any{"tag": imageTag},
+		"fakeMachine": map[string]any{
+			"name":       machine,
+			"driverRoot": s.DriverRoot,
+		},
+		"logVerbosity": 4,
+	}
+	for k, x := range extra {
+		v[k] = x
+	}
+	return v
+}
+
+// installChart renders the chart as `helm upgrade --install` would with chartValues(extra),
+// adapts the DaemonSet to this node's network (see adaptToNode) and applies it.
+func (s *Suite) installChart(ctx context.Context, extra map[string]any) error {
+	s.Values = s.chartValues(extra)
+	objs, err := framework.RenderChart(filepath.Join(s.Repo, chartPath), s.Bins.KubernetesVersion,
+		framework.Release{Name: releaseName, Namespace: releaseNamespace, Values: s.Values})
+	if err != nil {
+		return err
+	}
+	if err := framework.CreateNamespace(ctx, s.Client, releaseNamespace, nil); err != nil {
+		return err
+	}
+	for i, o := range objs {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		if objs[i], err = s.adaptToNode(o); err != nil {
+			return err
+		}
+	}
+	if err := s.Applier.Apply(ctx, releaseNamespace, objs...); err != nil {
+		return err
+	}
+	return s.waitPluginReady(ctx)
+}
+
+// adaptToNode makes the plugin pod run on a node without a pod network or kube-proxy: it uses
+// the host's network, and reaches the API server on loopback instead of through the
+// kubernetes Service. Nothing else of the chart's DaemonSet changes.
+func (s *Suite) adaptToNode(o *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	ds := &appsv1.DaemonSet{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
+		return nil, err
+	}
+	spec := &ds.Spec.Template.Spec
+	spec.HostNetwork = true
+	host, port, err := hostPort(s.CP.URL)
+	if err != nil {
+		return nil, err
+	}
+	for i := range spec.Containers {
+		spec.Containers[i].Env = append(spec.Containers[i].Env,
+			corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
+			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ds)
+	if err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: u}, nil
+}
+
+// teardown stops the node and the control plane; keep leaves the logs in Dir.
+func (s *Suite) teardown(keep bool) {
+	if s.Node != nil {
+		s.Node.Stop()
+	}
+	if s.CP != nil {
+		s.CP.Stop()
+	}
+	if s.Dir == "" {
+		return
+	}
+	if keep {
+		_ = os.RemoveAll(filepath.Join(s.Dir, "cp", "etcd"))
+		_ = os.RemoveAll(filepath.Join(s.Dir, "n", "containerd", "root"))
+		fmt.Printf("node: logs kept in %s (control plane: cp/logs; kubelet: n/kubelet/kubelet.log; containerd: n/containerd/containerd.log; pods: n/kubelet/pod-logs)\n", s.Dir)
+		return
+	}
+	_ = os.RemoveAll(s.Dir)
+}
+
+// pluginPods returns the chart's plugin pods on the node.
+func (s *Suite) pluginPods(ctx context.Context) ([]corev1.Pod, error) {
+	pods, err := s.Client.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/component=kubelet-plugin", FieldSelector: "spec.nodeName=" + nodeName})
+	if err != nil {
+		return nil, err
+	}
+	return pods.Items, nil
+}
