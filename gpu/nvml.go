@@ -39,13 +39,13 @@ func FindLibrary(driverRoot string) (string, error) {
 		names[i] = filepath.Join(d, DefaultLibraryPath)
 	}
 	p, err := driverroot.Find(driverRoot, names)
-	if err != nil {
+	if err != nil { // err names every file looked at; the directories say it shorter
 		searched := make([]string, len(dirs))
 		for i, d := range dirs {
 			searched[i] = filepath.Join(driverRoot, d)
 		}
-		return "", fmt.Errorf("gpu: %s not found in driver root %s (searched %s): %w: %w",
-			DefaultLibraryPath, driverRoot, strings.Join(searched, ", "), ErrNVMLNotFound, err)
+		return "", fmt.Errorf("gpu: %s not found in driver root %s (searched %s): %w",
+			DefaultLibraryPath, driverRoot, strings.Join(searched, ", "), ErrNVMLNotFound)
 	}
 	return p, nil
 }

@@ -91,7 +91,8 @@ func Loaders() []string {
 }
 
 // Find returns the first of names (paths relative to root) that exists in root as a regular
-// file, resolved with Resolve. The error names root and every path looked at.
+// file, resolved with Resolve. The error wraps fs.ErrNotExist and names every path looked at
+// (each below root).
 func Find(root string, names []string) (string, error) {
 	for _, name := range names {
 		p, err := Resolve(root, name)
@@ -106,7 +107,7 @@ func Find(root string, names []string) (string, error) {
 	for i, name := range names {
 		looked[i] = filepath.Join(root, name)
 	}
-	return "", fmt.Errorf("none of %s exists in driver root %s: %w", strings.Join(looked, ", "), root, fs.ErrNotExist)
+	return "", fmt.Errorf("none of %s exists: %w", strings.Join(looked, ", "), fs.ErrNotExist)
 }
 
 // FindLoader returns the driver root's dynamic loader (the first of Loaders that exists),
@@ -114,7 +115,7 @@ func Find(root string, names []string) (string, error) {
 func FindLoader(root string) (string, error) {
 	p, err := Find(root, Loaders())
 	if err != nil {
-		return "", fmt.Errorf("dynamic loader: %w", err)
+		return "", fmt.Errorf("dynamic loader not found: %w", err)
 	}
 	return p, nil
 }
