@@ -80,11 +80,8 @@ func (r DriverRootDir) command(ctx context.Context, bin string, extraEnv []strin
 	if err != nil {
 		return nil, fmt.Errorf("driver root %s: cannot run %s: %w", root, bin, err)
 	}
+	// Never empty: every loader candidate lies in one of the library directories.
 	dirs := driverroot.ExistingLibraryDirs(root)
-	if len(dirs) == 0 {
-		return nil, fmt.Errorf("driver root %s: cannot run %s with %s: none of the library directories %s exists",
-			root, bin, loader, strings.Join(driverroot.LibraryDirs(), ", "))
-	}
 	ldArgs := append([]string{"--library-path", strings.Join(dirs, ":"), bin}, args...)
 	cmd := exec.CommandContext(ctx, loader, ldArgs...)
 	for _, kv := range os.Environ() {
@@ -96,8 +93,8 @@ func (r DriverRootDir) command(ctx context.Context, bin string, extraEnv []strin
 	return cmd, nil
 }
 
-// commandLine names a command in errors: the binary and its arguments, and the loader that runs it
-// when that is not the binary itself.
+// commandLine names a command in errors: the binary and its arguments, and the loader that
+// runs it when that is not the binary itself.
 func commandLine(cmd *exec.Cmd, bin string, args []string) string {
 	s := strings.TrimSpace(bin + " " + strings.Join(args, " "))
 	if len(cmd.Args) > 0 && cmd.Args[0] != bin {

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -156,5 +158,19 @@ func TestIsHostRoot(t *testing.T) {
 	want := map[string]bool{"": true, "/": true, "//": true, "/.": true, "/driver-root": false, "/run/nvidia/driver/": false}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("IsHostRoot (-want +got):\n%s", diff)
+	}
+}
+
+// TestLoadersLieInLibraryDirs: a root whose loader is found always has a library directory
+// (the loader's own), so the --library-path of a driver-root tool is never empty.
+func TestLoadersLieInLibraryDirs(t *testing.T) {
+	var missing []string
+	for _, l := range driverroot.Loaders() {
+		if !slices.Contains(driverroot.LibraryDirs(), path.Dir(l)) {
+			missing = append(missing, l)
+		}
+	}
+	if diff := cmp.Diff([]string(nil), missing); diff != "" {
+		t.Errorf("loaders outside the library directories (-want +got):\n%s", diff)
 	}
 }
