@@ -106,7 +106,7 @@ const otherLibcSource = `int gpudra_not_this_glibc;`
 // Ubuntu install: a copy of this host's dynamic loader (reached through the absolute link
 // lib64/ld-linux-x86-64.so.2 -> /lib/x86_64-linux-gnu/..., resolved inside the root), a
 // libc.so.6 this host's processes cannot use, a library only the root has, and the tool as
-// nvidia-smi and nvidia-cuda-mps-control.
+// nvidia-smi and, through an absolute link, nvidia-cuda-mps-control.
 type toolRoot struct {
 	dir    string
 	loader string // the loader's real path in dir
@@ -167,7 +167,10 @@ func buildToolRoot(t *testing.T, withLoader bool) toolRoot {
 	compile("lib", toolLibSource, "-shared", "-fPIC", "-Wl,-soname,libgpudra-tool.so.1", "-o", filepath.Join(r.libDir, "libgpudra-tool.so.1"))
 	tool := filepath.Join(r.dir, "usr/bin/nvidia-smi")
 	compile("tool", toolSource, "-fPIE", "-pie", "-o", tool, "-L"+r.libDir, "-l:libgpudra-tool.so.1")
-	copyFile(t, tool, filepath.Join(r.dir, "usr/bin/nvidia-cuda-mps-control"), 0o755)
+	// An absolute link, which only a lookup inside the root follows to the tool.
+	if err := os.Symlink("/usr/bin/nvidia-smi", filepath.Join(r.dir, "usr/bin/nvidia-cuda-mps-control")); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 
