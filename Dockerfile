@@ -1,7 +1,10 @@
 # The reference driver's image: `make image` builds it; the Helm chart's default image is it.
 # The binary is built by the Makefile's `build` target, so it has exactly the flags a local
-# `make build` uses. cgo is on: go-nvml loads libnvidia-ml.so.1 at run time with dlopen, from
-# the driver root the chart mounts (LD_LIBRARY_PATH), so the image carries no NVIDIA library.
+# `make build` uses. cgo is on: go-nvml loads libnvidia-ml.so.1 at run time with dlopen, by its
+# absolute path in the driver root the chart mounts (--driver-root), so the image carries no
+# NVIDIA library. The driver root's tools (nvidia-smi, nvidia-cuda-mps-control) run with the
+# root's own dynamic loader; nothing sets LD_LIBRARY_PATH, which would make this image's loader
+# load the host's libc.so.6 (exit 127 where the two glibc versions differ).
 ARG GO_VERSION=1.26
 
 FROM golang:${GO_VERSION}-bookworm AS build

@@ -5,6 +5,13 @@
 // machine) or OpenReal (the host's libnvidia-ml.so.1) initializes NVML and returns a Session
 // whose Close shuts it down. Enumerate works on any initialized nvml.Interface.
 //
+// A driver installed elsewhere than "/" (the host's driver root mounted into a plugin's
+// container) is loaded with OpenReal(WithDriverRoot(root)): FindLibrary finds libnvidia-ml.so.1
+// in the root's library directories, resolving symbolic links inside the root, and NVML is
+// loaded by that absolute path. The root's other libraries never reach this process: pointing
+// LD_LIBRARY_PATH at them would load the root's C library with this process's dynamic loader,
+// which kills the process when the two glibc versions differ.
+//
 // Enumeration reports per GPU its index, minor, UUID, product name, brand, architecture name,
 // compute capability and driver versions as semantic versions, memory, SM count, canonical PCI
 // bus ID, NUMA node, and MIG capability and mode. Compute capability 8.0 is necessary but not

@@ -4,14 +4,56 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpudra/gpudra/internal/driverroot"
 )
 
-// DefaultLibraryPath is the NVML library OpenReal loads unless WithLibraryPath says otherwise. A
-// bare file name is resolved by the dynamic loader (LD_LIBRARY_PATH, ld.so.cache).
+// DefaultLibraryPath is the NVML library OpenReal loads unless WithLibraryPath or
+// WithDriverRoot says otherwise. A bare file name is resolved by the dynamic loader
+// (LD_LIBRARY_PATH, ld.so.cache). It is also the file name FindLibrary looks for.
 const DefaultLibraryPath = "libnvidia-ml.so.1"
+
+// FindLibrary returns the absolute path of NVML (DefaultLibraryPath) in the driver root
+// driverRoot, as this process opens it: the first of the root's library directories
+// (LibrarySearchDirs) that holds it, with every symbolic link resolved inside the root (an
+// absolute link target such as "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05" is
+// relative to the driver root, not to this process's "/"). An empty driverRoot is "/".
+//
+// Loading NVML by this path, rather than pointing LD_LIBRARY_PATH at the driver root, keeps the
+// driver root's other libraries, its C library above all, out of this process: a process whose
+// dynamic loader finds another glibc's libc.so.6 exits 127 before main. When the library is in
+// none of the directories, the error wraps ErrNVMLNotFound and names the root and the
+// directories searched.
+func FindLibrary(driverRoot string) (string, error) {
+	if driverRoot == "" {
+		driverRoot = "/"
+	}
+	dirs := LibrarySearchDirs()
+	names := make([]string, len(dirs))
+	for i, d := range dirs {
+		names[i] = filepath.Join(d, DefaultLibraryPath)
+	}
+	p, err := driverroot.Find(driverRoot, names)
+	if err != nil { // err names every file looked at; the directories say it shorter
+		searched := make([]string, len(dirs))
+		for i, d := range dirs {
+			searched[i] = filepath.Join(driverRoot, d)
+		}
+		return "", fmt.Errorf("gpu: %s not found in driver root %s (searched %s): %w",
+			DefaultLibraryPath, driverRoot, strings.Join(searched, ", "), ErrNVMLNotFound)
+	}
+	return p, nil
+}
+
+// LibrarySearchDirs returns the directories, relative to a driver root, that FindLibrary
+// searches, in order: usr/lib64, usr/lib/x86_64-linux-gnu, usr/lib/aarch64-linux-gnu, lib64,
+// lib/x86_64-linux-gnu, lib/aarch64-linux-gnu, usr/lib, lib.
+func LibrarySearchDirs() []string { return driverroot.LibraryDirs() }
 
 // ErrNVMLNotFound is returned (wrapped) by OpenReal when the NVML library cannot be loaded.
 var ErrNVMLNotFound = errors.New("NVML library not found")
@@ -41,25 +83,57 @@ func Open(lib nvml.Interface) (*Session, error) {
 type RealOption func(*realConfig)
 
 type realConfig struct {
-	path string
+	path       string
+	pathSet    bool
+	driverRoot string
 }
 
 // WithLibraryPath loads NVML from path instead of DefaultLibraryPath (for example a driver
-// root mounted into a container: "/driver-root/usr/lib64/libnvidia-ml.so.1").
+// root mounted into a container: "/driver-root/usr/lib64/libnvidia-ml.so.1"). It takes
+// precedence over WithDriverRoot.
 func WithLibraryPath(path string) RealOption {
-	return func(c *realConfig) { c.path = path }
+	return func(c *realConfig) { c.path, c.pathSet = path, true }
+}
+
+// WithDriverRoot loads NVML by its absolute path in the driver root root (FindLibrary): "/" for
+// a driver installed on the host, the host's driver root as mounted into this process's
+// container otherwise ("/driver-root"). For a root other than "/" a library FindLibrary cannot
+// find is an error; for "/" OpenReal then falls back to DefaultLibraryPath, the dynamic
+// loader's search. Nothing is added to LD_LIBRARY_PATH.
+func WithDriverRoot(root string) RealOption {
+	return func(c *realConfig) {
+		if root == "" {
+			root = "/"
+		}
+		c.driverRoot = root
+	}
 }
 
 // OpenReal loads the host's NVML library and initializes it. Without the library (no NVIDIA
 // driver, or the wrong path) it returns an error wrapping ErrNVMLNotFound that names the path;
 // it never panics.
 func OpenReal(opts ...RealOption) (*Session, error) {
-	c := realConfig{path: DefaultLibraryPath}
+	var c realConfig
 	for _, o := range opts {
 		o(&c)
 	}
-	if c.path == "" {
-		return nil, errors.New("gpu: OpenReal: empty NVML library path")
+	switch {
+	case c.pathSet:
+		if c.path == "" {
+			return nil, errors.New("gpu: OpenReal: empty NVML library path")
+		}
+	case c.driverRoot == "":
+		c.path = DefaultLibraryPath
+	default:
+		p, err := FindLibrary(c.driverRoot)
+		switch {
+		case err == nil:
+			c.path = p
+		case driverroot.IsHostRoot(c.driverRoot):
+			c.path = DefaultLibraryPath // a host install: the loader may know more places
+		default:
+			return nil, err
+		}
 	}
 	if c.path[0] == '/' {
 		if _, err := os.Stat(c.path); err != nil {

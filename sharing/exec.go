@@ -10,11 +10,21 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/gpudra/gpudra/internal/driverroot"
 )
 
 // DriverRootDir is where the NVIDIA driver's files are on the host filesystem as this process
 // sees it: "/" on a host install, /run/nvidia/driver (or wherever it is mounted) with the GPU
 // Operator's driver container.
+//
+// Driver binaries (nvidia-smi, nvidia-cuda-mps-control) of a root other than "/" run with that
+// root's own dynamic loader and library directories (`<root>/lib64/ld-linux-x86-64.so.2
+// --library-path <root's library dirs> <binary> ARGS`), never with LD_LIBRARY_PATH: the root's
+// C library may belong to another glibc than this process's loader. Symbolic links in the root
+// are resolved inside it. A root without a loader (lib64/ld-linux-x86-64.so.2,
+// lib/x86_64-linux-gnu/ld-linux-x86-64.so.2, usr/lib64/ld-linux-x86-64.so.2,
+// lib/ld-linux-aarch64.so.1 or lib/aarch64-linux-gnu/ld-linux-aarch64.so.1) cannot run them.
 type DriverRootDir string
 
 // Path returns p inside the driver root.
@@ -25,41 +35,85 @@ func (r DriverRootDir) Path(p string) string {
 	return filepath.Join(string(r), p)
 }
 
-// env returns the environment for a driver binary: the process environment, extra, and, for
-// a driver root other than "/", LD_LIBRARY_PATH pointing into it so the binary finds the
-// driver's libraries.
-func (r DriverRootDir) env(extra ...string) []string {
-	env := append(os.Environ(), extra...)
-	if r != "" && r != "/" {
-		var dirs []string
-		for _, d := range []string{"usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib", "lib64", "lib"} {
-			dirs = append(dirs, r.Path(d))
-		}
-		env = append(env, "LD_LIBRARY_PATH="+strings.Join(dirs, ":"))
-	}
-	return env
-}
+// isHost reports whether the driver root is this process's own "/".
+func (r DriverRootDir) isHost() bool { return driverroot.IsHostRoot(string(r)) }
 
 // findBinary returns the first existing path of name under the driver root's usual binary
-// directories, or the /usr/bin path when none exists (the error then comes from exec).
+// directories, with symbolic links resolved inside the root, or the /usr/bin path when none
+// exists (the error then comes from exec).
 func (r DriverRootDir) findBinary(name string) string {
+	root := string(r)
+	if root == "" {
+		root = "/"
+	}
+	var names []string
 	for _, d := range []string{"usr/bin", "usr/sbin", "bin", "sbin"} {
-		p := r.Path(filepath.Join(d, name))
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
+		names = append(names, filepath.Join(d, name))
+	}
+	if p, err := driverroot.Find(root, names); err == nil {
+		return p
 	}
 	return r.Path(filepath.Join("usr/bin", name))
+}
+
+// command returns the command that runs the driver binary bin with args and the process
+// environment plus extraEnv.
+//
+// For the driver root "/" that is bin itself. For any other root it is the root's own dynamic
+// loader, in ld.so's documented form `ld.so --library-path DIRS PROGRAM ARGS`, DIRS being the
+// root's library directories: the binary then runs with the C library it was built for and
+// finds the driver's libraries, while neither this process's environment nor the child's gets
+// LD_LIBRARY_PATH. (Setting LD_LIBRARY_PATH instead makes every process that inherits it —
+// this one, host binaries it runs — load the root's libc.so.6 with its own loader, which exits
+// 127 with "undefined symbol: ..., version GLIBC_PRIVATE" when the two glibc versions differ.)
+// LD_LIBRARY_PATH and LD_PRELOAD inherited from this process are left out of the child's
+// environment too, so that the root's binaries never load this process's libraries; extraEnv
+// is passed as given. The program sees its own path as argv[0]; /proc/self/exe is the loader.
+func (r DriverRootDir) command(ctx context.Context, bin string, extraEnv []string, args ...string) (*exec.Cmd, error) {
+	if r.isHost() {
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), extraEnv...)
+		return cmd, nil
+	}
+	root := string(r)
+	loader, err := driverroot.FindLoader(root)
+	if err != nil {
+		return nil, fmt.Errorf("driver root %s: cannot run %s: %w", root, bin, err)
+	}
+	// Never empty: every loader candidate lies in one of the library directories.
+	dirs := driverroot.ExistingLibraryDirs(root)
+	ldArgs := append([]string{"--library-path", strings.Join(dirs, ":"), bin}, args...)
+	cmd := exec.CommandContext(ctx, loader, ldArgs...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LD_LIBRARY_PATH=") && !strings.HasPrefix(kv, "LD_PRELOAD=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, extraEnv...)
+	return cmd, nil
+}
+
+// commandLine names a command in errors: the binary and its arguments, and the loader that
+// runs it when that is not the binary itself.
+func commandLine(cmd *exec.Cmd, bin string, args []string) string {
+	s := strings.TrimSpace(bin + " " + strings.Join(args, " "))
+	if len(cmd.Args) > 0 && cmd.Args[0] != bin {
+		s += " (run by " + cmd.Args[0] + ")"
+	}
+	return s
 }
 
 // waitDelay bounds how long a finished command's I/O may keep Wait waiting: a process that a
 // command leaves behind (a daemon) may hold its standard streams open for its whole life.
 const waitDelay = 2 * time.Second
 
-// run runs a short-lived driver command and returns an error with its combined output.
-func run(ctx context.Context, bin string, env []string, stdin string, args ...string) error {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = env
+// run runs a short-lived driver command (see command) and returns an error with its combined
+// output.
+func (r DriverRootDir) run(ctx context.Context, bin string, extraEnv []string, stdin string, args ...string) error {
+	cmd, err := r.command(ctx, bin, extraEnv, args...)
+	if err != nil {
+		return err
+	}
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
@@ -67,7 +121,7 @@ func run(ctx context.Context, bin string, env []string, stdin string, args ...st
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = waitDelay
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+		return fmt.Errorf("%s: %w: %s", commandLine(cmd, bin, args), err, strings.TrimSpace(out.String()))
 	}
 	return nil
 }
@@ -76,19 +130,21 @@ func run(ctx context.Context, bin string, env []string, stdin string, args ...st
 // daemon inherits the command's stdout and stderr, so they go to logFile, a regular file,
 // rather than to a pipe: Wait then returns when the command exits, and the daemon never writes
 // into a pipe whose reader is gone (SIGPIPE).
-func startDaemon(ctx context.Context, bin string, env []string, logFile string, args ...string) error {
+func (r DriverRootDir) startDaemon(ctx context.Context, bin string, extraEnv []string, logFile string, args ...string) error {
+	cmd, err := r.command(ctx, bin, extraEnv, args...)
+	if err != nil {
+		return err
+	}
 	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("%s %s: output file: %w", bin, strings.Join(args, " "), err)
+		return fmt.Errorf("%s: output file: %w", commandLine(cmd, bin, args), err)
 	}
 	defer func() { _ = f.Close() }()
 	start, _ := f.Seek(0, io.SeekEnd)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.WaitDelay = waitDelay
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, tail(logFile, start))
+		return fmt.Errorf("%s: %w: %s", commandLine(cmd, bin, args), err, tail(logFile, start))
 	}
 	return nil
 }

@@ -84,6 +84,9 @@ func fakeMPSServer() int {
 	}
 }
 
+// TestNvidiaSMI runs a fake nvidia-smi from the host root "/" (the binary given by path): its
+// arguments, its failure and its environment, which gets nothing from the driver root. Driver
+// roots other than "/" are covered by TestDriverRootToolsRunWithTheRootsOwnLoader.
 func TestNvidiaSMI(t *testing.T) {
 	root := t.TempDir()
 	bin := filepath.Join(root, "usr", "bin")
@@ -95,7 +98,10 @@ func TestNvidiaSMI(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	smi := NewNvidiaSMI(WithSMIDriverRoot(DriverRootDir(root)))
+	if got, want := NewNvidiaSMI(WithSMIDriverRoot(DriverRootDir(root))).binary, filepath.Join(bin, "nvidia-smi"); got != want {
+		t.Errorf("nvidia-smi found in the driver root at %s, want %s", got, want)
+	}
+	smi := NewNvidiaSMI(WithSMIDriverRoot("/"), WithSMIBinary(filepath.Join(bin, "nvidia-smi")))
 	ctx := context.Background()
 	if _, known, err := smi.TimeSlice(ctx, "GPU-a"); known || err != nil {
 		t.Errorf("TimeSlice = known %v, %v; want unknown", known, err)
@@ -104,7 +110,7 @@ func TestNvidiaSMI(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(out)
-	want := "compute-policy -i GPU-a --set-timeslice 2\nLD=" + root + "/usr/lib64:" + root + "/usr/lib/x86_64-linux-gnu:" + root + "/usr/lib/aarch64-linux-gnu:" + root + "/usr/lib:" + root + "/lib64:" + root + "/lib\n"
+	want := "compute-policy -i GPU-a --set-timeslice 2\nLD=" + os.Getenv("LD_LIBRARY_PATH") + "\n"
 	if diff := cmp.Diff(want, string(got)); diff != "" {
 		t.Errorf("nvidia-smi call (-want +got):\n%s", diff)
 	}

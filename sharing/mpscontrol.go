@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -40,12 +41,15 @@ var _ MPSDaemons = (*MPSControl)(nil)
 // MPSControlOption configures NewMPSControl.
 type MPSControlOption func(*MPSControl)
 
-// WithMPSDriverRoot sets the driver root nvidia-cuda-mps-control is found in (default "/").
+// WithMPSDriverRoot sets the driver root nvidia-cuda-mps-control is found in (default "/"); for
+// a root other than "/" it runs with the root's own dynamic loader (see DriverRootDir).
 func WithMPSDriverRoot(root DriverRootDir) MPSControlOption {
 	return func(m *MPSControl) { m.root = root }
 }
 
-// WithMPSBinary sets the nvidia-cuda-mps-control path, overriding the driver root lookup.
+// WithMPSBinary sets the nvidia-cuda-mps-control path, overriding the driver root lookup. With a
+// driver root other than "/" the binary still runs with the root's loader, so it must be a
+// dynamically linked program of that root.
 func WithMPSBinary(path string) MPSControlOption { return func(m *MPSControl) { m.binary = path } }
 
 // WithMPSEnv adds environment variables ("K=V") for nvidia-cuda-mps-control.
@@ -77,10 +81,10 @@ func NewMPSControl(opts ...MPSControlOption) *MPSControl {
 }
 
 func (m *MPSControl) daemonEnv(spec MPSDaemonSpec) []string {
-	return m.root.env(append(m.env,
+	return append(slices.Clone(m.env),
 		"CUDA_VISIBLE_DEVICES="+strings.Join(spec.DeviceUUIDs, ","),
 		"CUDA_MPS_PIPE_DIRECTORY="+spec.PipeDir,
-		"CUDA_MPS_LOG_DIRECTORY="+spec.LogDir)...)
+		"CUDA_MPS_LOG_DIRECTORY="+spec.LogDir)
 }
 
 // startLog is the file in the log directory that gets the output of `nvidia-cuda-mps-control -d`
@@ -144,7 +148,7 @@ func (m *MPSControl) Start(ctx context.Context, spec MPSDaemonSpec) error {
 		logger.V(2).Info("MPS control daemon already runs")
 	} else {
 		logger.V(2).Info("Starting MPS control daemon", "binary", m.binary, "devices", spec.DeviceUUIDs, "pipeDir", spec.PipeDir)
-		if err := startDaemon(ctx, m.binary, m.daemonEnv(spec), filepath.Join(spec.LogDir, startLog), "-d"); err != nil {
+		if err := m.root.startDaemon(ctx, m.binary, m.daemonEnv(spec), filepath.Join(spec.LogDir, startLog), "-d"); err != nil {
 			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
 		}
 	}
@@ -161,7 +165,7 @@ func (m *MPSControl) Start(ctx context.Context, spec MPSDaemonSpec) error {
 	if len(cmds) == 0 {
 		return nil
 	}
-	if err := run(ctx, m.binary, m.daemonEnv(spec), strings.Join(cmds, "\n")+"\n"); err != nil {
+	if err := m.root.run(ctx, m.binary, m.daemonEnv(spec), strings.Join(cmds, "\n")+"\n"); err != nil {
 		return fmt.Errorf("MPS daemon %s: setting defaults: %w", spec.ID, err)
 	}
 	return nil
@@ -210,7 +214,7 @@ func (m *MPSControl) Stop(ctx context.Context, spec MPSDaemonSpec) error {
 	}
 	if running {
 		logger.V(2).Info("Stopping MPS control daemon")
-		if err := run(ctx, m.binary, m.daemonEnv(spec), "quit\n"); err != nil {
+		if err := m.root.run(ctx, m.binary, m.daemonEnv(spec), "quit\n"); err != nil {
 			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
 		}
 		if err := m.waitFor(ctx, spec, false); err != nil {

@@ -20,12 +20,15 @@ var _ TimeSlicer = (*NvidiaSMI)(nil)
 // NvidiaSMIOption configures NewNvidiaSMI.
 type NvidiaSMIOption func(*NvidiaSMI)
 
-// WithSMIDriverRoot sets the driver root nvidia-smi is found in (default "/").
+// WithSMIDriverRoot sets the driver root nvidia-smi is found in (default "/"); for a root other
+// than "/" it runs with the root's own dynamic loader (see DriverRootDir).
 func WithSMIDriverRoot(root DriverRootDir) NvidiaSMIOption {
 	return func(n *NvidiaSMI) { n.root = root }
 }
 
-// WithSMIBinary sets the nvidia-smi path, overriding the driver root lookup.
+// WithSMIBinary sets the nvidia-smi path, overriding the driver root lookup. With a driver root
+// other than "/" the binary still runs with the root's loader, so it must be a dynamically
+// linked program of that root.
 func WithSMIBinary(path string) NvidiaSMIOption { return func(n *NvidiaSMI) { n.binary = path } }
 
 // WithSMIEnv adds environment variables ("K=V") for nvidia-smi.
@@ -52,5 +55,5 @@ func (n *NvidiaSMI) TimeSlice(context.Context, string) (int, bool, error) { retu
 // SetTimeSlice implements TimeSlicer.
 func (n *NvidiaSMI) SetTimeSlice(ctx context.Context, gpuUUID string, value int) error {
 	klog.FromContext(ctx).V(4).Info("Running nvidia-smi", "binary", n.binary, "device", gpuUUID, "timeSlice", value)
-	return run(ctx, n.binary, n.root.env(n.env...), "", "compute-policy", "-i", gpuUUID, "--set-timeslice", strconv.Itoa(value))
+	return n.root.run(ctx, n.binary, n.env, "", "compute-policy", "-i", gpuUUID, "--set-timeslice", strconv.Itoa(value))
 }

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpudra/gpudra/cdi/cdifake"
 )
 
 // cliCase is one command line and what it must do.
@@ -383,4 +385,42 @@ func TestServeRefusesANodeWithADevicePlugin(t *testing.T) {
 			t.Errorf("allow=%v: guard error %v", allow, err)
 		}
 	}
+}
+
+// TestNVMLLoadedByPathInTheDriverRoot (issue 27): every --nvml=real command loads NVML by its
+// absolute path in --driver-root, following the root's own absolute symbolic links inside the
+// root, instead of by name through a loader path that would have to include the root's
+// libraries. The fake library is no ELF file, so loading fails and the error names the path
+// that was tried; a root without NVML names the root.
+func TestNVMLLoadedByPathInTheDriverRoot(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "driver-root")
+	if _, err := cdifake.Build(root, cdifake.Layout{}); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(cdifake.DefaultLibDir, "libnvidia-ml.so."+cdifake.DefaultVersion)
+	if err := os.Symlink(lib, filepath.Join(root, cdifake.DefaultLibDir, "libnvidia-ml.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	tried := "cannot load " + filepath.Join(root, lib)
+	notFound := "libnvidia-ml.so.1 not found in driver root " + empty
+	migConfig := filepath.Join(dir, "mig.yaml")
+	writeFile(t, migConfig, "version: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n")
+	serve := append([]string{"serve", "--nvml=real", "--node-name", "n1"}, serveDirs(t, dir)...)
+	runCases(t, []cliCase{
+		{name: "inventory", args: []string{"inventory", "--nvml=real", "--driver-root", root}, code: 3, stderr: tried},
+		{name: "topo", args: []string{"topo", "--nvml=real", "--driver-root", root}, code: 3, stderr: tried},
+		{name: "render", args: []string{"render", "--nvml=real", "--driver-root", root}, code: 3, stderr: tried},
+		{name: "mig check-config", args: []string{"mig", "check-config", "--nvml=real", "--driver-root", root, migConfig}, code: 3, stderr: tried},
+		{name: "serve", args: append(serve, "--driver-root", root), code: 3, stderr: tried},
+		{name: "serve, root without NVML", args: append(serve, "--driver-root", empty), code: 3, stderr: notFound},
+		{name: "version", args: []string{"version", "--driver-root", root}, code: 0, stdout: tried},
+		{name: "version, root without NVML", args: []string{"version", "--driver-root", empty}, code: 0, stdout: notFound},
+		{name: "relative root", args: []string{"inventory", "--nvml=real", "--driver-root", "driver-root"}, code: 2, stderr: "--driver-root=\"driver-root\": must be an absolute path"},
+		{name: "version, relative root", args: []string{"version", "--driver-root", "driver-root"}, code: 2, stderr: "must be an absolute path"},
+	})
 }

@@ -61,6 +61,7 @@ and why. It exits 1 when a claim could not be allocated and 3 when preparing one
 	}
 	nf.register(cmd, allNodeFlags...)
 	_ = cmd.Flags().MarkHidden(flagNVML) // only fake: kept so that --nvml=real says why not
+	_ = cmd.Flags().MarkHidden(flagDriverRoot)
 	// The demo shows MIG partitions created on demand unless told otherwise.
 	setDefault(cmd.Flags(), flagDynamicMIG, "true")
 	cmd.Flags().Lookup(flagDynamicMIG).Usage = "create MIG instances when claims need them: every placement of MIG-capable GPUs is published " +

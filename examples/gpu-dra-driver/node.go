@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -33,6 +34,8 @@ const (
 	flagNodeName         = "node-name"
 	flagDynamicMIG       = "dynamic-mig"
 	flagConsumableMemory = "consumable-memory"
+	// flagDriverRoot comes with flagNVML: where --nvml=real loads NVML from.
+	flagDriverRoot = "driver-root"
 )
 
 // allNodeFlags are the node flags in the order help lists them.
@@ -46,6 +49,8 @@ type nodeFlags struct {
 	nodeName         string
 	dynamicMIG       bool
 	consumableMemory bool
+	// driverRoot is the NVIDIA driver root NVML is loaded from with --nvml=real ("" is "/").
+	driverRoot string
 	// fs is the flag set the flags were registered in (to tell given flags from defaults).
 	fs *pflag.FlagSet
 	// warn, when set, reports --consumable-memory dropped on GPUs partitioned by --dynamic-mig
@@ -67,6 +72,8 @@ func (n *nodeFlags) register(cmd *cobra.Command, names ...string) {
 		case flagNVML:
 			fs.StringVar(&n.nvmlMode, name, "fake", "NVML backend: fake (an embedded fake machine) or real (libnvidia-ml, read-only enumeration)")
 			completeValues(cmd, name, "fake", "real")
+			fs.StringVar(&n.driverRoot, flagDriverRoot, "/", "with --nvml=real: the NVIDIA driver root NVML is loaded from, by its path in the root's library directories "+
+				"(/ on a host install; where this runs in a container, the host's driver root mounted into it, e.g. /driver-root)")
 		case flagMachine:
 			fs.StringVar(&n.machine, name, defaultMachine, "fake machine: "+strings.Join(gputest.Machines(), ", "))
 			completeValues(cmd, name, gputest.Machines()...)
@@ -120,6 +127,9 @@ func (n *nodeFlags) validate() error {
 		if err := oneOf(flagMachine, n.machine, gputest.Machines()...); err != nil {
 			return err
 		}
+	}
+	if n.has(flagNVML) && n.driverRoot != "" && !filepath.IsAbs(n.driverRoot) {
+		return usageErrorf("--%s=%q: must be an absolute path", flagDriverRoot, n.driverRoot)
 	}
 	if n.nvmlMode == "real" && n.migConfig != "" {
 		return usageErrorf("--mig-config applies to fake machines only; with --nvml=real the GPUs' current MIG layout is read")
@@ -187,7 +197,9 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 
 func (n *nodeFlags) session() (*gpu.Session, *gputest.Machine, error) {
 	if n.nvmlMode == "real" {
-		sess, err := gpu.OpenReal()
+		// By path, never through LD_LIBRARY_PATH: the driver root's libc.so.6 may be another
+		// glibc than this process's (issue 27).
+		sess, err := gpu.OpenReal(gpu.WithDriverRoot(n.driverRoot))
 		return sess, nil, err
 	}
 	var opts []gputest.Option

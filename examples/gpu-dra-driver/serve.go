@@ -44,7 +44,6 @@ type serveFlags struct {
 	registrarDir string
 	cdiRoot      string
 	stateDir     string
-	driverRoot   string
 	hostRoot     string
 	devRoot      string
 	metricsAddr  string
@@ -101,7 +100,8 @@ func (s *serveFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&s.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet's plugin registration directory")
 	fs.StringVar(&s.cdiRoot, "cdi-root", cdi.DefaultSpecDir, "where per-claim CDI specs are written")
 	fs.StringVar(&s.stateDir, "state-dir", "", "where the checkpoint lives (default: --plugin-dir)")
-	fs.StringVar(&s.driverRoot, "driver-root", "/", "root of the NVIDIA driver installation (/ or /run/nvidia/driver); with --nvml=fake the default is a fake installation under --state-dir, and a fake installation given here carries the fake kernel's /proc files")
+	fs.Lookup(flagDriverRoot).Usage = "root of the NVIDIA driver installation (/ or /run/nvidia/driver): NVML is loaded by its path in it and its tools run with its own dynamic loader; " +
+		"with --nvml=fake the default is a fake installation under --state-dir, and a fake installation given here carries the fake kernel's /proc files"
 	fs.StringVar(&s.hostRoot, "host-driver-root", "", "the driver root's path on the host, when this process sees it elsewhere (a container mounting the host's driver root at --driver-root); CDI specs name host paths (default: --driver-root)")
 	fs.StringVar(&s.devRoot, "dev-root", "", "where the NVIDIA device nodes are, on the host as here (\"/\" when a driver container creates them in the host's /dev; default: --driver-root)")
 	fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics) and a liveness check through the plugin's sockets (/healthz) on this address, e.g. :8080; empty: off")
@@ -315,7 +315,7 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node, client kubernetes.I
 	}
 	inst, err := cdi.Discover(root)
 	if err != nil {
-		return nil, nil, fmt.Errorf("discover the NVIDIA driver under %s: %w", s.driverRoot, err)
+		return nil, nil, fmt.Errorf("discover the NVIDIA driver under %s: %w", s.node.driverRoot, err)
 	}
 	gen, err := cdi.NewGenerator(inst)
 	if err != nil {
@@ -374,8 +374,8 @@ func (s *serveFlags) hostActions(n *node) ([]sharing.Option, error) {
 		cm = recordedComputeMode{ComputeModeSetter: cm, host: n.host}
 		ts, mps = n.host, n.host
 	} else {
-		ts = sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRootDir(s.driverRoot)))
-		mps = sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRootDir(s.driverRoot)))
+		ts = sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRootDir(s.node.driverRoot)))
+		mps = sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRootDir(s.node.driverRoot)))
 	}
 	ts, mps = restrictStrategies(s.allowed, s.strategies, ts, mps)
 	return []sharing.Option{sharing.WithComputeModeSetter(cm), sharing.WithTimeSlicer(ts), sharing.WithMPSDaemons(mps)}, nil
@@ -411,9 +411,9 @@ func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot
 		if n.machine != nil {
 			// A fake installation carries the fake kernel's /proc files (driver version,
 			// device majors, MIG capability minors): the host's /proc has none of them.
-			opts = append(opts, cdi.WithProcRoot(s.driverRoot))
+			opts = append(opts, cdi.WithProcRoot(s.node.driverRoot))
 		}
-		return cdi.NewHostRoot(s.driverRoot, opts...)
+		return cdi.NewHostRoot(s.node.driverRoot, opts...)
 	}
 	dir := filepath.Join(s.stateDir, "fake-driver-root")
 	if err := os.RemoveAll(dir); err != nil {

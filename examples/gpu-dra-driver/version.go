@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 
@@ -36,13 +37,18 @@ func newVersionCmd() *cobra.Command {
 		Args:  noArgs,
 	}
 	output := outputFlag(cmd, "output format: text or json", "text", "json")
+	driverRoot := cmd.Flags().String(flagDriverRoot, "/", "the NVIDIA driver root NVML is loaded from, by its path in the root's library directories "+
+		"(/ on a host install; where this runs in a container, the host's driver root mounted into it, e.g. /driver-root)")
 	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
 		if err := oneOf("output", *output, "text", "json"); err != nil {
 			return err
 		}
+		if !filepath.IsAbs(*driverRoot) {
+			return usageErrorf("--%s=%q: must be an absolute path", flagDriverRoot, *driverRoot)
+		}
 		bi, _ := debug.ReadBuildInfo()
 		v := buildVersion(bi)
-		v.NVML = nvmlVersion()
+		v.NVML = nvmlVersion(*driverRoot)
 		return writeVersion(cmd.OutOrStdout(), *output, v)
 	})
 	return cmd
@@ -73,9 +79,10 @@ func buildVersion(bi *debug.BuildInfo) versionInfo {
 	return v
 }
 
-// nvmlVersion loads the host's NVML library read-only and reports its version and the driver's.
-func nvmlVersion() string {
-	sess, err := gpu.OpenReal()
+// nvmlVersion loads the NVML library of the driver root read-only, by its path in the root, and
+// reports its version and the driver's.
+func nvmlVersion(driverRoot string) string {
+	sess, err := gpu.OpenReal(gpu.WithDriverRoot(driverRoot))
 	if err != nil {
 		return fmt.Sprintf("%s (%v)", notAvailable, err)
 	}
