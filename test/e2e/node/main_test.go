@@ -199,7 +199,7 @@ func (s *Suite) installChart(ctx context.Context, extra map[string]any) error {
 		if o.GetKind() != "DaemonSet" {
 			continue
 		}
-		if objs[i], err = s.adaptToNode(o); err != nil {
+		if objs[i], err = s.adaptDaemonSet(o); err != nil {
 			return err
 		}
 	}
@@ -212,21 +212,28 @@ func (s *Suite) installChart(ctx context.Context, extra map[string]any) error {
 // adaptToNode makes the plugin pod run on a node without a pod network or kube-proxy: it uses
 // the host's network, and reaches the API server on loopback instead of through the
 // kubernetes Service. Nothing else of the chart's DaemonSet changes.
-func (s *Suite) adaptToNode(o *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	ds := &appsv1.DaemonSet{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
-		return nil, err
-	}
-	spec := &ds.Spec.Template.Spec
+func (s *Suite) adaptToNode(spec *corev1.PodSpec) error {
 	spec.HostNetwork = true
 	host, port, err := hostPort(s.CP.URL)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for i := range spec.Containers {
 		spec.Containers[i].Env = append(spec.Containers[i].Env,
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
+	}
+	return nil
+}
+
+// adaptDaemonSet applies adaptToNode to a rendered DaemonSet.
+func (s *Suite) adaptDaemonSet(o *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	ds := &appsv1.DaemonSet{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
+		return nil, err
+	}
+	if err := s.adaptToNode(&ds.Spec.Template.Spec); err != nil {
+		return nil, err
 	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ds)
 	if err != nil {
