@@ -119,13 +119,14 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		p.mig = &republishingMIG{MIGController: p.mig, changed: p.republish}
 	}
 	logCatalogDifferences(klog.FromContext(ctx), inv)
+	logEnumerationFailures(klog.FromContext(ctx), inv)
 	if p.locks, err = pluginkit.NewLocks(p.stateDir); err != nil {
 		return nil, err
 	}
 	if err := p.openCheckpoint(ctx, cfg.BootIDPath); err != nil {
 		return nil, err
 	}
-	p.metrics = newMetrics(cfg.Metrics, p.counts, p.health.count, catalogDifferences(inv))
+	p.metrics = newMetrics(cfg.Metrics, p.counts, p.health.count, catalogDifferences(inv), inv.Errors)
 	return p, nil
 }
 

@@ -122,14 +122,15 @@ func (e *enumerator) run(ctx context.Context) (*Inventory, error) {
 }
 
 func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
+	var g GPU
 	fail := func(op string, ret nvml.Return) (GPU, *DeviceError) {
-		return GPU{}, newDeviceError(i, -1, op, ret)
+		return GPU{}, newDeviceError(i, -1, g.UUID, op, ret)
 	}
 	d, ret := e.lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
 		return fail("DeviceGetHandleByIndex", ret)
 	}
-	g := GPU{Index: i, NUMANode: -1}
+	g = GPU{Index: i, NUMANode: -1}
 	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
 		return fail("GetUUID", ret)
 	}
@@ -247,9 +248,9 @@ func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceErr
 	if err != nil {
 		var we *mig.WalkError
 		if errors.As(err, &we) {
-			return newDeviceError(g.Index, we.MIGIndex, we.Op, we.Return)
+			return newDeviceError(g.Index, we.MIGIndex, g.UUID, we.Op, we.Return)
 		}
-		return newDeviceError(g.Index, -1, "ListInstances", nvml.ERROR_UNKNOWN)
+		return newDeviceError(g.Index, -1, g.UUID, "ListInstances", nvml.ERROR_UNKNOWN)
 	}
 	for _, gi := range states {
 		for _, ci := range gi.ComputeInstances {
