@@ -254,6 +254,11 @@ func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceErr
 	}
 	for _, gi := range states {
 		for _, ci := range gi.ComputeInstances {
+			if ci.UUID == "" {
+				// NVML lists no MIG device handles: the GPU is in MIG mode with devices that
+				// cannot be named to a container, so it is not served at all.
+				return newDeviceError(g.Index, -1, g.UUID, "GetMaxMigDeviceCount", nvml.ERROR_NOT_SUPPORTED)
+			}
 			g.MIGDevices = append(g.MIGDevices, MIGDevice{
 				ParentUUID: g.UUID, ParentIndex: g.Index, ParentMinor: g.Minor,
 				UUID: ci.UUID, GIID: gi.ID, CIID: ci.ID,

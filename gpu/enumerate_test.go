@@ -233,6 +233,9 @@ func TestEnumerateFailures(t *testing.T) {
 		{"GPU instance of GPU 0", "dgx-a100-40gb",
 			[]gputest.Option{gputest.WithMIG(0, "7g.40gb"), gputest.WithFault("GetGpuInstanceById", 1, nvml.ERROR_UNKNOWN)},
 			&DeviceError{Index: 0, MIGIndex: 0, Op: "GetGpuInstanceById", Return: nvml.ERROR_UNKNOWN}, true},
+		{"MIG devices of GPU 0 without handles", "dgx-a100-40gb",
+			[]gputest.Option{gputest.WithMIG(0, "3g.20gb"), gputest.WithFaultAfter("GetMaxMigDeviceCount", 0, nvml.ERROR_NOT_SUPPORTED)},
+			&DeviceError{Index: 0, MIGIndex: -1, Op: "GetMaxMigDeviceCount", Return: nvml.ERROR_NOT_SUPPORTED}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
