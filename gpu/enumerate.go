@@ -252,6 +252,7 @@ func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceErr
 		}
 		return newDeviceError(g.Index, -1, g.UUID, "ListInstances", nvml.ERROR_UNKNOWN)
 	}
+	names := mi.giProfileNames(states, g.MemoryBytes>>20)
 	for _, gi := range states {
 		for _, ci := range gi.ComputeInstances {
 			if ci.UUID == "" {
@@ -271,7 +272,7 @@ func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceErr
 				Encoders:        int(gi.Profile.EncoderCount),
 				JpegEngines:     int(gi.Profile.JpegCount),
 				OfaEngines:      int(gi.Profile.OfaCount),
-				Profile:         profileName(mi.catalog, gi.Profile, gi.ProfileEnum, ci.Profile, g.MemoryBytes),
+				Profile:         computeInstanceName(names[gi.Profile.Id], gi.Profile, ci.Profile),
 			})
 		}
 	}
@@ -281,52 +282,67 @@ func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceErr
 	return nil
 }
 
-// profileName names a MIG device: the catalog's name for the GPU-instance profile when the
-// catalog knows the model, else a name built from NVML's profile info, with a "<c>c." prefix
-// when the compute instance is smaller than its GPU instance.
-func profileName(cat *mig.Model, gp nvml.GpuInstanceProfileInfo, enum int, cp nvml.ComputeInstanceProfileInfo, gpuMemory uint64) string {
-	var name string
-	if cat != nil {
-		if p, ok := cat.ProfileByID(int(gp.Id)); ok {
-			name = p.Name
+// giProfileNames names the GPU-instance profiles of existing instances, by NVML profile Id, from
+// the device's own geometry: the name the MIG model gives the same Id (the geometry read from the
+// device, which the dynamic path publishes, else the catalog) when that profile has the
+// instance's slice count and, within 1 GiB, its memory; otherwise mig.ProfileName of the live
+// profile info, with collisions told apart as mig.DisambiguateProfileNames does. A catalog entry
+// whose Id means another profile on this driver never names an instance.
+func (mi *modelInfo) giProfileNames(states []mig.GPUInstanceState, gpuMiB uint64) map[uint32]string {
+	var derived []mig.GIProfile
+	names := map[uint32]string{}
+	for _, gi := range states {
+		gp := gi.Profile
+		if _, done := names[gp.Id]; done {
+			continue
+		}
+		if name, ok := mi.knownName(gp); ok {
+			names[gp.Id] = name
+			continue
+		}
+		names[gp.Id] = ""
+		derived = append(derived, mig.GIProfile{ID: int(gp.Id), Name: mig.ProfileName(gi.ProfileEnum, int(gp.SliceCount), gp.MemorySizeMB, gpuMiB)})
+	}
+	mig.DisambiguateProfileNames(derived)
+	for _, p := range derived {
+		names[uint32(p.ID)] = p.Name
+	}
+	return names
+}
+
+// knownName is the name a MIG model gives the profile Id, when that profile matches the live
+// profile info.
+func (mi *modelInfo) knownName(gp nvml.GpuInstanceProfileInfo) (string, bool) {
+	models := []*mig.Model{mi.catalog}
+	if mi.geometry != nil && mi.geometry.Model != nil {
+		models = []*mig.Model{mi.geometry.Model, mi.catalog}
+	}
+	for _, m := range models {
+		if m == nil {
+			continue
+		}
+		p, ok := m.ProfileByID(int(gp.Id))
+		if ok && p.ComputeSlices == int(gp.SliceCount) && absDiff(p.MemoryMiB, gp.MemorySizeMB) < 1024 {
+			return p.Name, true
 		}
 	}
-	if name == "" {
-		name = fmt.Sprintf("%dg.%dgb%s", gp.SliceCount, memoryGB(gp.MemorySizeMB, gpuMemory), enumSuffix(enum))
+	return "", false
+}
+
+func absDiff(a, b uint64) uint64 {
+	if a > b {
+		return a - b
 	}
+	return b - a
+}
+
+// computeInstanceName is the name of a MIG device: its GPU instance's profile name, with a
+// "<c>c." prefix when the compute instance is smaller than its GPU instance.
+func computeInstanceName(giName string, gp nvml.GpuInstanceProfileInfo, cp nvml.ComputeInstanceProfileInfo) string {
 	if cp.SliceCount != 0 && cp.SliceCount < gp.SliceCount {
-		name = strconv.Itoa(int(cp.SliceCount)) + "c." + name
+		return strconv.Itoa(int(cp.SliceCount)) + "c." + giName
 	}
-	return name
-}
-
-// memoryGB is the "<GB>gb" of a profile name for a profile NVML reports but the catalog does
-// not know: the instance's share of the GPU's memory rounded up to eighths, times the GPU's
-// memory in GiB, rounded up. It reproduces NVIDIA's names for most models (1g.5gb, 3g.20gb,
-// 3g.40gb); the catalog's names win wherever it knows the model.
-func memoryGB(profileMiB, gpuBytes uint64) uint64 {
-	const gib = 1 << 30
-	if gpuBytes == 0 {
-		return (profileMiB<<20 + gib - 1) / gib
-	}
-	eighths := (profileMiB<<20*8 + gpuBytes - 1) / gpuBytes
-	totalGiB := (gpuBytes + gib/2) / gib
-	return (eighths*totalGiB + 7) / 8
-}
-
-func enumSuffix(enum int) string {
-	switch enum {
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1:
-		return "+me"
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
-		return "-me"
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
-		return "+me.all"
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, nvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX,
-		nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX, nvml.GPU_INSTANCE_PROFILE_3_SLICE_GFX:
-		return "+gfx"
-	}
-	return ""
+	return giName
 }
 
 // coresPerSM is the number of CUDA cores in one SM for a compute capability; NVML reports cores,

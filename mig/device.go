@@ -56,7 +56,11 @@ func enumAttributes(enum int) string {
 
 // ProfileName derives the canonical GPU-instance profile name the way NVIDIA's tools do: G compute
 // slices, memory as the fraction of the GPU's memory rounded up to a multiple of 1/8 times the GPU
-// memory in GiB rounded up, and the suffix implied by the NVML GPU_INSTANCE_PROFILE_* enum.
+// memory in GiB rounded up, and the suffix implied by the NVML GPU_INSTANCE_PROFILE_* enum. It is
+// the one formula for profiles the catalog does not name: the device model (ModelFromDevice),
+// the dynamic partitions built from it and the existing MIG devices gpu.Enumerate names all
+// use it, so a placement has the same name in static and dynamic mode. Two profiles it names
+// alike are told apart by DisambiguateProfileNames.
 func ProfileName(enum, computeSlices int, memoryMiB, gpuMemoryMiB uint64) string {
 	gb := 0
 	if gpuMemoryMiB > 0 {
@@ -150,6 +154,7 @@ func ModelFromDevice(dev nvml.Device) (*Model, error) {
 			break
 		}
 	}
+	DisambiguateProfileNames(m.Profiles)
 	return m, nil
 }
 
