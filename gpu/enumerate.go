@@ -118,7 +118,35 @@ func (e *enumerator) run(ctx context.Context) (*Inventory, error) {
 		}
 		inv.GPUs = append(inv.GPUs, g)
 	}
+	dropSharedBusIDs(inv.GPUs)
 	return inv, nil
+}
+
+// pciBusID is the GPU's canonical PCI address: NVML's bus ID string, else the address its
+// domain, bus and device numbers spell; "" when NVML gives neither (0000:00:00.0, what an empty
+// PciInfo spells, is a host bridge, never a GPU).
+func pciBusID(pci nvml.PciInfo) string {
+	if id, err := CanonicalPCIBusID(cString(pci.BusId[:])); err == nil {
+		return id
+	}
+	if pci.Domain == 0 && pci.Bus == 0 && pci.Device == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.0", pci.Domain, pci.Bus, pci.Device)
+}
+
+// dropSharedBusIDs clears the PCI bus ID of GPUs that report the same one: an address that
+// names two GPUs names neither, and resource.kubernetes.io/pciBusID must identify one device.
+func dropSharedBusIDs(gpus []GPU) {
+	count := map[string]int{}
+	for _, g := range gpus {
+		count[g.PCIBusID]++
+	}
+	for i := range gpus {
+		if count[gpus[i].PCIBusID] > 1 {
+			gpus[i].PCIBusID = ""
+		}
+	}
 }
 
 func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
@@ -168,11 +196,7 @@ func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
 		return fail("GetPciInfo", ret)
 	}
 	g.PCIDeviceID = pci.PciDeviceId
-	busID, err := CanonicalPCIBusID(cString(pci.BusId[:]))
-	if err != nil {
-		busID = fmt.Sprintf("%04x:%02x:%02x.0", pci.Domain, pci.Bus, pci.Device)
-	}
-	g.PCIBusID = busID
+	g.PCIBusID = pciBusID(pci)
 	switch numa, ret := d.GetNumaNodeId(); ret {
 	case nvml.SUCCESS:
 		g.NUMANode = numa

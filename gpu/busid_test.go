@@ -1,0 +1,56 @@
+package gpu
+
+import (
+	"context"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestEnumeratePCIBusIDs (issue 28, defect 5): a GPU whose PCI address NVML does not give has
+// none, rather than the 0000:00:00.0 an empty PciInfo spells; an address two GPUs report
+// identifies neither and is dropped from both.
+func TestEnumeratePCIBusIDs(t *testing.T) {
+	info := func(busID string, domain, bus, device uint32) nvml.PciInfo {
+		p := nvml.PciInfo{Domain: domain, Bus: bus, Device: device}
+		for i, c := range busID {
+			p.BusId[i] = int8(c)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		// pci is what each of the four GPUs of an a30x4 reports.
+		pci  [4]nvml.PciInfo
+		want []string
+	}{
+		{"strings", [4]nvml.PciInfo{info("00000000:17:00.0", 0, 0x17, 0), info("00000000:65:00.0", 0, 0x65, 0), info("00000000:CA:00.0", 0, 0xca, 0), info("00000000:E3:00.0", 0, 0xe3, 0)},
+			[]string{"0000:17:00.0", "0000:65:00.0", "0000:ca:00.0", "0000:e3:00.0"}},
+		{"numbers only", [4]nvml.PciInfo{info("", 0, 0x17, 0), info("", 1, 0x65, 2), info("", 0, 0xca, 0), info("", 0, 0xe3, 0)},
+			[]string{"0000:17:00.0", "0001:65:02.0", "0000:ca:00.0", "0000:e3:00.0"}},
+		{"nothing", [4]nvml.PciInfo{}, []string{"", "", "", ""}},
+		{"one GPU without", [4]nvml.PciInfo{info("00000000:17:00.0", 0, 0x17, 0), info("00000000:65:00.0", 0, 0x65, 0), {}, info("00000000:E3:00.0", 0, 0xe3, 0)},
+			[]string{"0000:17:00.0", "0000:65:00.0", "", "0000:e3:00.0"}},
+		{"two GPUs share one", [4]nvml.PciInfo{info("00000000:17:00.0", 0, 0x17, 0), info("00000000:17:00.0", 0, 0x17, 0), info("", 0, 0xca, 0), info("garbage", 0, 0xe3, 0)},
+			[]string{"", "", "0000:ca:00.0", "0000:e3:00.0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t, "a30x4")
+			for i, p := range tc.pci {
+				m.Device(i).GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return p, nvml.SUCCESS }
+			}
+			inv, err := Enumerate(context.Background(), m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, g := range inv.GPUs {
+				got = append(got, g.PCIBusID)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("PCI bus IDs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
