@@ -2,6 +2,7 @@ package draplugin_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
+	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/gpu/gputest"
 )
 
@@ -127,5 +129,44 @@ func TestRequireAllGPUs(t *testing.T) {
 				t.Errorf("GPUs served (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// publishedGPUs are the indexes of the GPUs the pool has devices of: whole GPUs by their
+// "index" attribute, MIG devices and partitions by "parentIndex".
+func publishedGPUs(t *testing.T, pool *gpudra.Pool) []int64 {
+	t.Helper()
+	rs, err := gpudra.ResourceSlices(gpudra.DefaultDriverName, draplugintest.DefaultNodeName, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int64
+	for _, s := range rs {
+		for _, d := range s.Spec.Devices {
+			for _, a := range []resourceapi.QualifiedName{"index", "parentIndex"} {
+				if v, ok := d.Attributes[a]; ok && v.IntValue != nil && !slices.Contains(out, *v.IntValue) {
+					out = append(out, *v.IntValue)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestPublishWithoutAnUnlistableGPU: with dynamic MIG, a GPU whose MIG instances cannot be
+// listed when the slices are built is left out of them, and the rest of the node is published
+// (issue 28, "degrade, never refuse the node").
+func TestPublishWithoutAnUnlistableGPU(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", true)
+	p := e.plugin()
+	e.reconcile(p)
+	e.Machine.Device(1).GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_UNKNOWN }
+	pool, err := p.Resources(e.ctx())
+	if err != nil {
+		t.Fatalf("Resources: %v", err)
+	}
+	if diff := cmp.Diff([]int64{0, 2, 3, 4, 5, 6, 7}, publishedGPUs(t, pool)); diff != "" {
+		t.Errorf("GPUs published (-want +got):\n%s", diff)
 	}
 }
