@@ -19,6 +19,13 @@ func TestEnumeratePCIBusIDs(t *testing.T) {
 		}
 		return p
 	}
+	legacy := func(busID string) nvml.PciInfo {
+		var p nvml.PciInfo
+		for i, c := range busID {
+			p.BusIdLegacy[i] = int8(c)
+		}
+		return p
+	}
 	for _, tc := range []struct {
 		name string
 		// pci is what each of the four GPUs of an a30x4 reports.
@@ -30,6 +37,8 @@ func TestEnumeratePCIBusIDs(t *testing.T) {
 		{"numbers only", [4]nvml.PciInfo{info("", 0, 0x17, 0), info("", 1, 0x65, 2), info("", 0, 0xca, 0), info("", 0, 0xe3, 0)},
 			[]string{"0000:17:00.0", "0001:65:02.0", "0000:ca:00.0", "0000:e3:00.0"}},
 		{"nothing", [4]nvml.PciInfo{}, []string{"", "", "", ""}},
+		{"legacy strings", [4]nvml.PciInfo{legacy("0000:17:00.0"), legacy("0000:65:00.0"), legacy("0000:CA:00.0"), legacy("0000:E3:00.0")},
+			[]string{"0000:17:00.0", "0000:65:00.0", "0000:ca:00.0", "0000:e3:00.0"}},
 		{"one GPU without", [4]nvml.PciInfo{info("00000000:17:00.0", 0, 0x17, 0), info("00000000:65:00.0", 0, 0x65, 0), {}, info("00000000:E3:00.0", 0, 0xe3, 0)},
 			[]string{"0000:17:00.0", "0000:65:00.0", "", "0000:e3:00.0"}},
 		{"two GPUs share one", [4]nvml.PciInfo{info("00000000:17:00.0", 0, 0x17, 0), info("00000000:17:00.0", 0, 0x17, 0), info("", 0, 0xca, 0), info("garbage", 0, 0xe3, 0)},

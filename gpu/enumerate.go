@@ -122,12 +122,14 @@ func (e *enumerator) run(ctx context.Context) (*Inventory, error) {
 	return inv, nil
 }
 
-// pciBusID is the GPU's canonical PCI address: NVML's bus ID string, else the address its
+// pciBusID is the GPU's canonical PCI address: NVML's bus ID string (or its legacy one), else the address its
 // domain, bus and device numbers spell; "" when NVML gives neither (0000:00:00.0, what an empty
 // PciInfo spells, is a host bridge, never a GPU).
 func pciBusID(pci nvml.PciInfo) string {
-	if id, err := CanonicalPCIBusID(cString(pci.BusId[:])); err == nil {
-		return id
+	for _, s := range []string{cString(pci.BusId[:]), cString(pci.BusIdLegacy[:])} {
+		if id, err := CanonicalPCIBusID(s); err == nil {
+			return id
+		}
 	}
 	if pci.Domain == 0 && pci.Bus == 0 && pci.Device == 0 {
 		return ""
