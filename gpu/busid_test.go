@@ -2,10 +2,14 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/mig"
 )
 
 // TestEnumeratePCIBusIDs (issue 28, defect 5): a GPU whose PCI address NVML does not give has
@@ -61,5 +65,25 @@ func TestEnumeratePCIBusIDs(t *testing.T) {
 				t.Errorf("PCI bus IDs (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestEnumerateMIGNamesWithoutGPUMemory: on a GPU that reports no dedicated memory and that
+// the catalog does not know, MIG devices are named by mig.ProfileName from their own memory in
+// GiB (1g.5gb is 4864 MiB, 3g.20gb 19968 MiB on an A100-40GB), not "1g.0gb".
+func TestEnumerateMIGNamesWithoutGPUMemory(t *testing.T) {
+	m := newMachine(t, "dgx-a100-40gb", gputest.WithMIG(0, "1g.5gb@0", "3g.20gb@4"),
+		gputest.WithFaultAfter("GetMemoryInfo", 0, nvml.ERROR_NOT_SUPPORTED))
+	unknown := func(string) (*mig.Model, error) { return nil, errors.New("unknown") }
+	inv, err := Enumerate(context.Background(), m, WithCatalog(unknown))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range inv.GPUs[0].MIGDevices {
+		got = append(got, d.Profile)
+	}
+	if diff := cmp.Diff([]string{"1g.5gb", "3g.20gb"}, got); diff != "" {
+		t.Errorf("MIG device profiles (-want +got):\n%s", diff)
 	}
 }

@@ -60,9 +60,10 @@ func enumAttributes(enum int) string {
 // the one formula for profiles the catalog does not name: the device model (ModelFromDevice),
 // the dynamic partitions built from it and the existing MIG devices gpu.Enumerate names all
 // use it, so a placement has the same name in static and dynamic mode. Two profiles it names
-// alike are told apart by DisambiguateProfileNames.
+// alike are told apart by DisambiguateProfileNames. With gpuMemoryMiB 0 (a GPU that reports no
+// dedicated memory) the memory is memoryMiB in GiB, rounded up.
 func ProfileName(enum, computeSlices int, memoryMiB, gpuMemoryMiB uint64) string {
-	gb := 0
+	gb := int((memoryMiB + 1023) / 1024) // GPU memory unknown (unified memory): GiB, rounded up
 	if gpuMemoryMiB > 0 {
 		frac := math.Ceil(float64(memoryMiB)/float64(gpuMemoryMiB)*8) / 8
 		gb = int(math.Round(frac * math.Ceil(float64(gpuMemoryMiB)/1024)))
