@@ -87,6 +87,10 @@ type TestHooks struct {
 	// synced: tests count what each operation pays for durability, or record what a power loss
 	// would leave.
 	Synced func(path string)
+	// CheckpointWrite, when set, is called before every write of the checkpoint file; an error
+	// fails that write as a full disk would (unlike AfterStep, not a crash: the plugin handles
+	// it as any failed write, rolling back a prepare).
+	CheckpointWrite func(path string) error
 }
 
 // HealthConfig configures health monitoring.

@@ -131,7 +131,8 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 }
 
 func (p *Plugin) openCheckpoint(ctx context.Context, bootIDPath string) error {
-	store, rep, err := pluginkit.OpenStore(ctx, pluginkit.StoreConfig{Dir: p.stateDir, BootIDPath: bootIDPath, Now: p.now, Synced: p.hooks.Synced})
+	store, rep, err := pluginkit.OpenStore(ctx, pluginkit.StoreConfig{Dir: p.stateDir, BootIDPath: bootIDPath, Now: p.now, Synced: p.hooks.Synced,
+		BeforeWrite: p.hooks.CheckpointWrite})
 	if err != nil {
 		return err
 	}

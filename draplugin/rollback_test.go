@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -12,6 +13,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 )
@@ -53,31 +55,43 @@ func TestFailedPrepareLeavesNothing(t *testing.T) {
 		name string
 		// inject makes one side effect of the prepare fail.
 		inject func(t *testing.T, e *env)
+		// checkpointWrite, when set, fails that checkpoint write (1: the first after the
+		// plugin started).
+		checkpointWrite int
 	}{
 		{"second GPU instance", func(t *testing.T, e *env) {
 			if err := e.Machine.InjectFault("CreateGpuInstanceWithPlacement", 2, nvml.ERROR_INSUFFICIENT_RESOURCES); err != nil {
 				t.Fatal(err)
 			}
-		}},
+		}, 0},
 		{"second compute instance", func(t *testing.T, e *env) {
 			if err := e.Machine.InjectFault("CreateComputeInstance", 2, nvml.ERROR_UNKNOWN); err != nil {
 				t.Fatal(err)
 			}
-		}},
-		{"first compute mode", func(_ *testing.T, e *env) { failHost(e, "SetComputeMode", 1) }},
-		{"second compute mode", func(_ *testing.T, e *env) { failHost(e, "SetComputeMode", 2) }},
-		{"MPS daemon", func(_ *testing.T, e *env) { failHost(e, "Start", 1) }},
+		}, 0},
+		{"first compute mode", func(_ *testing.T, e *env) { failHost(e, "SetComputeMode", 1) }, 0},
+		{"second compute mode", func(_ *testing.T, e *env) { failHost(e, "SetComputeMode", 2) }, 0},
+		{"MPS daemon", func(_ *testing.T, e *env) { failHost(e, "Start", 1) }, 0},
+		// The writes: the intent (PrepareStarted), then the completed claim.
+		{name: "completed claim in the checkpoint", inject: func(*testing.T, *env) {}, checkpointWrite: 2},
 		{"CDI spec", func(t *testing.T, e *env) {
 			// The spec cannot be renamed into place: an empty directory has its name (which
 			// removing the spec removes).
 			if err := os.MkdirAll(filepath.Join(e.CDIDir, "k8s.gpu.nvidia.com-claim_"+string(draplugintest.UID(claimName))+".json"), 0o700); err != nil {
 				t.Fatal(err)
 			}
-		}},
+		}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, "dgx-a100-40gb", true)
-			p := e.plugin()
+			var writes atomic.Int32 // checkpoint writes once armed
+			armed := atomic.Bool{}
+			p := e.plugin(withHooks(draplugin.TestHooks{CheckpointWrite: func(string) error {
+				if armed.Load() && int(writes.Add(1)) == tc.checkpointWrite {
+					return errors.New("injected: no space left on device")
+				}
+				return nil
+			}}))
 			e.reconcile(p)
 			c, err := e.Allocate(e.ctx(), twoMIGDevices(claimName))
 			if err != nil {
@@ -85,8 +99,13 @@ func TestFailedPrepareLeavesNothing(t *testing.T) {
 			}
 			before := e.MIGInstances()
 			tc.inject(t, e)
-			if _, err := prepareOne(t, p, c); err == nil {
+			armed.Store(true)
+			_, err = prepareOne(t, p, c)
+			switch {
+			case err == nil:
 				t.Fatal("prepare succeeded despite the injected failure")
+			case tc.checkpointWrite > 0 && !strings.Contains(err.Error(), "record PrepareCompleted"):
+				t.Fatalf("prepare failed elsewhere than recording the completed claim: %v", err)
 			}
 			// Right after the failure: nothing of the claim is left.
 			e.Host.SetHook(nil)
@@ -109,6 +128,7 @@ func TestFailedPrepareLeavesNothing(t *testing.T) {
 			}
 			// And the claim prepares once the failure is gone.
 			e.Machine.ClearFaults()
+			armed.Store(false)
 			if _, err := prepareOne(t, p, c); err != nil {
 				t.Errorf("prepare after the failure cleared: %v", err)
 			}
