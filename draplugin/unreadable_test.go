@@ -170,3 +170,34 @@ func TestPublishWithoutAnUnlistableGPU(t *testing.T) {
 		t.Errorf("GPUs published (-want +got):\n%s", diff)
 	}
 }
+
+// TestUnprepareOnAnUnreadableGPU: a claim kept because its GPU could not be read is still
+// unprepared when kubelet asks (its pod ended): its spec and entry go, and nothing is left to
+// the next start. A repeated prepare is refused until the GPU can be read again.
+func TestUnprepareOnAnUnreadableGPU(t *testing.T) {
+	e := newEnv(t, "dgx-a100-40gb", false, gputest.WithMIG(0, "3g.20gb", "3g.20gb"), gputest.WithMIG(1, "3g.20gb", "3g.20gb"))
+	p := e.plugin()
+	e.reconcile(p)
+	c := e.claim(gpudra.MIGDeviceClassName, "device.attributes['gpu.nvidia.com'].parentIndex == 1", "")
+	prepareAll(t, p, c)
+	if err := e.Machine.InjectFault("Device.GetUUID", 2, nvml.ERROR_GPU_IS_LOST); err != nil {
+		t.Fatal(err)
+	}
+	p2 := e.plugin()
+	if rep := e.reconcile(p2); len(rep.Unreadable) != 1 {
+		t.Fatalf("reconcile: %v, want the claim kept as unreadable", rep)
+	}
+	if _, err := prepareOne(t, p2, c); err == nil {
+		t.Error("a repeated prepare on the unreadable GPU succeeded")
+	}
+	if err := unprepareOne(t, p2, c); err != nil {
+		t.Fatalf("unprepare: %v", err)
+	}
+	if got := e.specs(); len(got) != 0 {
+		t.Errorf("CDI specs after unprepare: %v", got)
+	}
+	e.Machine.ClearFaults()
+	if rep := e.reconcile(e.plugin()); rep.Prepared != 0 || len(rep.Forgotten)+len(rep.Unreadable) != 0 {
+		t.Errorf("next start: %v, want nothing prepared or kept", rep)
+	}
+}
