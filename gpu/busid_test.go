@@ -87,3 +87,48 @@ func TestEnumerateMIGNamesWithoutGPUMemory(t *testing.T) {
 		t.Errorf("MIG device profiles (-want +got):\n%s", diff)
 	}
 }
+
+// TestEnumerateOptionalAttributes (issue 28, defect 1): a call for an optional attribute that
+// the GPU does not support leaves the attribute out and the GPU is served; a call for what a
+// GPU cannot be served without fails the GPU, named by the call.
+func TestEnumerateOptionalAttributes(t *testing.T) {
+	for _, tc := range []struct {
+		method string
+		// check says whether the attribute was left out; nil: the call is required.
+		check func(g GPU) bool
+	}{
+		{"GetBrand", func(g GPU) bool { return g.Brand == "" }},
+		{"GetArchitecture", func(g GPU) bool { return g.Architecture == "" }},
+		{"GetMemoryInfo", func(g GPU) bool { return g.MemoryBytes == 0 }},
+		{"GetPciInfo", func(g GPU) bool { return g.PCIBusID == "" && g.PCIDeviceID == 0 }},
+		{"GetNumaNodeId", func(g GPU) bool { return g.NUMANode == -1 }},
+		{"GetUUID", nil},
+		{"GetMinorNumber", nil},
+		{"GetName", nil},
+		{"GetCudaComputeCapability", nil},
+	} {
+		for _, ret := range []nvml.Return{nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND} {
+			t.Run(tc.method+"/"+ret.String(), func(t *testing.T) {
+				m := newMachine(t, "l4x8", gputest.WithFaultAfter("Device."+tc.method, 0, ret))
+				inv, err := Enumerate(context.Background(), m, SkipFailedGPUs(true))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.check == nil {
+					if len(inv.GPUs) != 0 || len(inv.Errors) != 8 || inv.Errors[0].Op != tc.method {
+						t.Errorf("%d GPUs, errors %v; want every GPU failed by %s", len(inv.GPUs), inv.Errors, tc.method)
+					}
+					return
+				}
+				if len(inv.GPUs) != 8 || len(inv.Errors) != 0 {
+					t.Fatalf("%d GPUs, errors %v; want all 8 served", len(inv.GPUs), inv.Errors)
+				}
+				for _, g := range inv.GPUs {
+					if !tc.check(g) {
+						t.Errorf("GPU %d: %+v; want the attribute left out", g.Index, g)
+					}
+				}
+			})
+		}
+	}
+}

@@ -151,8 +151,12 @@ func dropSharedBusIDs(gpus []GPU) {
 	}
 }
 
+// gpu enumerates GPU i. What each NVML call's failure means is decided per call
+// (docs/hardware.md): a call for identity the GPU cannot be served without fails the GPU; a
+// call for an optional attribute that answers NOT_SUPPORTED (or FUNCTION_NOT_FOUND, an older
+// driver) leaves the attribute out; any other error fails the GPU.
 func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
-	var g GPU
+	g := GPU{Index: i, NUMANode: -1}
 	fail := func(op string, ret nvml.Return) (GPU, *DeviceError) {
 		return GPU{}, newDeviceError(i, -1, g.UUID, op, ret)
 	}
@@ -160,75 +164,104 @@ func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
 	if ret != nvml.SUCCESS {
 		return fail("DeviceGetHandleByIndex", ret)
 	}
-	g = GPU{Index: i, NUMANode: -1}
-	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
-		return fail("GetUUID", ret)
+	major, minor, op, ret := identity(d, &g)
+	if ret == nvml.SUCCESS {
+		op, ret = attributes(d, &g)
 	}
-	if g.Minor, ret = d.GetMinorNumber(); ret != nvml.SUCCESS {
-		return fail("GetMinorNumber", ret)
-	}
-	if g.ProductName, ret = d.GetName(); ret != nvml.SUCCESS {
-		return fail("GetName", ret)
-	}
-	brand, ret := d.GetBrand()
 	if ret != nvml.SUCCESS {
-		return fail("GetBrand", ret)
-	}
-	g.Brand = BrandName(brand)
-	arch, ret := d.GetArchitecture()
-	if ret != nvml.SUCCESS {
-		return fail("GetArchitecture", ret)
-	}
-	g.Architecture = ArchitectureName(arch)
-	major, minor, ret := d.GetCudaComputeCapability()
-	if ret != nvml.SUCCESS {
-		return fail("GetCudaComputeCapability", ret)
-	}
-	g.CudaComputeCapability = fmt.Sprintf("%d.%d.0", major, minor)
-	mem, ret := d.GetMemoryInfo()
-	switch ret {
-	case nvml.SUCCESS:
-		g.MemoryBytes = mem.Total
-	case nvml.ERROR_NOT_SUPPORTED: // unified-memory systems have no dedicated memory
-	default:
-		return fail("GetMemoryInfo", ret)
-	}
-	pci, ret := d.GetPciInfo()
-	if ret != nvml.SUCCESS {
-		return fail("GetPciInfo", ret)
-	}
-	g.PCIDeviceID = pci.PciDeviceId
-	g.PCIBusID = pciBusID(pci)
-	switch numa, ret := d.GetNumaNodeId(); ret {
-	case nvml.SUCCESS:
-		g.NUMANode = numa
-	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
-	default:
-		return fail("GetNumaNodeId", ret)
+		return fail(op, ret)
 	}
 	model := e.model(g.ProductName)
 	switch cores, ret := d.GetNumGpuCores(); {
 	case ret == nvml.SUCCESS && cores > 0:
 		g.Multiprocessors = cores / coresPerSM(major, minor)
-	case ret == nvml.SUCCESS, ret == nvml.ERROR_NOT_SUPPORTED, ret == nvml.ERROR_FUNCTION_NOT_FOUND:
+	case ret == nvml.SUCCESS || unsupported(ret):
 		if model.catalog != nil {
 			g.Multiprocessors = model.catalog.Multiprocessors
 		}
 	default:
 		return fail("GetNumGpuCores", ret)
 	}
-
 	// MIG. Compute capability 8.0 is necessary, not sufficient: A10G and L4 answer NOT_SUPPORTED.
 	if major < 8 {
 		return g, nil
 	}
+	if derr := e.migState(d, &g, model); derr != nil {
+		return GPU{}, derr
+	}
+	return g, nil
+}
+
+// unsupported says whether an NVML call is not supported by this GPU or driver.
+func unsupported(ret nvml.Return) bool {
+	return ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_FUNCTION_NOT_FOUND
+}
+
+// identity reads what a GPU cannot be served without: UUID, minor number (its device node),
+// product name (its MIG model) and compute capability. It returns the failed call, if any.
+func identity(d nvml.Device, g *GPU) (major, minor int, op string, ret nvml.Return) {
+	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
+		return 0, 0, "GetUUID", ret
+	}
+	if g.Minor, ret = d.GetMinorNumber(); ret != nvml.SUCCESS {
+		return 0, 0, "GetMinorNumber", ret
+	}
+	if g.ProductName, ret = d.GetName(); ret != nvml.SUCCESS {
+		return 0, 0, "GetName", ret
+	}
+	if major, minor, ret = d.GetCudaComputeCapability(); ret != nvml.SUCCESS {
+		return 0, 0, "GetCudaComputeCapability", ret
+	}
+	g.CudaComputeCapability = fmt.Sprintf("%d.%d.0", major, minor)
+	return major, minor, "", nvml.SUCCESS
+}
+
+// attributes reads the optional attributes: brand, architecture, memory, PCI address and NUMA
+// node. One the GPU does not support is left out; another error is returned with its call.
+func attributes(d nvml.Device, g *GPU) (string, nvml.Return) {
+	brand, ret := d.GetBrand()
+	if ret == nvml.SUCCESS {
+		g.Brand = BrandName(brand)
+	} else if !unsupported(ret) {
+		return "GetBrand", ret
+	}
+	arch, ret := d.GetArchitecture()
+	if ret == nvml.SUCCESS {
+		g.Architecture = ArchitectureName(arch)
+	} else if !unsupported(ret) {
+		return "GetArchitecture", ret
+	}
+	mem, ret := d.GetMemoryInfo()
+	if ret == nvml.SUCCESS {
+		g.MemoryBytes = mem.Total
+	} else if !unsupported(ret) { // unified-memory systems have no dedicated memory
+		return "GetMemoryInfo", ret
+	}
+	pci, ret := d.GetPciInfo()
+	if ret == nvml.SUCCESS {
+		g.PCIDeviceID, g.PCIBusID = pci.PciDeviceId, pciBusID(pci)
+	} else if !unsupported(ret) {
+		return "GetPciInfo", ret
+	}
+	numa, ret := d.GetNumaNodeId()
+	if ret == nvml.SUCCESS {
+		g.NUMANode = numa
+	} else if !unsupported(ret) {
+		return "GetNumaNodeId", ret
+	}
+	return "", nvml.SUCCESS
+}
+
+// migState reads the MIG mode of a GPU of compute capability 8.0 or more, its geometry and its MIG
+// devices. A GPU that does not support MIG is served whole; one whose MIG mode cannot be read
+// fails (it may be in MIG mode, where the whole GPU cannot be used).
+func (e *enumerator) migState(d nvml.Device, g *GPU, model *modelInfo) *DeviceError {
 	cur, pending, ret := d.GetMigMode()
-	switch ret {
-	case nvml.SUCCESS:
-	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
-		return g, nil
-	default:
-		return fail("GetMigMode", ret)
+	switch {
+	case unsupported(ret):
+		return nil
+	case ret != nvml.SUCCESS:
+		return newDeviceError(g.Index, -1, g.UUID, "GetMigMode", ret)
 	}
 	g.MIGCapable = true
 	if !e.cfg.skipGeometry {
@@ -237,12 +270,9 @@ func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
 	g.MIGEnabled = cur == nvml.DEVICE_MIG_ENABLE
 	g.MIGPending = pending == nvml.DEVICE_MIG_ENABLE
 	if !g.MIGEnabled {
-		return g, nil
+		return nil
 	}
-	if derr := e.migDevices(d, &g, model); derr != nil {
-		return GPU{}, derr
-	}
-	return g, nil
+	return e.migDevices(d, g, model)
 }
 
 // model returns the cached catalog facts for a product.
