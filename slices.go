@@ -275,10 +275,13 @@ func (b *Builder) gpuDevices(inv *gpu.Inventory, g *gpu.GPU) ([]resourceapi.Devi
 }
 
 func (b *Builder) commonAttributes(inv *gpu.Inventory, g *gpu.GPU) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		AttrProductName:  str(g.ProductName),
-		AttrBrand:        str(g.Brand),
-		AttrArchitecture: str(g.Architecture),
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{AttrProductName: str(g.ProductName)}
+	// Brand and architecture are left out where the GPU did not report them (NOT_SUPPORTED).
+	if g.Brand != "" {
+		attrs[AttrBrand] = str(g.Brand)
+	}
+	if g.Architecture != "" {
+		attrs[AttrArchitecture] = str(g.Architecture)
 	}
 	setVersion(attrs, AttrCudaComputeCapability, g.CudaComputeCapability)
 	setVersion(attrs, AttrDriverVersion, inv.DriverVersion)

@@ -39,6 +39,11 @@ type Config struct {
 	NVML nvml.Interface
 	// Inventory is the node's GPUs; when nil it is enumerated from NVML by New.
 	Inventory *gpu.Inventory
+	// RequireAllGPUs makes New fail when any GPU fails to enumerate. By default such a GPU is
+	// left out (gpu.SkipFailedGPUs): it is logged and counted (MetricGPUEnumerationFailures),
+	// the rest of the node serves, and claims prepared on it are kept, not forgotten, until it
+	// can be read again.
+	RequireAllGPUs bool
 	// StateDir holds the checkpoint and the record of MIG instances that existed before the
 	// plugin first ran in the current boot. Use a persistent directory, for example
 	// /var/lib/kubelet/plugins/<driver>.
@@ -82,6 +87,10 @@ type TestHooks struct {
 	// synced: tests count what each operation pays for durability, or record what a power loss
 	// would leave.
 	Synced func(path string)
+	// CheckpointWrite, when set, is called before every write of the checkpoint file; an error
+	// fails that write as a full disk would (unlike AfterStep, not a crash: the plugin handles
+	// it as any failed write, rolling back a prepare).
+	CheckpointWrite func(path string) error
 }
 
 // HealthConfig configures health monitoring.
@@ -205,5 +214,5 @@ func (c *Config) inventory(ctx context.Context) (*gpu.Inventory, error) {
 	if c.Inventory != nil {
 		return c.Inventory, nil
 	}
-	return gpu.Enumerate(ctx, c.NVML)
+	return gpu.Enumerate(ctx, c.NVML, gpu.SkipFailedGPUs(!c.RequireAllGPUs))
 }

@@ -134,3 +134,11 @@ func catalogDifferences(inv *gpu.Inventory) []mig.Difference {
 	}
 	return out
 }
+
+// logEnumerationFailures says which GPUs failed to enumerate and are not served.
+func logEnumerationFailures(logger klog.Logger, inv *gpu.Inventory) {
+	for _, e := range inv.Errors {
+		logger.Error(e, "GPU failed to enumerate; it is not published, the rest of the node serves, and claims prepared on it are kept",
+			"index", e.Index, "uuid", e.UUID, "op", e.Op)
+	}
+}

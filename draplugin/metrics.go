@@ -1,10 +1,12 @@
 package draplugin
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/mig"
 )
@@ -21,6 +23,9 @@ const (
 	// catalog differs from what the GPU reports (labels model, profile, property); the GPU's
 	// values are used.
 	MetricMIGCatalogDifferences = "gpudra_plugin_mig_catalog_differences"
+	// MetricGPUEnumerationFailures is 1 for every GPU that failed to enumerate and is not
+	// served (labels index, uuid when known, op: the NVML call, return: its error).
+	MetricGPUEnumerationFailures = "gpudra_plugin_gpu_enumeration_failures"
 )
 
 type metrics struct {
@@ -32,7 +37,7 @@ type metrics struct {
 // newMetrics creates the plugin's collectors and registers them on reg (nothing when nil).
 // counts and unhealthy are read when the gauges are scraped. Registration errors (a second
 // plugin on the same registry) leave the collectors working but unexported.
-func newMetrics(reg prometheus.Registerer, counts func() (prepared, instances int), unhealthy func() int, diffs []mig.Difference) *metrics {
+func newMetrics(reg prometheus.Registerer, counts func() (prepared, instances int), unhealthy func() int, diffs []mig.Difference, failed []*gpu.DeviceError) *metrics {
 	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 	opts := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: "gpudra", Subsystem: "plugin", Name: name, Help: help}
@@ -64,11 +69,21 @@ func newMetrics(reg prometheus.Registerer, counts func() (prepared, instances in
 	for _, d := range diffs {
 		catalog.WithLabelValues(d.Model, d.Profile, d.Property).Set(1)
 	}
-	gauges = append(gauges, catalog)
+	gauges = append(gauges, catalog, enumerationFailures(opts("gpu_enumeration_failures",
+		"1 for each GPU that failed to enumerate (NVML call op returned return) and is not served; claims prepared on it are kept."), failed))
 	for _, c := range append([]prometheus.Collector{m.prepare, m.unprepare, m.errors}, gauges...) {
 		_ = reg.Register(c)
 	}
 	return m
+}
+
+// enumerationFailures is the gauge of GPUs that failed to enumerate.
+func enumerationFailures(o prometheus.Opts, failed []*gpu.DeviceError) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts(o), []string{"index", "uuid", "op", "return"})
+	for _, e := range failed {
+		g.WithLabelValues(strconv.Itoa(e.Index), e.UUID, e.Op, e.Return.String()).Set(1)
+	}
+	return g
 }
 
 func (m *metrics) observe(op Op, d time.Duration, err error) {

@@ -2,6 +2,7 @@ package draplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -99,10 +100,17 @@ func (n *nvmlMIG) Create(ctx context.Context, gpuUUID, profile string, placement
 		return MIGInstance{}, fmt.Errorf("read back %s at %d on GPU %s: %w", profile, placement.Start, gpuUUID, err)
 	}
 	for _, in := range insts {
-		if in.GIID == c.GPUInstanceID {
-			in.CIID = c.ComputeInstanceID
-			return in, nil
+		if in.GIID != c.GPUInstanceID {
+			continue
 		}
+		if in.UUID == "" {
+			// NVML lists no MIG device handles (GetMaxMigDeviceCount not supported): a device
+			// without a UUID cannot be handed to a container.
+			err := fmt.Errorf("created %s at %d on GPU %s, but NVML reports no MIG device UUID for it (GetMaxMigDeviceCount: %w)", profile, placement.Start, gpuUUID, nvml.ERROR_NOT_SUPPORTED)
+			return MIGInstance{}, errors.Join(err, m.Remove([]mig.Instance{{Profile: profile, Placement: &pl}}))
+		}
+		in.CIID = c.ComputeInstanceID
+		return in, nil
 	}
 	return MIGInstance{}, fmt.Errorf("created %s at %d on GPU %s (GPU instance %d) but cannot find it", profile, placement.Start, gpuUUID, c.GPUInstanceID)
 }

@@ -119,18 +119,20 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		p.mig = &republishingMIG{MIGController: p.mig, changed: p.republish}
 	}
 	logCatalogDifferences(klog.FromContext(ctx), inv)
+	logEnumerationFailures(klog.FromContext(ctx), inv)
 	if p.locks, err = pluginkit.NewLocks(p.stateDir); err != nil {
 		return nil, err
 	}
 	if err := p.openCheckpoint(ctx, cfg.BootIDPath); err != nil {
 		return nil, err
 	}
-	p.metrics = newMetrics(cfg.Metrics, p.counts, p.health.count, catalogDifferences(inv))
+	p.metrics = newMetrics(cfg.Metrics, p.counts, p.health.count, catalogDifferences(inv), inv.Errors)
 	return p, nil
 }
 
 func (p *Plugin) openCheckpoint(ctx context.Context, bootIDPath string) error {
-	store, rep, err := pluginkit.OpenStore(ctx, pluginkit.StoreConfig{Dir: p.stateDir, BootIDPath: bootIDPath, Now: p.now, Synced: p.hooks.Synced})
+	store, rep, err := pluginkit.OpenStore(ctx, pluginkit.StoreConfig{Dir: p.stateDir, BootIDPath: bootIDPath, Now: p.now, Synced: p.hooks.Synced,
+		BeforeWrite: p.hooks.CheckpointWrite})
 	if err != nil {
 		return err
 	}
@@ -171,33 +173,41 @@ func (p *Plugin) Resources(ctx context.Context) (*gpudra.Pool, error) {
 // partitionedNow returns the inventory with the MIG instances that exist now on the GPUs
 // published as partitions, and which of them claims record (owned); nil owned without dynamic
 // MIG. Instances are listed before the checkpoint is read: an instance is recorded before it is
-// created, so one that exists is never mistaken for foreign.
+// created, so one that exists is never mistaken for foreign. A GPU whose instances cannot be
+// listed now is left out (logged): what could be allocated on it is unknown, and the rest of
+// the node is published all the same.
 func (p *Plugin) partitionedNow(ctx context.Context) (*gpu.Inventory, func(*gpu.GPU, *gpu.MIGDevice) bool, error) {
 	if len(p.devices.partitioned) == 0 || p.mig == nil {
 		return p.inv, nil, nil
 	}
 	inv := *p.inv
-	inv.GPUs = slices.Clone(p.inv.GPUs)
-	for i := range inv.GPUs {
-		g := &inv.GPUs[i]
-		if !p.devices.partitioned[g.UUID] {
-			continue
+	inv.GPUs = make([]gpu.GPU, 0, len(p.inv.GPUs))
+	for _, g := range p.inv.GPUs {
+		if p.devices.partitioned[g.UUID] {
+			insts, err := p.mig.Instances(ctx, g.UUID)
+			if err != nil {
+				klog.FromContext(ctx).Error(err, "Cannot list the MIG instances of a GPU; it is not published until they can be listed", "gpu", g.UUID, "index", g.Index)
+				continue
+			}
+			g.MIGDevices = instancesAsMIGDevices(&g, insts)
 		}
-		insts, err := p.mig.Instances(ctx, g.UUID)
-		if err != nil {
-			return nil, nil, fmt.Errorf("list MIG instances of GPU %s: %w", g.UUID, err)
-		}
-		g.MIGDevices = make([]gpu.MIGDevice, 0, len(insts))
-		for _, in := range insts {
-			g.MIGDevices = append(g.MIGDevices, gpu.MIGDevice{UUID: in.UUID, ParentUUID: g.UUID, ParentIndex: g.Index, ParentMinor: g.Minor,
-				Profile: in.Profile, GIProfileID: in.GIProfileID, GIID: in.GIID, CIID: in.CIID, Placement: in.Placement})
-		}
+		inv.GPUs = append(inv.GPUs, g)
 	}
 	if err := p.store.Refresh(); err != nil {
 		return nil, nil, err
 	}
 	referenced := p.referencedPlacements()
 	return &inv, func(g *gpu.GPU, d *gpu.MIGDevice) bool { return referenced[placementKey{g.UUID, d.Placement.Start}] }, nil
+}
+
+// instancesAsMIGDevices are the MIG devices of g that insts describe.
+func instancesAsMIGDevices(g *gpu.GPU, insts []MIGInstance) []gpu.MIGDevice {
+	out := make([]gpu.MIGDevice, 0, len(insts))
+	for _, in := range insts {
+		out = append(out, gpu.MIGDevice{UUID: in.UUID, ParentUUID: g.UUID, ParentIndex: g.Index, ParentMinor: g.Minor,
+			Profile: in.Profile, GIProfileID: in.GIProfileID, GIID: in.GIID, CIID: in.CIID, Placement: in.Placement})
+	}
+	return out
 }
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin. Claims are prepared concurrently;

@@ -36,6 +36,10 @@ type ReconcileReport struct {
 	// Forgotten are claims recorded before a reboot, which erased what their prepares did on the
 	// node; they are dropped, and kubelet's next prepare of each redoes it from scratch.
 	Forgotten []string
+	// Unreadable are prepared claims kept as they are because a GPU they use failed to
+	// enumerate (gpu.Inventory.Unreadable): an unreadable GPU is not an absent one, so neither
+	// the claim nor its spec is dropped; the next start checks them again.
+	Unreadable []string
 	// SpecsRewritten are prepared claims whose CDI spec was missing (removed by hand, or a
 	// crash between writing the entry and the spec) and was written again.
 	SpecsRewritten []string
@@ -65,8 +69,8 @@ type ReconcileReport struct {
 
 // String summarizes the report on one line.
 func (r *ReconcileReport) String() string {
-	return fmt.Sprintf("prepared=%d rolledBack=%d unprepareFinished=%d forgotten=%d adopted=%d notAdopted=%d specsRewritten=%d specsPruned=%d migDestroyed=%d migBaseline=%d migUnowned=%d checkpointCorrupt=%t rebooted=%t",
-		r.Prepared, len(r.RolledBack), len(r.UnprepareFinished), len(r.Forgotten), len(r.Adopted), len(r.NotAdopted), len(r.SpecsRewritten), len(r.SpecsPruned),
+	return fmt.Sprintf("prepared=%d rolledBack=%d unprepareFinished=%d forgotten=%d unreadable=%d adopted=%d notAdopted=%d specsRewritten=%d specsPruned=%d migDestroyed=%d migBaseline=%d migUnowned=%d checkpointCorrupt=%t rebooted=%t",
+		r.Prepared, len(r.RolledBack), len(r.UnprepareFinished), len(r.Forgotten), len(r.Unreadable), len(r.Adopted), len(r.NotAdopted), len(r.SpecsRewritten), len(r.SpecsPruned),
 		len(r.MIGDestroyed), len(r.MIGBaseline), len(r.MIGUnowned), r.Checkpoint.Corrupt, r.Checkpoint.Rebooted)
 }
 
@@ -87,6 +91,8 @@ func (r *ReconcileReport) String() string {
 //  5. prepared claims whose existing (static) MIG device no longer exists — a reboot or an
 //     operator changed the MIG layout — are forgotten: a spec written from their recorded ids
 //     could grant another instance; devices that still exist get their current ids recorded;
+//     a claim on a GPU that failed to enumerate is kept untouched (ReconcileReport.Unreadable):
+//     nothing says its device is gone;
 //  6. prepared claims whose CDI spec is missing get it written again;
 //  7. specs of claims the checkpoint does not hold are removed, when it can be trusted;
 //  8. MPS daemons of prepared claims that do not run are restarted, and MPS directories of no
@@ -213,6 +219,10 @@ func (p *Plugin) forgetVanished(ctx context.Context, rep *ReconcileReport) error
 		}
 		updated, gone := p.currentStatic(c)
 		switch {
+		case gone != "" && p.onUnreadableGPU(c):
+			rep.Unreadable = append(rep.Unreadable, pluginkit.Ref(c))
+			klog.FromContext(ctx).Info("Keeping claim whose GPU could not be read; it is checked again at the next start",
+				"claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID, "device", gone)
 		case gone != "":
 			if err := p.forget(ctx, c); err != nil {
 				errs = append(errs, fmt.Errorf("claim %s: %w", pluginkit.Ref(c), err))
@@ -228,6 +238,12 @@ func (p *Plugin) forgetVanished(ctx context.Context, rep *ReconcileReport) error
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// onUnreadableGPU says whether a device of the claim is on a GPU that may be on the node but
+// failed to enumerate.
+func (p *Plugin) onUnreadableGPU(c checkpoint.ClaimState) bool {
+	return slices.ContainsFunc(claimGPUs(c), p.inv.Unreadable)
 }
 
 // currentStatic checks the existing MIG devices (not created by the plugin) of a claim against

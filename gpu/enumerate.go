@@ -118,90 +118,150 @@ func (e *enumerator) run(ctx context.Context) (*Inventory, error) {
 		}
 		inv.GPUs = append(inv.GPUs, g)
 	}
+	dropSharedBusIDs(inv.GPUs)
 	return inv, nil
 }
 
+// pciBusID is the GPU's canonical PCI address: NVML's bus ID string (or its legacy one), else the address its
+// domain, bus and device numbers spell; "" when NVML gives neither (0000:00:00.0, what an empty
+// PciInfo spells, is a host bridge, never a GPU).
+func pciBusID(pci nvml.PciInfo) string {
+	for _, s := range []string{cString(pci.BusId[:]), cString(pci.BusIdLegacy[:])} {
+		if id, err := CanonicalPCIBusID(s); err == nil {
+			return id
+		}
+	}
+	if pci.Domain == 0 && pci.Bus == 0 && pci.Device == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.0", pci.Domain, pci.Bus, pci.Device)
+}
+
+// dropSharedBusIDs clears the PCI bus ID of GPUs that report the same one: an address that
+// names two GPUs names neither, and resource.kubernetes.io/pciBusID must identify one device.
+func dropSharedBusIDs(gpus []GPU) {
+	count := map[string]int{}
+	for _, g := range gpus {
+		count[g.PCIBusID]++
+	}
+	for i := range gpus {
+		if count[gpus[i].PCIBusID] > 1 {
+			gpus[i].PCIBusID = ""
+		}
+	}
+}
+
+// gpu enumerates GPU i. What each NVML call's failure means is decided per call
+// (docs/hardware.md): a call for identity the GPU cannot be served without fails the GPU; a
+// call for an optional attribute that answers NOT_SUPPORTED (or FUNCTION_NOT_FOUND, an older
+// driver) leaves the attribute out; any other error fails the GPU.
 func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
+	g := GPU{Index: i, NUMANode: -1}
 	fail := func(op string, ret nvml.Return) (GPU, *DeviceError) {
-		return GPU{}, newDeviceError(i, -1, op, ret)
+		return GPU{}, newDeviceError(i, -1, g.UUID, op, ret)
 	}
 	d, ret := e.lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
 		return fail("DeviceGetHandleByIndex", ret)
 	}
-	g := GPU{Index: i, NUMANode: -1}
-	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
-		return fail("GetUUID", ret)
+	major, minor, op, ret := identity(d, &g)
+	if ret == nvml.SUCCESS {
+		op, ret = attributes(d, &g)
 	}
-	if g.Minor, ret = d.GetMinorNumber(); ret != nvml.SUCCESS {
-		return fail("GetMinorNumber", ret)
-	}
-	if g.ProductName, ret = d.GetName(); ret != nvml.SUCCESS {
-		return fail("GetName", ret)
-	}
-	brand, ret := d.GetBrand()
 	if ret != nvml.SUCCESS {
-		return fail("GetBrand", ret)
-	}
-	g.Brand = BrandName(brand)
-	arch, ret := d.GetArchitecture()
-	if ret != nvml.SUCCESS {
-		return fail("GetArchitecture", ret)
-	}
-	g.Architecture = ArchitectureName(arch)
-	major, minor, ret := d.GetCudaComputeCapability()
-	if ret != nvml.SUCCESS {
-		return fail("GetCudaComputeCapability", ret)
-	}
-	g.CudaComputeCapability = fmt.Sprintf("%d.%d.0", major, minor)
-	mem, ret := d.GetMemoryInfo()
-	switch ret {
-	case nvml.SUCCESS:
-		g.MemoryBytes = mem.Total
-	case nvml.ERROR_NOT_SUPPORTED: // unified-memory systems have no dedicated memory
-	default:
-		return fail("GetMemoryInfo", ret)
-	}
-	pci, ret := d.GetPciInfo()
-	if ret != nvml.SUCCESS {
-		return fail("GetPciInfo", ret)
-	}
-	g.PCIDeviceID = pci.PciDeviceId
-	busID, err := CanonicalPCIBusID(cString(pci.BusId[:]))
-	if err != nil {
-		busID = fmt.Sprintf("%04x:%02x:%02x.0", pci.Domain, pci.Bus, pci.Device)
-	}
-	g.PCIBusID = busID
-	switch numa, ret := d.GetNumaNodeId(); ret {
-	case nvml.SUCCESS:
-		g.NUMANode = numa
-	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
-	default:
-		return fail("GetNumaNodeId", ret)
+		return fail(op, ret)
 	}
 	model := e.model(g.ProductName)
 	switch cores, ret := d.GetNumGpuCores(); {
 	case ret == nvml.SUCCESS && cores > 0:
 		g.Multiprocessors = cores / coresPerSM(major, minor)
-	case ret == nvml.SUCCESS, ret == nvml.ERROR_NOT_SUPPORTED, ret == nvml.ERROR_FUNCTION_NOT_FOUND:
+	case ret == nvml.SUCCESS || unsupported(ret):
 		if model.catalog != nil {
 			g.Multiprocessors = model.catalog.Multiprocessors
 		}
 	default:
 		return fail("GetNumGpuCores", ret)
 	}
-
 	// MIG. Compute capability 8.0 is necessary, not sufficient: A10G and L4 answer NOT_SUPPORTED.
 	if major < 8 {
 		return g, nil
 	}
+	if derr := e.migState(d, &g, model); derr != nil {
+		return GPU{}, derr
+	}
+	return g, nil
+}
+
+// unsupported says whether an NVML call is not supported by this GPU or driver.
+func unsupported(ret nvml.Return) bool {
+	return ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_FUNCTION_NOT_FOUND
+}
+
+// identity reads what a GPU cannot be served without: UUID, minor number (its device node),
+// product name (its MIG model) and compute capability. It returns the failed call, if any.
+func identity(d nvml.Device, g *GPU) (major, minor int, op string, ret nvml.Return) {
+	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
+		return 0, 0, "GetUUID", ret
+	}
+	if g.Minor, ret = d.GetMinorNumber(); ret != nvml.SUCCESS {
+		return 0, 0, "GetMinorNumber", ret
+	}
+	if g.ProductName, ret = d.GetName(); ret != nvml.SUCCESS {
+		return 0, 0, "GetName", ret
+	}
+	if major, minor, ret = d.GetCudaComputeCapability(); ret != nvml.SUCCESS {
+		return 0, 0, "GetCudaComputeCapability", ret
+	}
+	g.CudaComputeCapability = fmt.Sprintf("%d.%d.0", major, minor)
+	return major, minor, "", nvml.SUCCESS
+}
+
+// attributes reads the optional attributes: brand, architecture, memory, PCI address and NUMA
+// node. One the GPU does not support is left out; another error is returned with its call.
+func attributes(d nvml.Device, g *GPU) (string, nvml.Return) {
+	brand, ret := d.GetBrand()
+	if ret == nvml.SUCCESS {
+		g.Brand = BrandName(brand)
+	} else if !unsupported(ret) {
+		return "GetBrand", ret
+	}
+	arch, ret := d.GetArchitecture()
+	if ret == nvml.SUCCESS {
+		g.Architecture = ArchitectureName(arch)
+	} else if !unsupported(ret) {
+		return "GetArchitecture", ret
+	}
+	mem, ret := d.GetMemoryInfo()
+	if ret == nvml.SUCCESS {
+		g.MemoryBytes = mem.Total
+	} else if !unsupported(ret) { // unified-memory systems have no dedicated memory
+		return "GetMemoryInfo", ret
+	}
+	pci, ret := d.GetPciInfo()
+	if ret == nvml.SUCCESS {
+		g.PCIDeviceID, g.PCIBusID = pci.PciDeviceId, pciBusID(pci)
+	} else if !unsupported(ret) {
+		return "GetPciInfo", ret
+	}
+	numa, ret := d.GetNumaNodeId()
+	if ret == nvml.SUCCESS {
+		g.NUMANode = numa
+	} else if !unsupported(ret) {
+		return "GetNumaNodeId", ret
+	}
+	return "", nvml.SUCCESS
+}
+
+// migState reads the MIG mode of a GPU of compute capability 8.0 or more, its geometry and its MIG
+// devices. A GPU that does not support MIG is served whole; one whose MIG mode cannot be read
+// fails (it may be in MIG mode, where the whole GPU cannot be used).
+func (e *enumerator) migState(d nvml.Device, g *GPU, model *modelInfo) *DeviceError {
 	cur, pending, ret := d.GetMigMode()
-	switch ret {
-	case nvml.SUCCESS:
-	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
-		return g, nil
-	default:
-		return fail("GetMigMode", ret)
+	switch {
+	case unsupported(ret):
+		return nil
+	case ret != nvml.SUCCESS:
+		return newDeviceError(g.Index, -1, g.UUID, "GetMigMode", ret)
 	}
 	g.MIGCapable = true
 	if !e.cfg.skipGeometry {
@@ -210,12 +270,9 @@ func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
 	g.MIGEnabled = cur == nvml.DEVICE_MIG_ENABLE
 	g.MIGPending = pending == nvml.DEVICE_MIG_ENABLE
 	if !g.MIGEnabled {
-		return g, nil
+		return nil
 	}
-	if derr := e.migDevices(d, &g, model); derr != nil {
-		return GPU{}, derr
-	}
-	return g, nil
+	return e.migDevices(d, g, model)
 }
 
 // model returns the cached catalog facts for a product.
@@ -247,12 +304,18 @@ func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceErr
 	if err != nil {
 		var we *mig.WalkError
 		if errors.As(err, &we) {
-			return newDeviceError(g.Index, we.MIGIndex, we.Op, we.Return)
+			return newDeviceError(g.Index, we.MIGIndex, g.UUID, we.Op, we.Return)
 		}
-		return newDeviceError(g.Index, -1, "ListInstances", nvml.ERROR_UNKNOWN)
+		return newDeviceError(g.Index, -1, g.UUID, "ListInstances", nvml.ERROR_UNKNOWN)
 	}
+	names := mi.giProfileNames(states, g.MemoryBytes>>20)
 	for _, gi := range states {
 		for _, ci := range gi.ComputeInstances {
+			if ci.UUID == "" {
+				// NVML lists no MIG device handles: the GPU is in MIG mode with devices that
+				// cannot be named to a container, so it is not served at all.
+				return newDeviceError(g.Index, -1, g.UUID, "GetMaxMigDeviceCount", nvml.ERROR_NOT_SUPPORTED)
+			}
 			g.MIGDevices = append(g.MIGDevices, MIGDevice{
 				ParentUUID: g.UUID, ParentIndex: g.Index, ParentMinor: g.Minor,
 				UUID: ci.UUID, GIID: gi.ID, CIID: ci.ID,
@@ -265,7 +328,7 @@ func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceErr
 				Encoders:        int(gi.Profile.EncoderCount),
 				JpegEngines:     int(gi.Profile.JpegCount),
 				OfaEngines:      int(gi.Profile.OfaCount),
-				Profile:         profileName(mi.catalog, gi.Profile, gi.ProfileEnum, ci.Profile, g.MemoryBytes),
+				Profile:         computeInstanceName(names[gi.Profile.Id], gi.Profile, ci.Profile),
 			})
 		}
 	}
@@ -275,52 +338,67 @@ func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceErr
 	return nil
 }
 
-// profileName names a MIG device: the catalog's name for the GPU-instance profile when the
-// catalog knows the model, else a name built from NVML's profile info, with a "<c>c." prefix
-// when the compute instance is smaller than its GPU instance.
-func profileName(cat *mig.Model, gp nvml.GpuInstanceProfileInfo, enum int, cp nvml.ComputeInstanceProfileInfo, gpuMemory uint64) string {
-	var name string
-	if cat != nil {
-		if p, ok := cat.ProfileByID(int(gp.Id)); ok {
-			name = p.Name
+// giProfileNames names the GPU-instance profiles of existing instances, by NVML profile Id, from
+// the device's own geometry: the name the MIG model gives the same Id (the geometry read from the
+// device, which the dynamic path publishes, else the catalog) when that profile has the
+// instance's slice count and, within 1 GiB, its memory; otherwise mig.ProfileName of the live
+// profile info, with collisions told apart as mig.DisambiguateProfileNames does. A catalog entry
+// whose Id means another profile on this driver never names an instance.
+func (mi *modelInfo) giProfileNames(states []mig.GPUInstanceState, gpuMiB uint64) map[uint32]string {
+	var derived []mig.GIProfile
+	names := map[uint32]string{}
+	for _, gi := range states {
+		gp := gi.Profile
+		if _, done := names[gp.Id]; done {
+			continue
+		}
+		if name, ok := mi.knownName(gp); ok {
+			names[gp.Id] = name
+			continue
+		}
+		names[gp.Id] = ""
+		derived = append(derived, mig.GIProfile{ID: int(gp.Id), Name: mig.ProfileName(gi.ProfileEnum, int(gp.SliceCount), gp.MemorySizeMB, gpuMiB)})
+	}
+	mig.DisambiguateProfileNames(derived)
+	for _, p := range derived {
+		names[uint32(p.ID)] = p.Name
+	}
+	return names
+}
+
+// knownName is the name a MIG model gives the profile Id, when that profile matches the live
+// profile info.
+func (mi *modelInfo) knownName(gp nvml.GpuInstanceProfileInfo) (string, bool) {
+	models := []*mig.Model{mi.catalog}
+	if mi.geometry != nil && mi.geometry.Model != nil {
+		models = []*mig.Model{mi.geometry.Model, mi.catalog}
+	}
+	for _, m := range models {
+		if m == nil {
+			continue
+		}
+		p, ok := m.ProfileByID(int(gp.Id))
+		if ok && p.ComputeSlices == int(gp.SliceCount) && absDiff(p.MemoryMiB, gp.MemorySizeMB) < 1024 {
+			return p.Name, true
 		}
 	}
-	if name == "" {
-		name = fmt.Sprintf("%dg.%dgb%s", gp.SliceCount, memoryGB(gp.MemorySizeMB, gpuMemory), enumSuffix(enum))
+	return "", false
+}
+
+func absDiff(a, b uint64) uint64 {
+	if a > b {
+		return a - b
 	}
+	return b - a
+}
+
+// computeInstanceName is the name of a MIG device: its GPU instance's profile name, with a
+// "<c>c." prefix when the compute instance is smaller than its GPU instance.
+func computeInstanceName(giName string, gp nvml.GpuInstanceProfileInfo, cp nvml.ComputeInstanceProfileInfo) string {
 	if cp.SliceCount != 0 && cp.SliceCount < gp.SliceCount {
-		name = strconv.Itoa(int(cp.SliceCount)) + "c." + name
+		return strconv.Itoa(int(cp.SliceCount)) + "c." + giName
 	}
-	return name
-}
-
-// memoryGB is the "<GB>gb" of a profile name for a profile NVML reports but the catalog does
-// not know: the instance's share of the GPU's memory rounded up to eighths, times the GPU's
-// memory in GiB, rounded up. It reproduces NVIDIA's names for most models (1g.5gb, 3g.20gb,
-// 3g.40gb); the catalog's names win wherever it knows the model.
-func memoryGB(profileMiB, gpuBytes uint64) uint64 {
-	const gib = 1 << 30
-	if gpuBytes == 0 {
-		return (profileMiB<<20 + gib - 1) / gib
-	}
-	eighths := (profileMiB<<20*8 + gpuBytes - 1) / gpuBytes
-	totalGiB := (gpuBytes + gib/2) / gib
-	return (eighths*totalGiB + 7) / 8
-}
-
-func enumSuffix(enum int) string {
-	switch enum {
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1:
-		return "+me"
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
-		return "-me"
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
-		return "+me.all"
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, nvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX,
-		nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX, nvml.GPU_INSTANCE_PROFILE_3_SLICE_GFX:
-		return "+gfx"
-	}
-	return ""
+	return giName
 }
 
 // coresPerSM is the number of CUDA cores in one SM for a compute capability; NVML reports cores,

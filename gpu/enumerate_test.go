@@ -218,22 +218,30 @@ func TestEnumerateFailures(t *testing.T) {
 		machine string
 		opts    []gputest.Option
 		want    *DeviceError
+		// uuidRead says the GPU's UUID was read before the failure, so the error names it.
+		uuidRead bool
 	}{
 		{"GetUUID of GPU 2", "dgx-h100", []gputest.Option{gputest.WithFault("GetUUID", 3, nvml.ERROR_GPU_IS_LOST)},
-			&DeviceError{Index: 2, MIGIndex: -1, Op: "GetUUID", Return: nvml.ERROR_GPU_IS_LOST}},
+			&DeviceError{Index: 2, MIGIndex: -1, Op: "GetUUID", Return: nvml.ERROR_GPU_IS_LOST}, false},
 		{"handle of GPU 0", "l4x8", []gputest.Option{gputest.WithFault("DeviceGetHandleByIndex", 1, nvml.ERROR_UNKNOWN)},
-			&DeviceError{Index: 0, MIGIndex: -1, Op: "DeviceGetHandleByIndex", Return: nvml.ERROR_UNKNOWN}},
+			&DeviceError{Index: 0, MIGIndex: -1, Op: "DeviceGetHandleByIndex", Return: nvml.ERROR_UNKNOWN}, false},
 		{"MIG mode of GPU 1", "a30x4", []gputest.Option{gputest.WithFault("GetMigMode", 2, nvml.ERROR_NO_PERMISSION)},
-			&DeviceError{Index: 1, MIGIndex: -1, Op: "GetMigMode", Return: nvml.ERROR_NO_PERMISSION}},
+			&DeviceError{Index: 1, MIGIndex: -1, Op: "GetMigMode", Return: nvml.ERROR_NO_PERMISSION}, true},
 		{"second MIG device of GPU 0", "dgx-a100-40gb",
 			[]gputest.Option{gputest.WithMIG(0, "3g.20gb", "3g.20gb"), gputest.WithFault("MIGDeviceHandle.GetUUID", 2, nvml.ERROR_GPU_IS_LOST)},
-			&DeviceError{Index: 0, MIGIndex: 1, Op: "GetUUID", Return: nvml.ERROR_GPU_IS_LOST}},
+			&DeviceError{Index: 0, MIGIndex: 1, Op: "GetUUID", Return: nvml.ERROR_GPU_IS_LOST}, true},
 		{"GPU instance of GPU 0", "dgx-a100-40gb",
 			[]gputest.Option{gputest.WithMIG(0, "7g.40gb"), gputest.WithFault("GetGpuInstanceById", 1, nvml.ERROR_UNKNOWN)},
-			&DeviceError{Index: 0, MIGIndex: 0, Op: "GetGpuInstanceById", Return: nvml.ERROR_UNKNOWN}},
+			&DeviceError{Index: 0, MIGIndex: 0, Op: "GetGpuInstanceById", Return: nvml.ERROR_UNKNOWN}, true},
+		{"MIG devices of GPU 0 without handles", "dgx-a100-40gb",
+			[]gputest.Option{gputest.WithMIG(0, "3g.20gb"), gputest.WithFaultAfter("GetMaxMigDeviceCount", 0, nvml.ERROR_NOT_SUPPORTED)},
+			&DeviceError{Index: 0, MIGIndex: -1, Op: "GetMaxMigDeviceCount", Return: nvml.ERROR_NOT_SUPPORTED}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.uuidRead {
+				tt.want.UUID, _ = newMachine(t, tt.machine).Device(tt.want.Index).GetUUID()
+			}
 			tt.want.Message = tt.want.Error()
 			// Fail (the default).
 			inv, err := Enumerate(context.Background(), newMachine(t, tt.machine, tt.opts...))

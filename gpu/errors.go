@@ -11,6 +11,9 @@ import (
 type DeviceError struct {
 	// Index is the NVML index of the GPU.
 	Index int `json:"index"`
+	// UUID is the GPU's UUID when it was read before the failure, else empty: a failed GPU
+	// without one may be any GPU the node had before (see Inventory.Unreadable).
+	UUID string `json:"uuid,omitempty"`
 	// MIGIndex is the MIG device index under the GPU when a MIG device failed, else -1.
 	MIGIndex int `json:"migIndex"`
 	// Op is the NVML method that failed, e.g. "GetUUID".
@@ -21,19 +24,39 @@ type DeviceError struct {
 	Message string `json:"message"`
 }
 
-func newDeviceError(index, migIndex int, op string, ret nvml.Return) *DeviceError {
-	e := &DeviceError{Index: index, MIGIndex: migIndex, Op: op, Return: ret}
+func newDeviceError(index, migIndex int, uuid, op string, ret nvml.Return) *DeviceError {
+	e := &DeviceError{Index: index, UUID: uuid, MIGIndex: migIndex, Op: op, Return: ret}
 	e.Message = e.Error()
 	return e
 }
 
 // Error implements error.
 func (e *DeviceError) Error() string {
-	if e.MIGIndex >= 0 {
-		return fmt.Sprintf("gpu %d: MIG device %d: %s: %v", e.Index, e.MIGIndex, e.Op, e.Return)
+	gpu := fmt.Sprintf("gpu %d", e.Index)
+	if e.UUID != "" {
+		gpu += " (" + e.UUID + ")"
 	}
-	return fmt.Sprintf("gpu %d: %s: %v", e.Index, e.Op, e.Return)
+	if e.MIGIndex >= 0 {
+		return fmt.Sprintf("%s: MIG device %d: %s: %v", gpu, e.MIGIndex, e.Op, e.Return)
+	}
+	return fmt.Sprintf("%s: %s: %v", gpu, e.Op, e.Return)
 }
 
 // Unwrap returns the NVML return code.
 func (e *DeviceError) Unwrap() error { return e.Return }
+
+// Unreadable reports whether the GPU with this UUID may be on the node although enumeration
+// did not return it: a skipped GPU's error names it, or names no UUID at all (the GPU failed
+// before its UUID was read, so it may be any GPU). A GPU that is unreadable is not absent:
+// whatever was prepared on it must be kept until it can be read again.
+func (inv *Inventory) Unreadable(uuid string) bool {
+	if inv == nil {
+		return false
+	}
+	for _, e := range inv.Errors {
+		if e.UUID == "" || e.UUID == uuid {
+			return true
+		}
+	}
+	return false
+}

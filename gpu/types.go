@@ -29,7 +29,8 @@ type GPU struct {
 	CudaComputeCapability string `json:"cudaComputeCapability"`
 	MemoryBytes           uint64 `json:"memoryBytes"`
 	Multiprocessors       int    `json:"multiprocessors,omitempty"`
-	// PCIBusID is the canonical lower-case "dddd:bb:dd.f" address.
+	// PCIBusID is the canonical lower-case "dddd:bb:dd.f" address; "" when NVML reports none,
+	// or when it reports the same one for two GPUs (it then identifies neither).
 	PCIBusID    string `json:"pciBusID"`
 	PCIDeviceID uint32 `json:"pciDeviceID"`
 	// NUMANode is the GPU's NUMA node, or -1 when unknown.

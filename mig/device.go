@@ -56,9 +56,14 @@ func enumAttributes(enum int) string {
 
 // ProfileName derives the canonical GPU-instance profile name the way NVIDIA's tools do: G compute
 // slices, memory as the fraction of the GPU's memory rounded up to a multiple of 1/8 times the GPU
-// memory in GiB rounded up, and the suffix implied by the NVML GPU_INSTANCE_PROFILE_* enum.
+// memory in GiB rounded up, and the suffix implied by the NVML GPU_INSTANCE_PROFILE_* enum. It is
+// the one formula for profiles the catalog does not name: the device model (ModelFromDevice),
+// the dynamic partitions built from it and the existing MIG devices gpu.Enumerate names all
+// use it, so a placement has the same name in static and dynamic mode. Two profiles it names
+// alike are told apart by DisambiguateProfileNames. With gpuMemoryMiB 0 (a GPU that reports no
+// dedicated memory) the memory is memoryMiB in GiB, rounded up.
 func ProfileName(enum, computeSlices int, memoryMiB, gpuMemoryMiB uint64) string {
-	gb := 0
+	gb := int((memoryMiB + 1023) / 1024) // GPU memory unknown (unified memory): GiB, rounded up
 	if gpuMemoryMiB > 0 {
 		frac := math.Ceil(float64(memoryMiB)/float64(gpuMemoryMiB)*8) / 8
 		gb = int(math.Round(frac * math.Ceil(float64(gpuMemoryMiB)/1024)))
@@ -150,6 +155,7 @@ func ModelFromDevice(dev nvml.Device) (*Model, error) {
 			break
 		}
 	}
+	DisambiguateProfileNames(m.Profiles)
 	return m, nil
 }
 

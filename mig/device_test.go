@@ -24,6 +24,9 @@ func TestProfileName(t *testing.T) {
 		{13, 1, 24064, 97887, "1g.24gb-me"},
 		{15, 1, 24064, 97887, "1g.24gb+me.all"},
 		{10, 1, 24064, 97887, "1g.24gb+gfx"},
+		// No GPU memory reported (unified memory): the profile's own GiB, rounded up.
+		{0, 1, 4864, 0, "1g.5gb"},
+		{0, 2, 16384, 0, "2g.16gb"},
 	}
 	for _, tt := range tests {
 		if got := ProfileName(tt.enum, tt.g, tt.mem, tt.total); got != tt.want {

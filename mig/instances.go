@@ -31,7 +31,8 @@ type ComputeInstanceState struct {
 	ID int
 	// Profile is NVML's info of the compute-instance profile (Id, slice count, SM count).
 	Profile nvml.ComputeInstanceProfileInfo
-	// UUID is the MIG device's UUID ("MIG-...").
+	// UUID is the MIG device's UUID ("MIG-..."); empty when NVML has no MIG device handles to
+	// read it from (GetMaxMigDeviceCount not supported, see ListInstances).
 	UUID string
 	// Handle is NVML's handle of the compute instance, valid until it is destroyed.
 	Handle nvml.ComputeInstance
@@ -74,6 +75,12 @@ func (e *WalkError) Unwrap() error {
 // place that reads MIG state through NVML: enumeration, the InstanceManager and kubelet plugins all use
 // it. A GPU without MIG support, or with MIG mode off, has none. Instances are sorted by
 // placement, compute instances by id. Failures are *WalkError; callers add which GPU it was.
+//
+// MIG devices are found through their handles (GetMaxMigDeviceCount, GetMigDeviceHandleByIndex),
+// which carry their UUIDs. Where NVML does not support those (ERROR_NOT_SUPPORTED or
+// ERROR_FUNCTION_NOT_FOUND from GetMaxMigDeviceCount), the compute instances are listed through
+// their GPU instances instead, with empty UUIDs: enough to destroy them and to turn MIG off,
+// not to hand one out.
 func ListInstances(dev nvml.Device) ([]GPUInstanceState, error) {
 	if dev == nil {
 		return nil, errNilDevice("ListInstances")
@@ -91,6 +98,11 @@ func ListInstances(dev nvml.Device) ([]GPUInstanceState, error) {
 	}
 	if err := w.gpuInstances(); err != nil {
 		return nil, err
+	}
+	if w.noHandles {
+		if err := w.computeInstances(); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]GPUInstanceState, 0, len(w.byID))
 	for _, gi := range w.byID {
@@ -112,6 +124,9 @@ type walker struct {
 	// ciProfiles caches compute-instance profile infos by GPU-instance and compute-instance
 	// profile Id.
 	ciProfiles map[[2]uint32]nvml.ComputeInstanceProfileInfo
+	// noHandles says NVML lists no MIG device handles: compute instances are read through
+	// their GPU instances.
+	noHandles bool
 }
 
 type giProfileInfo struct {
@@ -123,7 +138,12 @@ type giProfileInfo struct {
 // the MIG device UUIDs.
 func (w *walker) migDevices() error {
 	maxDev, ret := w.dev.GetMaxMigDeviceCount()
-	if ret != nvml.SUCCESS {
+	switch ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+		w.noHandles = true
+		return nil
+	default:
 		return &WalkError{MIGIndex: -1, Op: "GetMaxMigDeviceCount", Return: ret}
 	}
 	for i := range maxDev {
@@ -200,6 +220,35 @@ func (w *walker) gpuInstances() error {
 		for _, gi := range gis {
 			if _, err := w.add(gi, -1); err != nil {
 				return err
+			}
+		}
+	}
+	return nil
+}
+
+// computeInstances adds the compute instances of every GPU instance, found through the GPU
+// instance rather than a MIG device handle, without UUIDs.
+func (w *walker) computeInstances() error {
+	for _, gi := range w.byID {
+		for enum := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
+			info, ret := gi.Handle.GetComputeInstanceProfileInfo(enum, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+			switch ret {
+			case nvml.SUCCESS:
+			case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
+				continue
+			default:
+				return &WalkError{MIGIndex: -1, Op: "GetComputeInstanceProfileInfo", Return: ret}
+			}
+			cis, ret := gi.Handle.GetComputeInstances(&info)
+			if ret != nvml.SUCCESS {
+				return &WalkError{MIGIndex: -1, Op: "GetComputeInstances", Return: ret}
+			}
+			for _, ci := range cis {
+				ciInfo, ret := ci.GetInfo()
+				if ret != nvml.SUCCESS {
+					return &WalkError{MIGIndex: -1, Op: "ComputeInstance.GetInfo", Return: ret}
+				}
+				gi.ComputeInstances = append(gi.ComputeInstances, ComputeInstanceState{ID: int(ciInfo.Id), Profile: info, Handle: ci})
 			}
 		}
 	}

@@ -200,6 +200,9 @@ func pciBusID(pci nvml.PciInfo) (string, error) {
 	if s := cString(pci.BusIdLegacy[:]); s != "" {
 		return canonicalBusID(s)
 	}
+	if pci.Domain == 0 && pci.Bus == 0 && pci.Device == 0 {
+		return "", nil // an empty PciInfo: 0000:00:00.0 is a host bridge, never a GPU
+	}
 	return canonicalBusID(fmt.Sprintf("%x:%x:%x.0", pci.Domain, pci.Bus, pci.Device))
 }
 

@@ -517,3 +517,24 @@ func TestTopologyJSON(t *testing.T) {
 		t.Error("MarshalText accepted Level(9)")
 	}
 }
+
+// TestDiscoverEmptyPCIInfo (issue 28, defect 5): a GPU whose PciInfo is empty, as go-nvml's
+// own mock servers report it, has no bus ID and no PCIe root, rather than the host bridge's
+// 0000:00:00.0.
+func TestDiscoverEmptyPCIInfo(t *testing.T) {
+	m, err := gputest.New("a10gx4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Device(1).GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.SUCCESS }
+	topo, err := topology.Discover(m, topology.WithoutSysfs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := topo.GPUs[1]; g.PCIBusID != "" || g.PCIeRoot != "" {
+		t.Errorf("GPU 1 bus ID %q, root %q; want neither", g.PCIBusID, g.PCIeRoot)
+	}
+	if topo.GPUs[2].PCIBusID == "" {
+		t.Error("GPU 2 lost its bus ID")
+	}
+}

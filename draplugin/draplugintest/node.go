@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpudra/gpudra"
@@ -17,6 +18,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/sharing"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
@@ -32,9 +34,11 @@ const DefaultNodeName = "node-1"
 type Node struct {
 	// Name is the node name, which is also the pool name.
 	Name string
-	// Machine is the fake NVML machine (replaced by Reboot).
+	// Machine is the fake NVML machine (replaced by Reboot); nil on a node built WithNVML.
 	Machine *gputest.Machine
-	// Inventory is what enumeration found on Machine at NewNode.
+	// NVML is the NVML the node's plugins use: Machine, or the library WithNVML gave.
+	NVML nvml.Interface
+	// Inventory is what enumeration found on NVML at NewNode.
 	Inventory *gpu.Inventory
 	// Host records sharing host changes (replaced by Reboot).
 	Host *sharingtest.FakeHost
@@ -59,6 +63,8 @@ type Node struct {
 	hostHook func(call string) error
 	// apiDisabled are the features Serve's fake API server drops (WithAPIFeaturesOff).
 	apiDisabled []gpudra.Feature
+	// lib is the NVML WithNVML gave, nil for a gputest machine.
+	lib nvml.Interface
 }
 
 // NodeOption configures NewNode.
@@ -78,6 +84,12 @@ func WithSliceOptions(opts ...gpudra.Option) NodeOption {
 func WithMachineOptions(opts ...gputest.Option) NodeOption {
 	return func(n *Node) { n.machineOpts = append(n.machineOpts, opts...) }
 }
+
+// WithNVML builds the node on lib, any initialized NVML (go-nvml's own mock servers, say,
+// wrapped with gputest.NotSupported), instead of a gputest machine: NewNode's machine name is
+// then only a label, Machine is nil, WithMachineOptions and WithPersistence do not apply, and
+// Reboot fails. MIGInstances lists what lib reports.
+func WithNVML(lib nvml.Interface) NodeOption { return func(n *Node) { n.lib = lib } }
 
 // WithAPIFeaturesOff makes the fake API server of Serve drop the fields of the given optional
 // ResourceSlice features, as a server with their feature gates off does (NewAPIClient).
@@ -130,7 +142,7 @@ func (n *Node) build() error {
 	if err := n.newBoot(); err != nil {
 		return err
 	}
-	inv, err := gpu.Enumerate(context.Background(), n.Machine)
+	inv, err := gpu.Enumerate(context.Background(), n.NVML)
 	if err != nil {
 		return fmt.Errorf("enumerate %s: %w", n.machineName, err)
 	}
@@ -163,6 +175,9 @@ const (
 // newBoot starts a boot: a fresh machine and host, and a new boot ID. A persistent node whose
 // files exist continues the boot they record.
 func (n *Node) newBoot() error {
+	if n.lib != nil {
+		return n.newLibBoot()
+	}
 	opts := n.machineOpts
 	if n.persist {
 		opts = append(slices.Clone(opts), gputest.WithStateDir(filepath.Join(n.Dir, machineStateDir)))
@@ -176,7 +191,7 @@ func (n *Node) newBoot() error {
 		u, _ := m.Device(i).GetUUID()
 		uuids = append(uuids, u)
 	}
-	n.Machine = m
+	n.Machine, n.NVML = m, m
 	if n.persist {
 		if n.Host, err = sharingtest.OpenFakeHost(filepath.Join(n.Dir, hostStateFile), uuids...); err != nil {
 			return err
@@ -187,11 +202,44 @@ func (n *Node) newBoot() error {
 	if n.hostHook != nil {
 		n.Host.SetHook(n.hostHook)
 	}
+	return n.writeBootID()
+}
+
+// writeBootID starts boot n.boot+1 unless a persistent node's boot goes on.
+func (n *Node) writeBootID() error {
 	n.boot++
 	if _, err := os.Stat(n.BootIDPath); err == nil && n.persist && n.boot == 1 {
 		return nil // the boot goes on
 	}
 	return os.WriteFile(n.BootIDPath, fmt.Appendf(nil, "boot-%d-%d\n", n.boot, time.Now().UnixNano()), 0o600)
+}
+
+// newLibBoot starts the only boot of a node built WithNVML.
+func (n *Node) newLibBoot() error {
+	if n.boot > 0 {
+		return errors.New("draplugintest: a node built WithNVML cannot reboot")
+	}
+	count, ret := n.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("draplugintest: DeviceGetCount: %w", ret)
+	}
+	uuids := make([]string, 0, count)
+	for i := range count {
+		d, ret := n.lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("draplugintest: GPU %d: DeviceGetHandleByIndex: %w", i, ret)
+		}
+		u, ret := d.GetUUID()
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("draplugintest: GPU %d: GetUUID: %w", i, ret)
+		}
+		uuids = append(uuids, u)
+	}
+	n.NVML, n.Host = n.lib, sharingtest.NewFakeHost(uuids...)
+	if n.hostHook != nil {
+		n.Host.SetHook(n.hostHook)
+	}
+	return n.writeBootID()
 }
 
 // Close removes the node's files (unless WithDir gave the directory).
@@ -235,7 +283,7 @@ func (n *Node) Config() (draplugin.Config, error) {
 	mgr := sharing.NewManager(driver, sharing.WithTimeSlicer(n.Host),
 		sharing.WithComputeModeSetter(n.Host), sharing.WithMPSDaemons(n.Host), sharing.WithMPSRoot(n.MPSDir))
 	return draplugin.Config{
-		NodeName: n.Name, Slices: slices.Clone(n.Slices), NVML: n.Machine, StateDir: n.StateDir,
+		NodeName: n.Name, Slices: slices.Clone(n.Slices), NVML: n.NVML, StateDir: n.StateDir,
 		BootIDPath: n.BootIDPath, CDIGenerator: n.Generator, CDIWriter: w, Sharing: mgr,
 	}, nil
 }
@@ -289,10 +337,36 @@ func (n *Node) Specs() ([]string, error) {
 
 // MIGInstances lists the MIG GPU instances on the machine as "<gpu index>:<profile>@<start>".
 func (n *Node) MIGInstances() []string {
+	if n.Machine == nil {
+		return n.libMIGInstances()
+	}
 	var out []string
 	for i := range n.Machine.NumGPUs() {
 		for _, gi := range n.Machine.GPUInstances(i) {
 			out = append(out, fmt.Sprintf("%d:%s@%d", i, gi.Profile, gi.Placement.Start))
+		}
+	}
+	return out
+}
+
+// libMIGInstances lists the MIG GPU instances of a node built WithNVML, as "<gpu index>:<NVML
+// GPU-instance profile Id>@<start>", or one "<gpu index>:error ..." entry for a GPU that could
+// not be listed.
+func (n *Node) libMIGInstances() []string {
+	var out []string
+	count, _ := n.NVML.DeviceGetCount()
+	for i := range count {
+		d, ret := n.NVML.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			out = append(out, fmt.Sprintf("%d:error %v", i, ret))
+			continue
+		}
+		gis, err := mig.ListInstances(d)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%d:error %v", i, err))
+		}
+		for _, gi := range gis {
+			out = append(out, fmt.Sprintf("%d:%d@%d", i, gi.Profile.Id, gi.Placement.Start))
 		}
 	}
 	return out

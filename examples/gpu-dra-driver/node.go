@@ -56,6 +56,11 @@ type nodeFlags struct {
 	// warn, when set, reports --consumable-memory dropped on GPUs partitioned by --dynamic-mig
 	// instead of refusing the combination (serve: a chart may set both for mixed nodes).
 	warn func(msg string)
+	// skipFailedGPUs leaves out, with a warning, a GPU that fails to enumerate instead of
+	// failing (serve: one broken GPU must not take the node's others off the cluster).
+	skipFailedGPUs bool
+	// machineOpts are extra options of the fake machine (tests inject NVML faults with them).
+	machineOpts []gputest.Option
 }
 
 // register adds the named node flags to the command; the other node flags, which earlier
@@ -173,10 +178,16 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv, err := sess.Enumerate(ctx)
+	inv, err := sess.Enumerate(ctx, gpu.SkipFailedGPUs(n.skipFailedGPUs))
 	if err != nil {
 		_ = sess.Close()
 		return nil, err
+	}
+	for _, e := range inv.Errors {
+		if n.warn == nil {
+			break
+		}
+		n.warn(fmt.Sprintf("GPU %d is not served: it failed to enumerate: %v", e.Index, e))
 	}
 	if err := n.checkMachine(inv); err != nil {
 		_ = sess.Close()
@@ -209,7 +220,7 @@ func (n *nodeFlags) session() (*gpu.Session, *gputest.Machine, error) {
 		}
 		opts = append(opts, gputest.WithMIGConfig(n.migConfig))
 	}
-	m, err := gputest.New(n.machine, opts...)
+	m, err := gputest.New(n.machine, append(opts, n.machineOpts...)...)
 	if err != nil {
 		return nil, nil, usageErrorf("--machine %s --mig-config %s: %w", n.machine, n.migConfig, err)
 	}

@@ -216,6 +216,8 @@ func (s *serveFlags) serve(ctx context.Context, stdout, stderr io.Writer) error 
 		logger.Info("WARNING: " + msg)
 		fmt.Fprintf(stderr, "WARNING: %s\n", msg)
 	}
+	// A GPU that fails to enumerate is left out, with a warning; the node's others serve.
+	s.node.skipFailedGPUs = true
 	client, err := kubeClient(s.kubeconfig, float32(s.qps), s.burst)
 	if err != nil {
 		return err

@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpudra/gpudra/gpu/gputest"
 )
 
 // TestServeExitsWhenThePluginFails: a fatal error of the plugin (its DRA or registration gRPC
@@ -62,5 +65,38 @@ func TestServeExitsWhenThePluginFails(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("serve still runs 10s after the plugin's fatal error (%v)", plugin.Err())
+	}
+}
+
+// TestServeSkipsAFailedGPU (issue 28): serve leaves out, with a warning, a GPU that fails to
+// enumerate, and serves the node's others; the offline commands still fail on it.
+func TestServeSkipsAFailedGPU(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		skip bool
+	}{{"serve", true}, {"offline command", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := parseServeFlags([]string{"--node-name", "n1", "--nvml", "fake", "--machine", "l4x8"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var warnings []string
+			s.node.skipFailedGPUs, s.node.warn = tc.skip, func(msg string) { warnings = append(warnings, msg) }
+			s.node.machineOpts = []gputest.Option{gputest.WithFault("Device.GetUUID", 2, nvml.ERROR_GPU_IS_LOST)}
+			n, err := s.node.open(context.Background())
+			if !tc.skip {
+				if err == nil || !strings.Contains(err.Error(), "gpu 1") {
+					t.Fatalf("open = %v, want the error of GPU 1", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.close()
+			if len(n.inv.GPUs) != 7 || len(warnings) != 1 || !strings.Contains(warnings[0], "GPU 1 is not served") {
+				t.Errorf("%d GPUs, warnings %q; want 7 and one naming GPU 1", len(n.inv.GPUs), warnings)
+			}
+		})
 	}
 }

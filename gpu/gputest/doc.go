@@ -26,4 +26,9 @@
 // driver and CUDA versions, and inject NVML failures on the Nth call of any method (WithFault,
 // WithFaultAfter); Calls counts calls per method. InjectXID and InjectGPULost deliver events through NVML event sets.
 // A Machine is safe for concurrent use.
+//
+// NotSupported turns go-nvml's own mock servers (pkg/nvml/mock/dgxa100 and the like), which
+// panic on every method they do not implement, into an NVML that answers ERROR_NOT_SUPPORTED
+// there as the real library does: a second source of fakes, written by NVIDIA rather than from
+// gpudra's catalog (draplugintest.WithNVML builds a test node on one).
 package gputest

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"time"
 
@@ -71,6 +72,9 @@ type StoreConfig struct {
 	Now func() time.Time
 	// Synced is the test hook told of every fsync; nil for none.
 	Synced func(path string)
+	// BeforeWrite is the test hook called before every checkpoint write; an error fails that
+	// write, as a full disk would. Nil for none.
+	BeforeWrite func(path string) error
 }
 
 // OpenStore opens the checkpoint in the state directory with the plugin's logger, clock and
@@ -80,6 +84,15 @@ func OpenStore(ctx context.Context, c StoreConfig) (*checkpoint.Store, checkpoin
 		checkpoint.WithSyncer(Syncer(c.Synced))}
 	if c.BootIDPath != "" {
 		opts = append(opts, checkpoint.WithBootIDPath(c.BootIDPath))
+	}
+	if c.BeforeWrite != nil {
+		files := atomicfile.New(atomicfile.WithSyncer(Syncer(c.Synced)))
+		opts = append(opts, checkpoint.WithWriteFunc(func(path string, data []byte, perm fs.FileMode, d atomicfile.Durability) error {
+			if err := c.BeforeWrite(path); err != nil {
+				return err
+			}
+			return files.Write(path, data, perm, d)
+		}))
 	}
 	store, rep, err := checkpoint.Open(c.Dir, opts...)
 	if err != nil {
