@@ -374,7 +374,7 @@ func (s *serveFlags) hostActions(n *node) ([]sharing.Option, error) {
 		}
 		n.host = host
 		cm = recordedComputeMode{ComputeModeSetter: cm, host: n.host}
-		ts, mps = n.host, n.host
+		ts, mps = n.host, fakeMPSDirs{MPSDaemons: n.host}
 	} else {
 		ts = sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRootDir(s.node.driverRoot)))
 		mps = sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRootDir(s.node.driverRoot)))
@@ -396,6 +396,43 @@ func (r recordedComputeMode) SetComputeMode(ctx context.Context, uuid string, mo
 	}
 	r.host.SetComputeModeState(uuid, mode)
 	return nil
+}
+
+// fakeMPSDirs gives the fake host's MPS daemons the directories a real daemon's setup creates
+// (pipe, log and shm, with the same modes) and removes them when the daemon stops: containers
+// bind-mount them, so on a real node a fake machine's MPS claims need them as real ones do. The
+// shm tmpfs stays recorded, not mounted.
+type fakeMPSDirs struct {
+	sharing.MPSDaemons
+}
+
+func (f fakeMPSDirs) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error {
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{spec.PipeDir, 0o755}, {spec.LogDir, 0o755}, {spec.ShmDir, 0o777 | os.ModeSticky}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil { // MkdirAll applies the umask
+			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
+		}
+	}
+	return f.MPSDaemons.Start(ctx, spec)
+}
+
+func (f fakeMPSDirs) Stop(ctx context.Context, spec sharing.MPSDaemonSpec) error {
+	if err := f.MPSDaemons.Stop(ctx, spec); err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range []string{spec.PipeDir, spec.LogDir, spec.ShmDir} {
+		errs = append(errs, os.RemoveAll(d))
+	}
+	if spec.Dir != "" {
+		_ = os.Remove(spec.Dir) // only when empty
+	}
+	return errors.Join(errs...)
 }
 
 // driverRootFor returns the driver installation CDI specs are generated from. A fake machine
