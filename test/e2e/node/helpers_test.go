@@ -342,3 +342,15 @@ func intAttr(d resourceapi.Device, name string) int64 {
 	}
 	return *a.IntValue
 }
+
+// strAttr returns a device's string attribute of the driver's domain.
+func strAttr(d resourceapi.Device, name string) string {
+	a := d.Attributes[resourceapi.QualifiedName(driverName+"/"+name)]
+	if a.StringValue == nil {
+		a = d.Attributes[resourceapi.QualifiedName(name)]
+	}
+	if a.StringValue == nil {
+		return ""
+	}
+	return *a.StringValue
+}

@@ -1,0 +1,103 @@
+package node
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/sharing"
+	"github.com/gpudra/gpudra/sharing/sharingtest"
+)
+
+// gpuConfig is an opaque GpuConfig for the driver, as a claim writes it.
+func gpuConfig(sharingJSON string) resourceapi.DeviceClaimConfiguration {
+	return resourceapi.DeviceClaimConfiguration{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+		Driver:     driverName,
+		Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": ` + sharingJSON + `}`)},
+	}}}
+}
+
+// hostState is the fake machine's host state (time slices, compute modes, MPS daemons) that
+// the plugin keeps in its state directory, as a real host keeps them in the driver.
+func (s *Suite) hostState(t *testing.T) sharingtest.HostState {
+	t.Helper()
+	h, err := sharingtest.OpenFakeHost(filepath.Join(s.Node.Kubelet.RootDir, "plugins", driverName, "fake-host.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.State()
+}
+
+// TestNodeTimeSlicing: a pod whose claim asks for time-slicing (interval Long) runs with its
+// GPU; the GPU's time slice is set while it runs and back to the default once kubelet has
+// unprepared the claim.
+func TestNodeTimeSlicing(t *testing.T) {
+	ctx := context.Background()
+	s := suite
+	ns := s.namespace(ctx, t)
+	s.claimTemplate(ctx, t, ns, "ts", "gpu.nvidia.com", 1, gpuConfig(`{"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}`))
+	pod := s.runPod(ctx, t, workloadPod(ns, "ts", corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("ts")}, "main"))
+	claim, devs := s.allocatedDevices(ctx, t, pod, "gpu")
+	if diff := cmp.Diff(s.wantGPUNodes(ctx, t, devs...), seen(s.report(ctx, t, pod, "main").Devices)); diff != "" {
+		t.Errorf("device nodes (-want +got):\n%s", diff)
+	}
+	uuid := strAttr(s.device(ctx, t, devs[0]), "uuid")
+	if got := s.hostState(t).TimeSlices[uuid]; got == 0 {
+		t.Errorf("GPU %s: time slice %d while the pod runs, want the Long interval set", uuid, got)
+	}
+	s.deletePod(ctx, t, pod)
+	s.waitUnprepared(ctx, t, string(claim.UID))
+	if got := s.hostState(t).TimeSlices[uuid]; got != 0 {
+		t.Errorf("GPU %s: time slice %d after unprepare, want the default (0)", uuid, got)
+	}
+}
+
+// TestNodeMPS: two containers of a pod share one GPU through MPS: both get the GPU and the
+// daemon's pipe directory (mounted where CUDA_MPS_PIPE_DIRECTORY says), the daemon runs while
+// the pod does, and after unprepare it is gone and the GPU is back in compute mode DEFAULT. On
+// the fake machine the daemon and its shm tmpfs are recorded by the fake host, not real: the
+// shm mount's propagation into containers needs a real daemon (not checked here).
+func TestNodeMPS(t *testing.T) {
+	ctx := context.Background()
+	s := suite
+	ns := s.namespace(ctx, t)
+	s.claimTemplate(ctx, t, ns, "mps", "gpu.nvidia.com", 1, gpuConfig(`{"strategy": "MPS"}`))
+	pod := s.runPod(ctx, t, workloadPod(ns, "mps", corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("mps")}, "a", "b"))
+	claim, devs := s.allocatedDevices(ctx, t, pod, "gpu")
+	want := s.wantGPUNodes(ctx, t, devs...)
+	for _, c := range []string{"a", "b"} {
+		r := s.report(ctx, t, pod, c)
+		if diff := cmp.Diff(want, seen(r.Devices)); diff != "" {
+			t.Errorf("container %s: device nodes (-want +got):\n%s", c, diff)
+		}
+		pipe := r.Env["CUDA_MPS_PIPE_DIRECTORY"]
+		if pipe == "" {
+			t.Errorf("container %s: CUDA_MPS_PIPE_DIRECTORY not set (env %v)", c, r.Env)
+			continue
+		}
+		if _, mounted := r.Mounts[pipe]; !mounted {
+			t.Errorf("container %s: the MPS pipe directory %s is not mounted (mounts %v)", c, pipe, r.Mounts)
+		}
+		if entries := r.Dirs[pipe]; len(entries) > 0 && strings.HasPrefix(entries[0], "error:") {
+			t.Errorf("container %s: cannot read the MPS pipe directory %s: %v", c, pipe, entries)
+		}
+	}
+	uuid := strAttr(s.device(ctx, t, devs[0]), "uuid")
+	st := s.hostState(t)
+	if len(st.Daemons) != 1 || st.ComputeModes[uuid] != sharing.ComputeModeExclusiveProcess {
+		t.Errorf("while the pod runs: daemons %v, compute mode of %s %v; want one daemon and EXCLUSIVE_PROCESS", st.Daemons, uuid, st.ComputeModes[uuid])
+	}
+	s.deletePod(ctx, t, pod)
+	s.waitUnprepared(ctx, t, string(claim.UID))
+	st = s.hostState(t)
+	if len(st.Daemons) != 0 || st.ComputeModes[uuid] != sharing.ComputeModeDefault {
+		t.Errorf("after unprepare: daemons %v, compute mode of %s %v; want none and DEFAULT", st.Daemons, uuid, st.ComputeModes[uuid])
+	}
+}
