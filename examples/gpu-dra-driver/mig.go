@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	inputpkg "github.com/gpudra/gpudra/internal/input"
 	"github.com/gpudra/gpudra/mig"
 )
 
@@ -145,9 +145,14 @@ func migValidate(gpuName, profiles string, stdout io.Writer) error {
 	}
 	layout, err := mig.ParseLayout(profiles)
 	if err != nil {
-		return answerNo(fmt.Errorf("invalid: %w", err))
+		return usageErrorf("--profiles=%q: %w", profiles, err)
 	}
 	placed, err := mig.Validate(m, layout)
+	var ve *mig.ValidationError
+	if errors.As(err, &ve) && ve.Kind == mig.ConflictUnknownProfile {
+		// A name the model does not have is a wrong flag value, as in mig layouts --only.
+		return usageErrorf("--profiles=%q: %w", profiles, err)
+	}
 	if err != nil {
 		return answerNo(fmt.Errorf("invalid: %w", err))
 	}
@@ -161,7 +166,11 @@ func migLayouts(gpuName string, maximal bool, only string, stdout io.Writer) err
 		return err
 	}
 	var opts []mig.LayoutOption
-	if profiles := splitList(only); len(profiles) > 0 {
+	profiles, err := splitList("only", only)
+	if err != nil {
+		return err
+	}
+	if len(profiles) > 0 {
 		opts = append(opts, mig.WithProfiles(profiles...))
 	}
 	list := mig.Layouts
@@ -181,9 +190,18 @@ func migLayouts(gpuName string, maximal bool, only string, stdout io.Writer) err
 }
 
 func migCheckConfig(ctx context.Context, nf *nodeFlags, file, configName string, stdout io.Writer) error {
-	data, err := os.ReadFile(file)
+	data, err := readConfigFile(ctx, file)
 	if err != nil {
-		return usageError(err)
+		return err
+	}
+	// A file that is not a mig-parted document is a wrong argument (exit 2), as it is through
+	// --mig-config; a mig-parted document whose configurations break its rules is the answer no.
+	var probe mig.ConfigSpec
+	if err := inputpkg.UnmarshalStrict(data, &probe); err != nil {
+		return usageErrorf("%s: not a mig-parted config: %w", file, err)
+	}
+	if probe.Version != "v1" {
+		return usageErrorf("%s: not a mig-parted config: version is %q, want \"v1\"", file, probe.Version)
 	}
 	spec, err := mig.ParseConfig(data)
 	if err != nil {
