@@ -168,6 +168,22 @@ func (fx libFixture) cases() []libCase {
 		{"mig: ParseConfig other case", config("Version: v1"), `unknown field "Version"`},
 		{"mig: ParseConfig negative count", config("version: v1\nmig-configs:\n  a:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {1g.5gb: -2}\n"), "1g.5gb"},
 		{"mig: ParseConfig negative device", config("version: v1\nmig-configs:\n  a:\n  - devices: [-1]\n    mig-enabled: false\n"), "-1"},
+		{"mig: Plan nil model", func() error { _, err := mig.Plan(nil, nil, []string{"1g.5gb"}); return err }, "nil"},
+		{"mig: Plan empty request", func() error { _, err := mig.Plan(fx.a100, nil, []string{""}); return err }, "profile"},
+		{"mig: Plan nothing", func() error { _, err := mig.Plan(fx.a100, nil, nil); return err }, ""},
+		{"mig: Plan on a bad layout", func() error { _, err := mig.Plan(fx.a100, []mig.Instance{mig.At("1g.5gb", -1)}, []string{"1g.5gb"}); return err }, "placement"},
+		{"mig: Candidates nil model", func() error { _, err := mig.Candidates(nil, nil, "1g.5gb"); return err }, "nil"},
+		{"mig: Candidates unknown profile", func() error { _, err := mig.Candidates(fx.a100, nil, "9g.9gb"); return err }, "9g.9gb"},
+		{"mig: PlacementCost negative start", func() error {
+			_, _, err := mig.PlacementCost(fx.a100, nil, "1g.5gb", mig.Placement{Start: -1, Size: 1})
+			return err
+		}, "placement"},
+		{"mig: PlacementCost zero size", func() error {
+			_, _, err := mig.PlacementCost(fx.a100, nil, "1g.5gb", mig.Placement{Start: 0, Size: 0})
+			return err
+		}, "placement"},
+		{"mig: PlacementOrder empty profile", func() error { _, err := mig.PlacementOrder(fx.a100, nil, ""); return err }, "profile"},
+		{"mig: NewRanker nil", func() error { _, err := mig.NewRanker(nil); return err }, "nil"},
 		{"mig: Lookup empty", func() error { _, err := mig.Lookup(""); return err }, "unknown"},
 		{"mig: ParseProfile empty", func() error { _, err := mig.ParseProfile(""); return err }, "profile"},
 		{"topology: BestSet nil", func() error { _, err := topology.BestSet(nil, 1, nil); return err }, "nil *Topology"},
