@@ -67,9 +67,11 @@ func badFixtures(t *testing.T) map[string]string {
 			"    requests: [{name: gpu, deviceClassName: gpu.nvidia.com}]\n",
 		"v1alpha3": "apiVersion: resource.k8s.io/v1alpha3\nkind: ResourceClaim\nmetadata: {name: c}\nspec:\n  devices:\n" +
 			"    requests: [{name: gpu, deviceClassName: gpu.nvidia.com}]\n",
-		"unknown-field":  strings.Replace(claimYAML("c", "", "count: 1"), "spec:\n", "spec:\n  bogus: 1\n", 1),
-		"case-field":     strings.Replace(claimYAML("c", "", "count: 1"), "  devices:", "  Devices:", 1),
-		"no-apiversion":  "kind: ResourceClaim\nmetadata: {name: c}\n",
+		"unknown-field": strings.Replace(claimYAML("c", "", "count: 1"), "spec:\n", "spec:\n  bogus: 1\n", 1),
+		"case-field":    strings.Replace(claimYAML("c", "", "count: 1"), "  devices:", "  Devices:", 1),
+		"no-apiversion": "kind: ResourceClaim\nmetadata: {name: c}\n",
+		"migcfg-on-gpu": claimYAML("c", "", "count: 1") + "    config: [{requests: [gpu], opaque: {driver: gpu.nvidia.com, " +
+			"parameters: {apiVersion: resource.nvidia.com/v1beta1, kind: MigDeviceConfig}}}]\n",
 		"policy-ok":      "blockedMIGProfiles: ['7g.*']\n",
 		"policy-case":    "blockedMigProfiles: ['7g.*']\n",
 		"policy-typo":    "blockedMIGProfile: ['7g.*']\n",
@@ -252,6 +254,7 @@ func specificCases() []badCase {
 		check("unknown field", 1, no, "{unknown-field}"),
 		check("field in other case", 1, no, "{case-field}"),
 		check("no apiVersion", 1, no, "{no-apiversion}"),
+		check("MigDeviceConfig on a full GPU", 1, no, "{migcfg-on-gpu}"),
 		check("bad api-versions", 2, `--api-versions: apiVersion "a/b/c": want GROUP/VERSION`, "--api-versions", "a/b/c", w01),
 		check("empty api-version", 2, `--api-versions: apiVersion "": want GROUP/VERSION`, "--api-versions=,", w01),
 		check("no api-versions", 0, "", "--api-versions=", w01),
