@@ -171,7 +171,10 @@ func (fx libFixture) cases() []libCase {
 		{"mig: Plan nil model", func() error { _, err := mig.Plan(nil, nil, []string{"1g.5gb"}); return err }, "nil"},
 		{"mig: Plan empty request", func() error { _, err := mig.Plan(fx.a100, nil, []string{""}); return err }, "profile"},
 		{"mig: Plan nothing", func() error { _, err := mig.Plan(fx.a100, nil, nil); return err }, ""},
-		{"mig: Plan on a bad layout", func() error { _, err := mig.Plan(fx.a100, []mig.Instance{mig.At("1g.5gb", -1)}, []string{"1g.5gb"}); return err }, "placement"},
+		{"mig: Plan on a bad layout", func() error {
+			_, err := mig.Plan(fx.a100, []mig.Instance{mig.At("1g.5gb", -1)}, []string{"1g.5gb"})
+			return err
+		}, "placement"},
 		{"mig: Candidates nil model", func() error { _, err := mig.Candidates(nil, nil, "1g.5gb"); return err }, "nil"},
 		{"mig: Candidates unknown profile", func() error { _, err := mig.Candidates(fx.a100, nil, "9g.9gb"); return err }, "9g.9gb"},
 		{"mig: PlacementCost negative start", func() error {

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -64,11 +65,32 @@ func answerNo(err error) error { return &exitError{code: exitNo, err: err} }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// After the first signal, a second one ends the process at once (the default action).
-	context.AfterFunc(ctx, stop)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	args := os.Args[1:]
+	context.AfterFunc(ctx, func() {
+		stop() // after the first signal, a second one ends the process at once (the default action)
+		if grace, ok := stopGrace(args); ok {
+			// A backstop for work that does not watch ctx (a long computation): the command has
+			// grace to stop on its own, then the process ends.
+			time.AfterFunc(grace, func() {
+				fmt.Fprintf(os.Stderr, "gpu-dra-driver: interrupted (%v) and not stopped within %v: exiting\n", context.Cause(ctx), grace)
+				os.Exit(exitFailure)
+			})
+		}
+	})
+	code := run(ctx, args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// stopGrace is how long a command may take to stop after SIGINT or SIGTERM before the process
+// exits with status 3: a second, for every command but serve, whose shutdown (unpreparing,
+// withdrawing its slices) has its own deadlines.
+func stopGrace(args []string) (time.Duration, bool) {
+	cmd, _, err := newRootCmd(io.Discard, io.Discard).Find(args)
+	if err == nil && cmd.Name() == "serve" {
+		return 0, false
+	}
+	return time.Second, true
 }
 
 // run executes the command line args and returns the exit code; commands read os.Stdin.
