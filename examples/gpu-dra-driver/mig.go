@@ -65,7 +65,8 @@ func newMIGValidateCmd() *cobra.Command {
 		Use:   "validate --gpu MODEL --profiles P,P@S,...",
 		Short: "is this MIG layout valid on one GPU? (exit 0 valid, 1 invalid with the reason)",
 		Long: "validate checks a layout of GPU instances on one GPU of the model and draws it; it exits 0 when\n" +
-			"the layout is valid and 1 with the reason on stderr when it is not.\n\n" + modelHelp,
+			"the layout is valid and 1 with the reason on stderr when it is not. An entry of --profiles that\n" +
+			"does not parse or names a profile MODEL does not have is a usage error (2), as in layouts --only.\n\n" + modelHelp,
 		Example: "  gpu-dra-driver mig validate --gpu A100-SXM4-80GB --profiles 3g.40gb,2g.20gb,1g.10gb,1g.10gb",
 		Args:    noArgs,
 	}
@@ -98,7 +99,8 @@ func newMIGCheckConfigCmd() *cobra.Command {
 		Use:   "check-config FILE",
 		Short: "validate a mig-parted config file against the machine",
 		Long: "check-config validates every configuration of a mig-parted (version: v1) file against the\n" +
-			"machine's GPUs, or only --config NAME; it exits 1 with the reasons when one is invalid.",
+			"machine's GPUs, or only --config NAME; it exits 1 with the reasons when one is invalid, and 2\n" +
+			"when FILE cannot be read, is over 1 MiB or is not a mig-parted document, as through the mig-config flag.",
 		Example: "  gpu-dra-driver mig check-config examples/deploy/mig-parted/config.yaml --machine dgx-a100-40gb",
 		Args:    exactArgs("FILE"),
 	}
