@@ -189,6 +189,14 @@ func (fx libFixture) cases() []libCase {
 		{"mig: NewRanker nil", func() error { _, err := mig.NewRanker(nil); return err }, "nil"},
 		{"mig: Lookup empty", func() error { _, err := mig.Lookup(""); return err }, "unknown"},
 		{"mig: ParseProfile empty", func() error { _, err := mig.ParseProfile(""); return err }, "profile"},
+		{"gputest: WithMIGConfig /dev/zero", func() error { _, err := gputest.New("dgx-a100-40gb", gputest.WithMIGConfig("/dev/zero")); return err },
+			"/dev/zero: larger than the 1 MiB limit"},
+		{"gputest: WithMIGConfigFile /dev/zero", func() error {
+			_, err := gputest.New("dgx-a100-40gb", gputest.WithMIGConfigFile("/dev/zero", "x"))
+			return err
+		}, "/dev/zero: larger than the 1 MiB limit"},
+		{"gputest: WithMIGConfig empty", func() error { _, err := gputest.New("dgx-a100-40gb", gputest.WithMIGConfig("")); return err }, "empty name"},
+		{"gputest: unknown machine", func() error { _, err := gputest.New(""); return err }, "machine"},
 		{"topology: BestSet nil", func() error { _, err := topology.BestSet(nil, 1, nil); return err }, "nil *Topology"},
 		{"topology: BestSet -1", bestSet(-1, nil), "-1"},
 		{"topology: BestSet 0", bestSet(0, nil), "cannot choose 0 GPUs from 8 candidates"},
