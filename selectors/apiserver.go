@@ -23,8 +23,9 @@ const (
 	RuleUnknownKind = "unknown-kind"
 	// RuleInvalidName: metadata.name or metadata.namespace is not a name the API server accepts.
 	RuleInvalidName = "invalid-name"
-	// RuleInvalidCount: a request's count is negative, or set with allocationMode All.
-	RuleInvalidCount = "invalid-count"
+	// RuleInvalidRequest: a request's allocationMode is unknown, or its count negative, or set
+	// with allocationMode All.
+	RuleInvalidRequest = "invalid-request"
 )
 
 // stableVersion matches the versions a default API server serves for built-in groups: since
@@ -133,8 +134,8 @@ func nameFindings(o Object) []Finding {
 	return fs
 }
 
-// countFindings checks the counts of a claim's requests: positive for ExactCount (0 is
-// defaulted to 1), unset for All.
+// countFindings checks the allocation mode and count of a claim's requests: a known mode, a
+// count positive for ExactCount (0 is defaulted to 1) and unset for All.
 func countFindings(o Object) []Finding {
 	spec, path := claimSpecOf(o.Object)
 	if spec == nil {
@@ -144,6 +145,10 @@ func countFindings(o Object) []Finding {
 	check := func(field string, mode resourceapi.DeviceAllocationMode, count int64) {
 		msg := ""
 		switch {
+		case mode != "" && mode != resourceapi.DeviceAllocationModeExactCount && mode != resourceapi.DeviceAllocationModeAll:
+			field = strings.TrimSuffix(field, "count") + "allocationMode"
+			msg = fmt.Sprintf("Unsupported value: %q: supported values: %q, %q", mode,
+				resourceapi.DeviceAllocationModeAll, resourceapi.DeviceAllocationModeExactCount)
 		case count < 0:
 			msg = fmt.Sprintf("Invalid value: %d: must be greater than zero", count)
 		case mode == resourceapi.DeviceAllocationModeAll && count != 0:
@@ -151,7 +156,7 @@ func countFindings(o Object) []Finding {
 		default:
 			return
 		}
-		fs = append(fs, Finding{Severity: SeverityError, Rule: RuleInvalidCount, Object: o.String(), Field: field, Message: msg})
+		fs = append(fs, Finding{Severity: SeverityError, Rule: RuleInvalidRequest, Object: o.String(), Field: field, Message: msg})
 	}
 	for i, r := range spec.Devices.Requests {
 		p := fmt.Sprintf("%s.devices.requests[%d]", path, i)
