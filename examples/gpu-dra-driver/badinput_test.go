@@ -39,6 +39,8 @@ type badCase struct {
 	code  int
 	// first must be in the first line of stderr.
 	first string
+	// stdout, when set, must be in stdout (why the answer is no).
+	stdout string
 }
 
 // badFixtures writes the files the cases name and returns placeholder → path.
@@ -222,6 +224,12 @@ func specificCases() []badCase {
 		return badCase{name: "check/" + name, args: append([]string{"check"}, args...), code: code, first: first}
 	}
 	no := "check: the answer is no (see the report)"
+	// checkNo is check's answer no (exit 1), for the reason why in its report.
+	checkNo := func(name, why string, args ...string) badCase {
+		c := check(name, 1, no, args...)
+		c.stdout = why
+		return c
+	}
 	cases := []badCase{
 		// check: the manifests themselves.
 		check("dev zero", 2, "/dev/zero: larger than the 16 MiB limit for this input", "/dev/zero"),
@@ -231,30 +239,30 @@ func specificCases() []badCase {
 		check("missing file", 2, "no such file or directory", "{missing}"),
 		check("directory without yaml", 2, "no *.yaml or *.yml files", "{emptydir}"),
 		// What is inside a readable text manifest is judged: not YAML is a finding, as is an unknown field.
-		check("not yaml", 1, no, "{notyaml}"),
-		check("empty file", 1, no, "{empty}"),
-		check("only comments", 1, no, "{comments}"),
+		checkNo("not yaml", "[decode]", "{notyaml}"),
+		checkNo("empty file", "[empty]", "{empty}"),
+		checkNo("only comments", "[empty]", "{comments}"),
 		check("count 0 is defaulted", 0, "", "{count-0}"),
 		check("count 1", 0, "", "{claim-ok}"),
 		check("directory", 0, "", "{dir}"),
-		check("negative count", 1, no, "{count-neg}"),
-		check("count 33", 1, no, "{count-33}"),
-		check("count max int64", 1, no, "{count-huge}"),
-		check("count with All", 1, no, "{count-all}"),
-		check("unknown allocation mode", 1, no, "{mode-bad}"),
-		check("invalid name", 1, no, "{name-bad}"),
-		check("missing name", 1, no, "{name-missing}"),
-		check("invalid namespace", 1, no, "{ns-bad}"),
-		check("unknown kind", 1, no, "{unknown-kind}"),
-		check("unknown group", 1, no, "{unknown-group}"),
-		check("v1beta1 not served", 1, no, "{v1beta1}"),
-		check("v1alpha3 not served", 1, no, "{v1alpha3}"),
+		checkNo("negative count", "[invalid-request]", "{count-neg}"),
+		checkNo("count 33", "an allocation holds at most 32 devices", "{count-33}"),
+		checkNo("count max int64", "an allocation holds at most 32 devices", "{count-huge}"),
+		checkNo("count with All", "[invalid-request]", "{count-all}"),
+		checkNo("unknown allocation mode", "[invalid-request]", "{mode-bad}"),
+		checkNo("invalid name", "[invalid-name]", "{name-bad}"),
+		checkNo("missing name", "[invalid-name]", "{name-missing}"),
+		checkNo("invalid namespace", "[invalid-name]", "{ns-bad}"),
+		checkNo("unknown kind", "[unknown-kind]", "{unknown-kind}"),
+		checkNo("unknown group", "[not-served]", "{unknown-group}"),
+		checkNo("v1beta1 not served", "[not-served]", "{v1beta1}"),
+		checkNo("v1alpha3 not served", "[not-served]", "{v1alpha3}"),
 		check("v1beta1 served when declared", 0, "", "--api-versions", "resource.k8s.io/v1beta1", "{v1beta1}"),
 		check("unknown group declared", 0, "", "--api-versions", "example.com/v1", "{unknown-group}"),
-		check("unknown field", 1, no, "{unknown-field}"),
-		check("field in other case", 1, no, "{case-field}"),
-		check("no apiVersion", 1, no, "{no-apiversion}"),
-		check("MigDeviceConfig on a full GPU", 1, no, "{migcfg-on-gpu}"),
+		checkNo("unknown field", "unknown field \"spec.bogus\"", "{unknown-field}"),
+		checkNo("field in other case", "unknown field \"spec.Devices\"", "{case-field}"),
+		checkNo("no apiVersion", "[not-served]", "{no-apiversion}"),
+		checkNo("MigDeviceConfig on a full GPU", "[invalid-config]", "{migcfg-on-gpu}"),
 		check("bad api-versions", 2, `--api-versions: apiVersion "a/b/c": want GROUP/VERSION`, "--api-versions", "a/b/c", w01),
 		check("empty api-version", 2, `--api-versions: apiVersion "": want GROUP/VERSION`, "--api-versions=,", w01),
 		check("no api-versions", 0, "", "--api-versions=", w01),
@@ -262,7 +270,7 @@ func specificCases() []badCase {
 		check("empty namespace flag", 2, `--namespace=""`, "--namespace=", w01),
 		check("print-upgraded binary", 2, "binary data", "--print-upgraded", "{binary}"),
 		check("print-upgraded dev zero", 2, "larger than the 16 MiB limit", "--print-upgraded", "/dev/zero"),
-		check("stdin empty", 1, no, "-"),
+		checkNo("stdin empty", "[empty]", "-"),
 		{name: "check/stdin binary", args: []string{"check", "-"}, stdin: "\x00\x01", code: 2, first: "stdin: binary data (a NUL byte at offset 0)"},
 		{name: "check/stdin too large", args: []string{"check", "-"}, stdin: strings.Repeat("#", 16<<20+1), code: 2, first: "stdin: larger than the 16 MiB limit"},
 		{name: "check/stdin ok", args: []string{"check", "-"}, stdin: claimYAML("c", "", "count: 1"), code: 0},
@@ -469,6 +477,9 @@ func TestBadInput(t *testing.T) {
 			}
 			if c.code == 0 && c.first == "" && strings.HasPrefix(first, "gpu-dra-driver") {
 				want.FirstLine = "(no error)"
+			}
+			if c.stdout != "" && !strings.Contains(stdout.String(), c.stdout) {
+				t.Errorf("%q: the report does not say %q:\n%.2000s", args, c.stdout, stdout.String())
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("%q (-want +got):\n%s\nstdout:\n%.2000s\nstderr:\n%.2000s", args, diff, stdout.String(), stderr.String())

@@ -134,7 +134,7 @@ func (fx libFixture) cases() []libCase {
 		}, `unknown field "Spec"`},
 		{"selectors: Check nil manifest", check(""), "[empty]"},
 		{"selectors: Check binary", check("\x00"), "control characters are not allowed"},
-		{"selectors: Check count -3", check(claimYAML("c", "", "count: -3")), "[invalid-count]"},
+		{"selectors: Check count -3", check(claimYAML("c", "", "count: -3")), "[invalid-request]"},
 		{"selectors: Check v1beta1", check("apiVersion: resource.k8s.io/v1beta1\nkind: DeviceClass\nmetadata: {name: c}\n"), "[not-served]"},
 		{"selectors: Check unknown kind", check("apiVersion: v1\nkind: Pood\nmetadata: {name: c}\n"), "[unknown-kind]"},
 		{"selectors: Check bad name", check(claimYAML("A_B", "", "count: 1")), "[invalid-name]"},
