@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
 )
 
 // Rules of what an API server refuses (Checker findings of severity error).
@@ -21,6 +22,8 @@ const (
 	RuleNotServed = "not-served"
 	// RuleUnknownKind: the apiVersion is served but has no such kind.
 	RuleUnknownKind = "unknown-kind"
+	// RuleMissingKind: a document holds data but no kind (kubectl: "Object 'Kind' is missing").
+	RuleMissingKind = "missing-kind"
 	// RuleInvalidName: metadata.name or metadata.namespace is not a name the API server accepts.
 	RuleInvalidName = "invalid-name"
 	// RuleInvalidRequest: a request's allocationMode is unknown, or its count negative, or set
@@ -166,6 +169,29 @@ func countFindings(o Object) []Finding {
 		for j, s := range r.FirstAvailable {
 			check(fmt.Sprintf("%s.firstAvailable[%d].count", p, j), s.AllocationMode, s.Count)
 		}
+	}
+	return fs
+}
+
+// kindlessFindings are the documents of manifest that hold data but no kind or apiVersion: the
+// API server cannot take them, and DecodeManifest skips them as it skips comment-only documents.
+func kindlessFindings(manifest []byte) []Finding {
+	docs, err := splitDocuments(manifest)
+	if err != nil {
+		return nil // DecodeManifest reports it
+	}
+	var fs []Finding
+	for i, d := range docs {
+		tm, _, err := typeMeta(d)
+		if err != nil || tm.Kind != "" {
+			continue
+		}
+		js, err := yaml.YAMLToJSON(d)
+		if err != nil || string(js) == "null" {
+			continue
+		}
+		fs = append(fs, Finding{Severity: SeverityError, Rule: RuleMissingKind, Object: fmt.Sprintf("document %d", i), Field: "kind",
+			Message: "Required value: the document holds data but no kind; the API server cannot take it"})
 	}
 	return fs
 }

@@ -56,6 +56,8 @@ func TestCheckRefusesWhatTheAPIServerRefuses(t *testing.T) {
 		{"unknown group", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n", nil,
 			[]ruleAt{{selectors.RuleNotServed, "Widget w", "apiVersion"}}},
 		{"unknown kind", "apiVersion: v1\nkind: Pood\nmetadata: {name: p}\n", nil, []ruleAt{{selectors.RuleUnknownKind, "Pood p", "kind"}}},
+		{"no kind", "metadata: {name: x}\nspec: {}\n", nil, []ruleAt{{selectors.RuleMissingKind, "document 0", "kind"}}},
+		{"no kind beside an object", claim("{name: c}", exact("")) + "---\nfoo: bar\n", nil, []ruleAt{{selectors.RuleMissingKind, "document 1", "kind"}}},
 		{"served other kind", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: m}\n", nil, nil},
 		{"MigDeviceConfig on a full GPU", withConfig("gpu.nvidia.com", "MigDeviceConfig"), nil,
 			[]ruleAt{{selectors.RuleInvalidConfig, "ResourceClaim c", "spec.devices.config[0].requests[0]"}}},

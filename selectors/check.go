@@ -104,7 +104,9 @@ func (c *Checker) Check(ctx context.Context, source string, manifest []byte) (*R
 	r := &Report{Source: source}
 	// What the API server would refuse is judged on the manifest as written, before upgrades.
 	original, derr := DecodeManifest(manifest)
-	r.Findings = append(r.Findings, c.apiServerFindings(original, derr == nil)...)
+	kindless := kindlessFindings(manifest)
+	r.Findings = append(r.Findings, kindless...)
+	r.Findings = append(r.Findings, c.apiServerFindings(original, derr == nil && len(kindless) == 0)...)
 	up, err := c.upgrader.Upgrade(manifest)
 	if up == nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
