@@ -72,6 +72,7 @@ func badFixtures(t *testing.T) map[string]string {
 		"unknown-field": strings.Replace(claimYAML("c", "", "count: 1"), "spec:\n", "spec:\n  bogus: 1\n", 1),
 		"case-field":    strings.Replace(claimYAML("c", "", "count: 1"), "  devices:", "  Devices:", 1),
 		"no-apiversion": "kind: ResourceClaim\nmetadata: {name: c}\n",
+		"no-kind":       "apiVersion: v1\nmetadata: {name: c}\n",
 		"migcfg-on-gpu": claimYAML("c", "", "count: 1") + "    config: [{requests: [gpu], opaque: {driver: gpu.nvidia.com, " +
 			"parameters: {apiVersion: resource.nvidia.com/v1beta1, kind: MigDeviceConfig}}}]\n",
 		"policy-ok":      "blockedMIGProfiles: ['7g.*']\n",
@@ -262,6 +263,7 @@ func specificCases() []badCase {
 		checkNo("unknown field", "unknown field \"spec.bogus\"", "{unknown-field}"),
 		checkNo("field in other case", "unknown field \"spec.Devices\"", "{case-field}"),
 		checkNo("no apiVersion", "[not-served]", "{no-apiversion}"),
+		checkNo("no kind", "[missing-kind]", "{no-kind}"),
 		checkNo("MigDeviceConfig on a full GPU", "[invalid-config]", "{migcfg-on-gpu}"),
 		check("bad api-versions", 2, `--api-versions: apiVersion "a/b/c": want GROUP/VERSION`, "--api-versions", "a/b/c", w01),
 		check("empty api-version", 2, `--api-versions: apiVersion "": want GROUP/VERSION`, "--api-versions=,", w01),
