@@ -108,7 +108,8 @@ bench-e2e-scale: e2e-binaries
 
 ## fuzz: run each fuzz target for FUZZTIME (make test runs their seed corpora only).
 FUZZTIME ?= 10m
-FUZZ_TARGETS := selectors:FuzzCompile selectors:FuzzLint selectors:FuzzUpgrade sharing/v1beta1:FuzzDecode mig:FuzzParseProfile
+FUZZ_TARGETS := selectors:FuzzCompile selectors:FuzzLint selectors:FuzzUpgrade sharing/v1beta1:FuzzDecode mig:FuzzParseProfile \
+	simulate:FuzzAllocate selectors:FuzzCheck selectors:FuzzParsePolicy mig:FuzzParseConfig internal/checkpoint:FuzzDecode
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
@@ -133,11 +134,16 @@ churn:
 islands:
 	$(GO) test -count=1 -run '^TestIslandStreams$$' -v . -islands.full
 
-demo:
-	$(GO) run ./examples/gpu-dra-driver demo
+## demo, render: build the driver ($(BIN)) with progress, then run the command. A cold build
+## cache compiles ~600 packages (Kubernetes, NVML bindings): about 6 minutes on 2 cores; go
+## build -v names each package as it compiles, so the wait is visible.
+demo render: driver-progress
+	$(BIN) $@
 
-render:
-	$(GO) run ./examples/gpu-dra-driver render
+.PHONY: driver-progress
+driver-progress:
+	@echo "building $(BIN) (a cold build cache takes about 6 minutes on 2 cores; packages are listed as they compile)"
+	CGO_ENABLED=1 $(GO) build -v -o $(BIN) ./examples/gpu-dra-driver
 
 CODE_GENERATOR_VERSION ?= v0.37.2
 

@@ -77,7 +77,8 @@ type Option func(*Builder)
 func WithDriverName(name string) Option { return func(b *Builder) { b.driverName = name } }
 
 // WithMaxDevicesPerSlice lowers the number of devices per ResourceSlice below the API limits
-// (128, or 64 when devices use taints or counters). Values above the limit are capped.
+// (128, or 64 when devices use taints or counters). Values above the limit are capped; 0 keeps
+// the limit; a negative n makes Build fail.
 func WithMaxDevicesPerSlice(n int) Option { return func(b *Builder) { b.maxDevices = n } }
 
 // WithPCIeRoot sets how PCIe roots are resolved for the resource.kubernetes.io/pcieRoot attribute.
@@ -173,6 +174,9 @@ func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*Pool, error) {
 		return nil, err
 	}
 	if err := ValidatePoolName(poolName); err != nil {
+		return nil, err
+	}
+	if err := b.validateOptions(); err != nil {
 		return nil, err
 	}
 	pub, err := b.build(inv)
@@ -376,4 +380,20 @@ func setVersion(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute,
 	if v != "" {
 		attrs[name] = resourceapi.DeviceAttribute{VersionValue: &v}
 	}
+}
+
+// validateOptions refuses option values no slice can carry: a negative device limit, negative
+// consumable-memory quantities.
+func (b *Builder) validateOptions() error {
+	if b.maxDevices < 0 {
+		return fmt.Errorf("gpudra: WithMaxDevicesPerSlice(%d): want a positive number of devices, or 0 for the API limit", b.maxDevices)
+	}
+	if c := b.consumable; c != nil {
+		for name, q := range map[string]resource.Quantity{"Step": c.Step, "Default": c.Default} {
+			if q.Sign() < 0 {
+				return fmt.Errorf("gpudra: WithConsumableMemory: %s %s: must not be negative (zero: the default)", name, q.String())
+			}
+		}
+	}
+	return nil
 }

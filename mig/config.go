@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"github.com/gpudra/gpudra/internal/input"
 )
 
 // ConfigSpec is a mig-parted configuration file ("version: v1"): named MIG configurations, each a
@@ -127,7 +127,7 @@ func (f DeviceFilter) Matches(pciDeviceID, pciSubsystemID uint32) bool {
 // Errors name the field path, e.g. mig-configs["custom"][1].mig-devices["3g.20gb"].
 func ParseConfig(data []byte) (*ConfigSpec, error) {
 	var spec ConfigSpec
-	if err := yaml.UnmarshalStrict(data, &spec); err != nil {
+	if err := input.UnmarshalStrict(data, &spec); err != nil {
 		return nil, fmt.Errorf("parse mig-parted config: %w", err)
 	}
 	if err := spec.Validate(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // capacity counts, for a set of free memory slices, how many (profile, placement) pairs of the model
@@ -133,7 +134,7 @@ type Candidate struct {
 }
 
 // Candidates returns every placement of the given profiles of m (all profiles when none is
-// given), in catalog order, with its PlacementCost beside the current instances. It resolves the
+// given; a name m does not have is an error), in catalog order, with its PlacementCost beside the current instances. It resolves the
 // layout once, so it is the cheap way to rank a whole GPU; a Ranker is cheaper still for many
 // layouts of one model.
 func Candidates(m *Model, current []Instance, profiles ...string) ([]Candidate, error) {
@@ -164,6 +165,12 @@ func (r *Ranker) Candidates(current []Instance, profiles ...string) ([]Candidate
 	st, err := g.state(current)
 	if err != nil {
 		return nil, fmt.Errorf("placement candidates on %s: %w", g.m.Name, err)
+	}
+	for _, name := range profiles {
+		if _, ok := g.m.Profile(name); !ok {
+			// A name the model lacks used to yield no candidates, as if every placement were taken.
+			return nil, fmt.Errorf("placement candidates on %s: unknown profile %q (profiles: %s)", g.m.Name, name, strings.Join(g.m.ProfileNames(), ", "))
+		}
 	}
 	var out []Candidate
 	for pi, p := range g.profiles {

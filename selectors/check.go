@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/simulate"
@@ -23,6 +24,7 @@ type Checker struct {
 	linter          *Linter
 	upgrader        *Upgrader
 	objs            []Object
+	apiVersions     []schema.GroupVersion
 	workloadClasses map[string]*resourceapi.DeviceClass
 }
 
@@ -100,6 +102,11 @@ type AllocatedDevice struct {
 func (c *Checker) Check(ctx context.Context, source string, manifest []byte) (*Report, error) {
 	logger := klog.FromContext(ctx).WithValues("source", source)
 	r := &Report{Source: source}
+	// What the API server would refuse is judged on the manifest as written, before upgrades.
+	original, derr := DecodeManifest(manifest)
+	kindless := kindlessFindings(manifest)
+	r.Findings = append(r.Findings, kindless...)
+	r.Findings = append(r.Findings, c.apiServerFindings(original, derr == nil && len(kindless) == 0)...)
 	up, err := c.upgrader.Upgrade(manifest)
 	if up == nil {
 		return nil, fmt.Errorf("%s: %w", source, err)

@@ -114,8 +114,59 @@ func (l *Linter) claimSpec(ctx context.Context, o Object, spec *resourceapi.Reso
 			}
 		}
 		fs = append(fs, l.opaque(o, c.Opaque, p.Child("opaque"))...)
+		fs = append(fs, l.configFits(o, spec, c, p)...)
 	}
 	return fs
+}
+
+// configFits checks a claim's opaque configuration against the class of each request it names:
+// the driver refuses at prepare a MigDeviceConfig for a full GPU and a GpuConfig for a MIG device
+// (sharing.Resolve), so a request of the driver's full-GPU class with a MigDeviceConfig, or of its
+// MIG class with a GpuConfig, can never start. A config that names no request applies only where
+// it fits and is not judged.
+func (l *Linter) configFits(o Object, spec *resourceapi.ResourceClaimSpec, c resourceapi.DeviceClaimConfiguration, path *field.Path) []Finding {
+	if c.Opaque == nil || c.Opaque.Driver != l.driver || len(c.Requests) == 0 {
+		return nil
+	}
+	cfg, err := v1beta1.NewDecoder().DecodeRaw(c.Opaque.Parameters)
+	if err != nil {
+		return nil // l.opaque reports it
+	}
+	kind := cfg.GetObjectKind().GroupVersionKind().Kind
+	classes := DeviceClasses(l.driver)
+	wrong := map[string]string{ // class name -> the kind its devices need, for the kind that does not fit
+		classes[0].Name: v1beta1.GpuConfigKind, classes[1].Name: v1beta1.MigDeviceConfigKind}
+	var fs []Finding
+	for j, req := range c.Requests {
+		for _, class := range requestClasses(spec, req) {
+			if need := wrong[class]; need != "" && need != kind {
+				fs = append(fs, Finding{Severity: SeverityError, Rule: RuleInvalidConfig, Object: o.String(), Field: path.Child("requests").Index(j).String(),
+					Message:    fmt.Sprintf("a %s for request %q, whose class %s allocates devices that need a %s: the driver refuses to prepare it", kind, req, class, need),
+					Suggestion: fmt.Sprintf("use kind: %s for this request", need)})
+			}
+		}
+	}
+	return fs
+}
+
+// requestClasses are the device classes of a request ("r") or subrequest ("r/s") of spec.
+func requestClasses(spec *resourceapi.ResourceClaimSpec, name string) []string {
+	reqName, sub, hasSub := strings.Cut(name, "/")
+	var out []string
+	for _, r := range spec.Devices.Requests {
+		if r.Name != reqName {
+			continue
+		}
+		if r.Exactly != nil && !hasSub {
+			out = append(out, r.Exactly.DeviceClassName)
+		}
+		for _, s := range r.FirstAvailable {
+			if !hasSub || s.Name == sub {
+				out = append(out, s.DeviceClassName)
+			}
+		}
+	}
+	return out
 }
 
 // request lints one exact request or subrequest: its class, its selectors, and what they select

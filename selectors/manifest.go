@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/internal/input"
 )
 
 // Object is one object of a manifest.
@@ -133,7 +135,7 @@ func decodeV1(doc []byte) (runtime.Object, error) {
 	default:
 		return nil, nil
 	}
-	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+	if err := input.UnmarshalStrict(doc, obj); err != nil {
 		return nil, err
 	}
 	return obj, nil

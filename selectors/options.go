@@ -2,6 +2,7 @@ package selectors
 
 import (
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpudra/gpudra"
 )
@@ -68,3 +69,11 @@ func WithPolicy(p *Policy) CheckerOption { return func(k *Checker) { k.policy = 
 
 // WithNamespace is the namespace of objects that do not name one (default "default").
 func WithNamespace(ns string) CheckerOption { return func(k *Checker) { k.env.Namespace = ns } }
+
+// WithAPIVersions declares apiVersions the target cluster serves beyond those a default
+// Kubernetes v1.37 API server serves (every stable version of its built-in groups), for
+// example resource.k8s.io/v1beta2 or a CRD's resource.nvidia.com/v1beta1. Objects of other
+// apiVersions are error findings (RuleNotServed). Check them first with ParseAPIVersions.
+func WithAPIVersions(gvs ...schema.GroupVersion) CheckerOption {
+	return func(k *Checker) { k.apiVersions = append(k.apiVersions, gvs...) }
+}

@@ -9,8 +9,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/yaml"
 
+	"github.com/gpudra/gpudra/internal/input"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/sharing/v1beta1"
 )
@@ -50,7 +50,7 @@ const (
 // ParsePolicy reads a policy from YAML or JSON, strictly, and validates it.
 func ParsePolicy(data []byte) (*Policy, error) {
 	p := &Policy{}
-	if err := yaml.UnmarshalStrict(data, p); err != nil {
+	if err := input.UnmarshalStrict(data, p); err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	if err := p.Validate(); err != nil {

@@ -107,6 +107,9 @@ func (s *Simulator) Allocate(ctx context.Context, claim *resourceapi.ResourceCla
 	}
 	claim = claim.DeepCopy()
 	Default(claim)
+	if err := ValidateRequests(claim); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	alloc, err := structured.NewAllocator(ctx, s.features, s.state, s, s.slices, s.cache)
@@ -186,4 +189,55 @@ func defaultExact(mode *resourceapi.DeviceAllocationMode, count *int64) {
 	if *mode == resourceapi.DeviceAllocationModeExactCount && *count == 0 {
 		*count = 1
 	}
+}
+
+// ValidateRequests checks what the allocator relies on in a defaulted claim's requests, as the
+// API server's validation does: each request has exactly one of exactly and firstAvailable, a
+// known allocation mode, and a count that is positive for ExactCount (at most
+// AllocationResultsMaxSize, the most devices an allocation holds) and unset for All. Allocate
+// calls it; a claim it refuses could never be stored, let alone allocated.
+func ValidateRequests(claim *resourceapi.ResourceClaim) error {
+	if claim == nil {
+		return errors.New("simulate: nil claim")
+	}
+	var errs []error
+	for i, r := range claim.Spec.Devices.Requests {
+		p := fmt.Sprintf("spec.devices.requests[%d]", i)
+		switch {
+		case r.Exactly == nil && len(r.FirstAvailable) == 0:
+			errs = append(errs, fmt.Errorf("%s (%q): Required value: exactly or firstAvailable", p, r.Name))
+		case r.Exactly != nil && len(r.FirstAvailable) > 0:
+			errs = append(errs, fmt.Errorf("%s (%q): Invalid value: exactly and firstAvailable are mutually exclusive", p, r.Name))
+		case r.Exactly != nil:
+			errs = append(errs, validateCount(p+".exactly", r.Exactly.AllocationMode, r.Exactly.Count))
+		}
+		for j, sub := range r.FirstAvailable {
+			errs = append(errs, validateCount(fmt.Sprintf("%s.firstAvailable[%d]", p, j), sub.AllocationMode, sub.Count))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	return nil
+}
+
+func validateCount(path string, mode resourceapi.DeviceAllocationMode, count int64) error {
+	switch mode {
+	case resourceapi.DeviceAllocationModeAll:
+		if count != 0 {
+			return fmt.Errorf("%s.count: Invalid value: %d: must not be set when allocationMode is All", path, count)
+		}
+	case resourceapi.DeviceAllocationModeExactCount:
+		if count <= 0 {
+			return fmt.Errorf("%s.count: Invalid value: %d: must be greater than zero", path, count)
+		}
+		if count > resourceapi.AllocationResultsMaxSize {
+			return fmt.Errorf("%s.count: Invalid value: %d: an allocation holds at most %d devices, so the request can never be allocated",
+				path, count, resourceapi.AllocationResultsMaxSize)
+		}
+	default:
+		return fmt.Errorf("%s.allocationMode: Unsupported value: %q: supported values: %q, %q", path, mode,
+			resourceapi.DeviceAllocationModeAll, resourceapi.DeviceAllocationModeExactCount)
+	}
+	return nil
 }

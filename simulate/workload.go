@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/internal/input"
 )
 
 // Workload is what one manifest file asks for.
@@ -131,7 +133,7 @@ func (w *Workload) decode(i int, doc []byte, templates map[string]*resourceapi.R
 		return nil, fmt.Errorf("document %d: %w", i, err)
 	}
 	strict := func(into any) error {
-		if err := yaml.UnmarshalStrict(doc, into); err != nil {
+		if err := input.UnmarshalStrict(doc, into); err != nil {
 			return fmt.Errorf("document %d (%s): %w", i, meta.Kind, err)
 		}
 		return nil

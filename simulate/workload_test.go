@@ -77,7 +77,9 @@ spec:
 func TestLoadErrors(t *testing.T) {
 	cases := []struct{ manifest, want string }{
 		{"apiVersion: v1\nkind: Service\nmetadata: {name: x}\n", `unsupported kind "Service"`},
-		{"apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: x}\nspec: {devices: {bogus: 1}}\n", `unknown field "bogus"`},
+		{"apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: x}\nspec: {devices: {bogus: 1}}\n", `unknown field "spec.devices.bogus"`},
+		// Field names are case-sensitive, as the API server reads them.
+		{"apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: x}\nspec: {Devices: {}}\n", `unknown field "spec.Devices"`},
 		{"apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: x}]\n  resourceClaims: [{name: g, resourceClaimTemplateName: missing}]\n", `template "missing"`},
 	}
 	for _, c := range cases {

@@ -17,11 +17,12 @@ import (
 	"github.com/spf13/cobra"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra"
+	inputpkg "github.com/gpudra/gpudra/internal/input"
 	"github.com/gpudra/gpudra/selectors"
 )
 
@@ -38,6 +39,7 @@ type checkOptions struct {
 	kubeconfig      string
 	policyFile      string
 	namespace       string
+	apiVersions     []string
 	printUpgraded   bool
 	// cluster, when set, replaces the API client --kubeconfig builds (tests use a fake).
 	cluster kubernetes.Interface
@@ -52,7 +54,14 @@ func newCheckCmd() *cobra.Command {
 workloads that hold them), applies a policy, hints at upgrades to resource.k8s.io/v1, then
 allocates every claim with the scheduler's allocator on a machine: each file's "# Target machine:"
 comment, or --machine and its flags, or --slices, or a cluster (--kubeconfig).
-It exits 0 when everything passes and 1 on findings, policy violations or unschedulable claims.`,
+Objects a default Kubernetes v1.37 API server refuses are findings too: an empty manifest, an
+apiVersion it does not serve (beta and alpha versions such as resource.k8s.io/v1beta1; see
+--api-versions), an unknown kind, an invalid name or namespace, a negative count. Field names are
+case-sensitive and unknown fields are errors, in manifests, --slices and --policy files alike.
+It exits 0 when everything passes, 1 on findings, policy violations or unschedulable claims, and
+2 when an argument or flag names a file that cannot be read or is not YAML.
+
+` + inputLimitsHelp(),
 		Example: `  gpu-dra-driver check examples/deploy/workloads
   gpu-dra-driver check claim.yaml --machine dgx-h100 --consumable-memory
   kubectl get resourceclaims -o yaml | gpu-dra-driver check - --kubeconfig ~/.kube/config`,
@@ -67,6 +76,7 @@ It exits 0 when everything passes and 1 on findings, policy violations or unsche
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "check against every ResourceSlice and DeviceClass of the cluster this kubeconfig points at")
 	fs.StringVar(&o.policyFile, "policy", "", "policy file (YAML): blockedMIGProfiles, allowedMIGProfiles, maxGPUsPerClaim, requiredSharing")
 	fs.StringVar(&o.namespace, "namespace", "default", "namespace of objects that name none (as kubectl apply -n)")
+	fs.StringSliceVar(&o.apiVersions, "api-versions", nil, "apiVersions the cluster serves beyond a default Kubernetes v1.37 API server's stable ones (comma-separated GROUP/VERSION, e.g. resource.k8s.io/v1beta2,resource.nvidia.com/v1beta1)")
 	fs.BoolVar(&o.printUpgraded, "print-upgraded", false, "print the inputs upgraded to resource.k8s.io/v1 instead of checking them")
 	cmd.RunE = runE(func(cmd *cobra.Command, args []string) error {
 		for _, name := range []string{flagNVML, flagMachine, flagMIGConfig, flagDynamicMIG, flagConsumableMemory} {
@@ -95,10 +105,15 @@ func (o checkOptions) validate() error {
 	if err := oneOf("output", o.output, "table", "json"); err != nil {
 		return err
 	}
-	if o.explicitMachine {
-		if err := o.node.validate(); err != nil {
-			return err
-		}
+	if errs := validation.IsDNS1123Label(o.namespace); len(errs) > 0 {
+		return fmt.Errorf("--namespace=%q: %s", o.namespace, strings.Join(errs, "; "))
+	}
+	if _, err := selectors.ParseAPIVersions(o.apiVersions); err != nil {
+		return fmt.Errorf("--api-versions: %w", err)
+	}
+	// The node flags are checked even when each file's target machine is used (--node-name).
+	if err := o.node.validate(); err != nil {
+		return err
 	}
 	sources := 0
 	for _, set := range []bool{o.explicitMachine, o.slicesFile != "", o.kubeconfig != "" || o.cluster != nil} {
@@ -120,23 +135,18 @@ type input struct {
 
 // check checks every input and writes the report; ok is false when any input does not pass.
 func check(ctx context.Context, o checkOptions, stdin io.Reader, stdout io.Writer) (bool, error) {
-	inputs, err := readInputs(o.paths, stdin)
+	inputs, err := readInputs(ctx, o.paths, stdin)
 	if err != nil {
-		return false, usageError(err)
+		return false, err
 	}
 	if o.printUpgraded {
 		return printUpgraded(inputs, stdout)
 	}
-	var policy *selectors.Policy
-	if o.policyFile != "" {
-		data, err := os.ReadFile(o.policyFile)
-		if err != nil {
-			return false, usageError(err)
-		}
-		if policy, err = selectors.ParsePolicy(data); err != nil {
-			return false, usageError(fmt.Errorf("%s: %w", o.policyFile, err))
-		}
+	policy, err := readPolicy(ctx, o.policyFile)
+	if err != nil {
+		return false, err
 	}
+	gvs, _ := selectors.ParseAPIVersions(o.apiVersions) // checked by validate
 	targets := newTargets(o)
 	compiler := selectors.NewCompiler()
 	var reports []*selectors.Report
@@ -146,13 +156,13 @@ func check(ctx context.Context, o checkOptions, stdin io.Reader, stdout io.Write
 			return false, err
 		}
 		opts := []selectors.CheckerOption{selectors.WithCompiler(compiler), selectors.WithMachine(t.name, t.slices),
-			selectors.WithDeviceClasses(t.classes...), selectors.WithNamespace(o.namespace)}
+			selectors.WithDeviceClasses(t.classes...), selectors.WithNamespace(o.namespace), selectors.WithAPIVersions(gvs...)}
 		if policy != nil {
 			opts = append(opts, selectors.WithPolicy(policy))
 		}
 		rep, err := selectors.NewChecker(opts...).Check(ctx, in.name, in.data)
 		if err != nil {
-			return false, err
+			return false, usageError(err) // the input is not YAML at all
 		}
 		reports = append(reports, rep)
 	}
@@ -168,21 +178,38 @@ func check(ctx context.Context, o checkOptions, stdin io.Reader, stdout io.Write
 	return ok, writeCheckTable(stdout, reports)
 }
 
-// readInputs reads files, the *.yaml and *.yml files of directories (sorted), and stdin.
-func readInputs(paths []string, stdin io.Reader) ([]input, error) {
+// readPolicy reads and parses --policy (nil without one); every failure is a usage error.
+func readPolicy(ctx context.Context, path string) (*selectors.Policy, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := readConfigFile(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := selectors.ParsePolicy(data)
+	if err != nil {
+		return nil, usageError(fmt.Errorf("--policy %s: %w", path, err))
+	}
+	return policy, nil
+}
+
+// readInputs reads files, the *.yaml and *.yml files of directories (sorted), and stdin, each
+// at most input.ManifestLimit bytes of text; every failure is a usage error naming the input.
+func readInputs(ctx context.Context, paths []string, stdin io.Reader) ([]input, error) {
 	var out []input
 	for _, p := range paths {
 		if p == "-" {
-			data, err := io.ReadAll(stdin)
+			data, err := readStdin(ctx, stdin, inputpkg.ManifestLimit)
 			if err != nil {
-				return nil, fmt.Errorf("read stdin: %w", err)
+				return nil, err
 			}
 			out = append(out, input{"-", data})
 			continue
 		}
 		st, err := os.Stat(p)
 		if err != nil {
-			return nil, err
+			return nil, usageError(err)
 		}
 		files := []string{p}
 		if st.IsDir() {
@@ -193,11 +220,11 @@ func readInputs(paths []string, stdin io.Reader) ([]input, error) {
 			}
 			sort.Strings(files)
 			if len(files) == 0 {
-				return nil, fmt.Errorf("%s: no *.yaml or *.yml files", p)
+				return nil, usageErrorf("%s: no *.yaml or *.yml files", p)
 			}
 		}
 		for _, f := range files {
-			data, err := os.ReadFile(f)
+			data, err := readInputFile(ctx, f, inputpkg.ManifestLimit)
 			if err != nil {
 				return nil, err
 			}
@@ -213,7 +240,7 @@ func printUpgraded(inputs []input, stdout io.Writer) (bool, error) {
 	for i, in := range inputs {
 		up, err := u.Upgrade(in.data)
 		if up == nil {
-			return false, fmt.Errorf("%s: %w", in.name, err)
+			return false, usageError(fmt.Errorf("%s: %w", in.name, err))
 		}
 		if err != nil {
 			ok = false
@@ -252,7 +279,7 @@ func (ts *targets) forInput(ctx context.Context, in input) (*target, error) {
 	case ts.o.kubeconfig != "" || ts.o.cluster != nil:
 		return ts.cached("cluster", func() (*target, error) { return ts.cluster(ctx) })
 	case ts.o.slicesFile != "":
-		return ts.cached("slices", func() (*target, error) { return slicesTarget(ts.o.slicesFile) })
+		return ts.cached("slices", func() (*target, error) { return slicesTarget(ctx, ts.o.slicesFile) })
 	case ts.o.explicitMachine:
 		return ts.cached("flags", func() (*target, error) { return machineTarget(ctx, ts.o.node, describeNode(ts.o.node)) })
 	}
@@ -357,11 +384,12 @@ func machineTarget(ctx context.Context, nf nodeFlags, name string) (*target, err
 	return &target{name: name, slices: slices}, nil
 }
 
-// slicesTarget reads ResourceSlices and DeviceClasses from a YAML stream or a JSON List.
-func slicesTarget(path string) (*target, error) {
-	data, err := os.ReadFile(path)
+// slicesTarget reads ResourceSlices and DeviceClasses from a YAML stream or a JSON List. A file
+// that cannot be read or decoded is a usage error (the flag names a bad file).
+func slicesTarget(ctx context.Context, path string) (*target, error) {
+	data, err := readInputFile(ctx, path, inputpkg.SlicesLimit)
 	if err != nil {
-		return nil, usageError(err)
+		return nil, err
 	}
 	t := &target{name: "slices " + path}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
@@ -370,10 +398,10 @@ func slicesTarget(path string) (*target, error) {
 		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return nil, fmt.Errorf("%s: document %d: %w", path, i, err)
+			return nil, usageErrorf("--slices %s: document %d: %w", path, i, err)
 		}
 		if err := t.add(raw); err != nil {
-			return nil, fmt.Errorf("%s: document %d: %w", path, i, err)
+			return nil, usageErrorf("--slices %s: document %d: %w", path, i, err)
 		}
 	}
 	if len(t.slices) == 0 {
@@ -406,13 +434,13 @@ func (t *target) add(raw json.RawMessage) error {
 		}
 	case "ResourceSlice":
 		s := &resourceapi.ResourceSlice{}
-		if err := yaml.UnmarshalStrict(raw, s); err != nil {
+		if err := inputpkg.UnmarshalStrict(raw, s); err != nil {
 			return err
 		}
 		t.slices = append(t.slices, s)
 	case "DeviceClass":
 		c := &resourceapi.DeviceClass{}
-		if err := yaml.UnmarshalStrict(raw, c); err != nil {
+		if err := inputpkg.UnmarshalStrict(raw, c); err != nil {
 			return err
 		}
 		t.classes = append(t.classes, c)
@@ -426,7 +454,7 @@ func (t *target) add(raw json.RawMessage) error {
 func (ts *targets) cluster(ctx context.Context) (*target, error) {
 	client := ts.o.cluster
 	if client == nil {
-		c, err := kubeClient(ts.o.kubeconfig, 50, 100)
+		c, err := kubeClient(ctx, ts.o.kubeconfig, 50, 100)
 		if err != nil {
 			return nil, err
 		}

@@ -181,7 +181,7 @@ func TestCheckTargets(t *testing.T) {
 // renderedObjects decodes render's YAML stream.
 func renderedObjects(t *testing.T, path string) []runtime.Object {
 	t.Helper()
-	tg, err := slicesTarget(path)
+	tg, err := slicesTarget(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

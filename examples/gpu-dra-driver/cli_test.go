@@ -67,7 +67,8 @@ func TestExitCodes(t *testing.T) {
 		{name: "usage: missing argument", args: []string{"mig", "check-config"}, code: 2, stderr: "needs FILE"},
 		{name: "usage: extra argument", args: []string{"mig", "check-config", "a.yaml", "b.yaml"}, code: 2, stderr: `extra arguments "b.yaml"`},
 		{name: "usage: missing file", args: []string{"mig", "check-config", "/nonexistent.yaml"}, code: 2, stderr: "no such file"},
-		{name: "runtime: API client", args: []string{"serve", "--node-name", "n1", "--kubeconfig", "/nonexistent/kubeconfig"}, code: 3,
+		// A flag naming a file that cannot be read is a usage error (issue 29; this was exit 3).
+		{name: "usage: unreadable kubeconfig", args: []string{"serve", "--node-name", "n1", "--kubeconfig", "/nonexistent/kubeconfig"}, code: 2,
 			stderr: "kubernetes client configuration"},
 	})
 }

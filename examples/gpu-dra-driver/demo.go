@@ -99,7 +99,10 @@ and why. It exits 1 when a claim could not be allocated and 3 when preparing one
 
 // demoFiles checks --workloads against the seed workloads.
 func demoFiles(list string) ([]string, error) {
-	files := splitList(list)
+	files, err := splitList("workloads", list)
+	if err != nil {
+		return nil, err
+	}
 	if len(files) == 0 {
 		return nil, usageErrorf("--workloads is empty")
 	}
@@ -107,9 +110,12 @@ func demoFiles(list string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range files {
+	for i, f := range files {
 		if !slices.Contains(all, f) {
 			return nil, usageErrorf("--workloads: %q is not a file of examples/deploy/workloads (%s)", f, strings.Join(all, ", "))
+		}
+		if slices.Contains(files[:i], f) {
+			return nil, usageErrorf("--workloads: %q is listed twice; each workload runs once", f)
 		}
 	}
 	return files, nil

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -30,13 +31,16 @@ const (
 const exitCodesHelp = `Exit status:
   0  success
   1  the answer is "no": an invalid MIG layout or configuration, an unschedulable claim, check findings
-  2  usage error: unknown command or flag, a bad or conflicting flag value, missing or extra arguments
-  3  runtime failure: NVML, files, the API server or the plugin failed`
+  2  usage error: unknown command or flag, a bad or conflicting flag value, missing or extra arguments,
+     a file the command line names that cannot be read, is over its size limit or does not parse
+  3  runtime failure: NVML, files, the API server or the plugin failed, or a signal stopped the command`
 
 // exitError carries the exit code an error ends the command with.
 type exitError struct {
 	code int
 	err  error
+	// help, when set, is printed on stderr after the error (a command that needs a subcommand).
+	help *cobra.Command
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -61,14 +65,45 @@ func answerNo(err error) error { return &exitError{code: exitNo, err: err} }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	args := os.Args[1:]
+	context.AfterFunc(ctx, func() {
+		stop() // after the first signal, a second one ends the process at once (the default action)
+		if grace, ok := stopGrace(args); ok {
+			// A backstop for work that does not watch ctx (a long computation): the command has
+			// grace to stop on its own, then the process ends.
+			time.AfterFunc(grace, func() {
+				fmt.Fprintf(os.Stderr, "gpu-dra-driver: interrupted (%v) and not stopped within %v: exiting\n", context.Cause(ctx), grace)
+				os.Exit(exitFailure)
+			})
+		}
+	})
+	code := run(ctx, args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// run executes the command line args and returns the exit code.
+// stopGrace is how long a command may take to stop after SIGINT or SIGTERM before the process
+// exits with status 3: a second, for every command but serve, whose shutdown (unpreparing,
+// withdrawing its slices) has its own deadlines.
+func stopGrace(args []string) (time.Duration, bool) {
+	cmd, _, err := newRootCmd(io.Discard, io.Discard).Find(args)
+	if err == nil && cmd.Name() == "serve" {
+		return 0, false
+	}
+	return time.Second, true
+}
+
+// run executes the command line args and returns the exit code; commands read os.Stdin.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runIO(ctx, args, nil, stdout, stderr)
+}
+
+// runIO is run with stdin (os.Stdin when nil).
+func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCmd(stdout, stderr)
+	if stdin != nil {
+		root.SetIn(stdin)
+	}
 	if args == nil {
 		args = []string{} // cobra reads os.Args when given nil
 	}
@@ -80,12 +115,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cmd == nil {
 		cmd = root
 	}
-	// Errors that carry no exit code come from cobra itself: unknown commands and flags, bad flag
-	// values, argument counts. Errors of a command's work are marked by runE.
-	code := exitUsage
-	var ee *exitError
-	if errors.As(err, &ee) {
-		code = ee.code
+	code := exitCode(ctx, err)
+	if code == exitFailure && ctx.Err() != nil {
+		err = fmt.Errorf("interrupted (%v): %w", context.Cause(ctx), err)
 	}
 	switch code {
 	case exitNo:
@@ -96,7 +128,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
 	}
+	if ee, ok := errors.AsType[*exitError](err); ok && ee.help != nil {
+		fmt.Fprintln(stderr)
+		ee.help.SetOut(stderr)
+		_ = ee.help.Help()
+	}
 	return code
+}
+
+// exitCode is the one rule that turns a command's error into its exit status:
+//   - a command stopped by a signal (ctx done) is a runtime failure, whatever it was doing;
+//   - an error marked by the command (usageError, answerNo, runE's runtime failure) keeps its mark;
+//   - an unmarked error comes from cobra itself (unknown command or flag, a flag value pflag
+//     cannot parse, argument counts): a usage error.
+func exitCode(ctx context.Context, err error) int {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return exitOK
+	case ctx.Err() != nil:
+		return exitFailure
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		return exitUsage
+	}
 }
 
 // newRootCmd builds the command tree; every call returns a new, independent tree.
@@ -113,6 +169,8 @@ GPUs unless --nvml=fake is given.
 Flags may come before or after arguments. Long flags take two dashes (--machine l4x8 or
 --machine=l4x8).
 
+` + inputLimitsHelp() + `
+
 ` + exitCodesHelp,
 		SilenceErrors:         true,
 		SilenceUsage:          true,
@@ -120,9 +178,7 @@ Flags may come before or after arguments. Long flags take two dashes (--machine 
 		Args:                  noArgs,
 		// Without a command: the help, on stderr, and exit 2.
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cmd.SetOut(stderr)
-			_ = cmd.Help()
-			return usageErrorf("a command is required")
+			return &exitError{code: exitUsage, err: errors.New("a command is required"), help: cmd}
 		},
 	}
 	root.SetOut(stdout)
@@ -130,7 +186,41 @@ Flags may come before or after arguments. Long flags take two dashes (--machine 
 	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(newDemoCmd(), newServeCmd(), newRenderCmd(), newInventoryCmd(), newMIGCmd(),
 		newTopoCmd(), newCheckCmd(), newVersionCmd())
+	strictCompletion(root)
+	withExitCodes(root)
 	return root
+}
+
+// withExitCodes ends every subcommand's long help with the exit status table (the root's says
+// it already).
+func withExitCodes(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		long := sub.Long
+		if long == "" {
+			long = sub.Short
+		}
+		sub.Long = long + "\n\n" + exitCodesHelp
+		withExitCodes(sub)
+	}
+}
+
+// strictCompletion makes "completion" without a shell, or with one it does not know, a usage
+// error (exit 2) instead of cobra's help and exit 0.
+func strictCompletion(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		c.Args = noArgs
+		c.RunE = func(cmd *cobra.Command, _ []string) error {
+			var shells []string
+			for _, s := range cmd.Commands() {
+				shells = append(shells, s.Name())
+			}
+			return usageErrorf("needs SHELL: one of %s", strings.Join(shells, ", "))
+		}
+	}
 }
 
 // runE wraps a command's work: errors without an exit code are runtime failures (exit 3).
@@ -210,9 +300,7 @@ func suggest(cmd *cobra.Command, arg string) string {
 func groupCmd(c *cobra.Command) *cobra.Command {
 	c.Args = noArgs
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		cmd.SetOut(cmd.ErrOrStderr())
-		_ = cmd.Help()
-		return usageErrorf("%s needs a subcommand", cmd.CommandPath())
+		return &exitError{code: exitUsage, err: fmt.Errorf("%s needs a subcommand", cmd.CommandPath()), help: cmd}
 	}
 	return c
 }
@@ -242,15 +330,20 @@ func completeValues(cmd *cobra.Command, flagName string, values ...string) {
 	})
 }
 
-// splitList splits a comma-separated flag value, trimming spaces and dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			out = append(out, v)
-		}
+// splitList splits the comma-separated value of --flagName, trimming spaces; an empty value is
+// an empty list, an empty item ("a,,b", "a,") a usage error.
+func splitList(flagName, s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
 	}
-	return out
+	var out []string
+	for i, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			return nil, usageErrorf("--%s=%q: item %d is empty; give a comma-separated list without empty items", flagName, s, i+1)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // changed reports whether the flag was given on the command line.

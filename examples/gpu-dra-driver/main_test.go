@@ -94,7 +94,9 @@ func TestMIGValidateExitCodes(t *testing.T) {
 		{"3g.40gb,2g.20gb,1g.10gb,1g.10gb", 0},
 		{"4g.40gb,3g.40gb", 0},
 		{"3g.40gb,3g.40gb,1g.10gb", 1},
-		{"1g.5gb", 1}, // an A100-40GB profile name
+		// An A100-40GB profile name: a profile the model does not have is a wrong --profiles
+		// value, a usage error as in mig layouts --only (issue 29; this was exit 1).
+		{"1g.5gb", 2},
 	}
 	for _, c := range cases {
 		code, _, errOut := runCLI(t, "mig", "validate", "--gpu", "A100-SXM4-80GB", "--profiles", c.profiles)
@@ -120,7 +122,8 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"mig", "validate", "--gpu", "GTX 1080", "--profiles", "1g.5gb"}, 2, "A100-SXM4-40GB"},
 		{[]string{"mig", "check-config", "../deploy/mig-parted/config.yaml"}, 1, `"too-many"`},
 		{[]string{"render", "--nvml", "real", "--mig-config", "all-balanced"}, 2, "fake machines only"},
-		{[]string{"serve", "--node-name", "n1", "--kubeconfig", "/nonexistent/kubeconfig"}, 3, "kubernetes client configuration"},
+		// A flag naming a file that cannot be read is a usage error (issue 29; this was exit 3).
+		{[]string{"serve", "--node-name", "n1", "--kubeconfig", "/nonexistent/kubeconfig"}, 2, "kubernetes client configuration"},
 		{[]string{"serve", "--kubeconfig", "/nonexistent/kubeconfig"}, 2, "--node-name (or $NODE_NAME) is required"},
 		{[]string{"serve", "--node-name", "GPU_node"}, 2, "not a Kubernetes node name"},
 		{[]string{"serve", "--node-name", "n1", "--machine", "l4x8"}, 2, "--machine needs --nvml=fake"},

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	inputpkg "github.com/gpudra/gpudra/internal/input"
 	"github.com/gpudra/gpudra/mig"
 )
 
@@ -65,7 +65,8 @@ func newMIGValidateCmd() *cobra.Command {
 		Use:   "validate --gpu MODEL --profiles P,P@S,...",
 		Short: "is this MIG layout valid on one GPU? (exit 0 valid, 1 invalid with the reason)",
 		Long: "validate checks a layout of GPU instances on one GPU of the model and draws it; it exits 0 when\n" +
-			"the layout is valid and 1 with the reason on stderr when it is not.\n\n" + modelHelp,
+			"the layout is valid and 1 with the reason on stderr when it is not. An entry of --profiles that\n" +
+			"does not parse or names a profile MODEL does not have is a usage error (2), as in layouts --only.\n\n" + modelHelp,
 		Example: "  gpu-dra-driver mig validate --gpu A100-SXM4-80GB --profiles 3g.40gb,2g.20gb,1g.10gb,1g.10gb",
 		Args:    noArgs,
 	}
@@ -98,7 +99,8 @@ func newMIGCheckConfigCmd() *cobra.Command {
 		Use:   "check-config FILE",
 		Short: "validate a mig-parted config file against the machine",
 		Long: "check-config validates every configuration of a mig-parted (version: v1) file against the\n" +
-			"machine's GPUs, or only --config NAME; it exits 1 with the reasons when one is invalid.",
+			"machine's GPUs, or only --config NAME; it exits 1 with the reasons when one is invalid, and 2\n" +
+			"when FILE cannot be read, is over 1 MiB or is not a mig-parted document, as through the mig-config flag.",
 		Example: "  gpu-dra-driver mig check-config examples/deploy/mig-parted/config.yaml --machine dgx-a100-40gb",
 		Args:    exactArgs("FILE"),
 	}
@@ -145,9 +147,14 @@ func migValidate(gpuName, profiles string, stdout io.Writer) error {
 	}
 	layout, err := mig.ParseLayout(profiles)
 	if err != nil {
-		return answerNo(fmt.Errorf("invalid: %w", err))
+		return usageErrorf("--profiles=%q: %w", profiles, err)
 	}
 	placed, err := mig.Validate(m, layout)
+	var ve *mig.ValidationError
+	if errors.As(err, &ve) && ve.Kind == mig.ConflictUnknownProfile {
+		// A name the model does not have is a wrong flag value, as in mig layouts --only.
+		return usageErrorf("--profiles=%q: %w", profiles, err)
+	}
 	if err != nil {
 		return answerNo(fmt.Errorf("invalid: %w", err))
 	}
@@ -161,7 +168,11 @@ func migLayouts(gpuName string, maximal bool, only string, stdout io.Writer) err
 		return err
 	}
 	var opts []mig.LayoutOption
-	if profiles := splitList(only); len(profiles) > 0 {
+	profiles, err := splitList("only", only)
+	if err != nil {
+		return err
+	}
+	if len(profiles) > 0 {
 		opts = append(opts, mig.WithProfiles(profiles...))
 	}
 	list := mig.Layouts
@@ -181,9 +192,18 @@ func migLayouts(gpuName string, maximal bool, only string, stdout io.Writer) err
 }
 
 func migCheckConfig(ctx context.Context, nf *nodeFlags, file, configName string, stdout io.Writer) error {
-	data, err := os.ReadFile(file)
+	data, err := readConfigFile(ctx, file)
 	if err != nil {
-		return usageError(err)
+		return err
+	}
+	// A file that is not a mig-parted document is a wrong argument (exit 2), as it is through
+	// --mig-config; a mig-parted document whose configurations break its rules is the answer no.
+	var probe mig.ConfigSpec
+	if err := inputpkg.UnmarshalStrict(data, &probe); err != nil {
+		return usageErrorf("%s: not a mig-parted config: %w", file, err)
+	}
+	if probe.Version != "v1" {
+		return usageErrorf("%s: not a mig-parted config: version is %q, want \"v1\"", file, probe.Version)
 	}
 	spec, err := mig.ParseConfig(data)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	inputpkg "github.com/gpudra/gpudra/internal/input"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
 	"github.com/gpudra/gpudra/topology"
@@ -174,7 +175,7 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 	if err := n.validate(); err != nil {
 		return nil, err
 	}
-	sess, machine, err := n.session()
+	sess, machine, err := n.session(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +190,7 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 		}
 		n.warn(fmt.Sprintf("GPU %d is not served: it failed to enumerate: %v", e.Index, e))
 	}
-	if err := n.checkMachine(inv); err != nil {
+	if err := n.checkMachine(ctx, inv); err != nil {
 		_ = sess.Close()
 		return nil, err
 	}
@@ -206,7 +207,7 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 	return &node{machine: machine, nvml: sess.Interface(), inv: inv, topo: topo, close: func() { _ = sess.Close() }}, nil
 }
 
-func (n *nodeFlags) session() (*gpu.Session, *gputest.Machine, error) {
+func (n *nodeFlags) session(ctx context.Context) (*gpu.Session, *gputest.Machine, error) {
 	if n.nvmlMode == "real" {
 		// By path, never through LD_LIBRARY_PATH: the driver root's libc.so.6 may be another
 		// glibc than this process's (issue 27).
@@ -215,7 +216,7 @@ func (n *nodeFlags) session() (*gpu.Session, *gputest.Machine, error) {
 	}
 	var opts []gputest.Option
 	if n.migConfig != "" {
-		if _, _, err := loadMIGConfig(n.migConfig); err != nil {
+		if _, _, err := loadMIGConfig(ctx, n.migConfig); err != nil {
 			return nil, nil, usageErrorf("--mig-config: %w", err)
 		}
 		opts = append(opts, gputest.WithMIGConfig(n.migConfig))
@@ -229,9 +230,9 @@ func (n *nodeFlags) session() (*gpu.Session, *gputest.Machine, error) {
 }
 
 // checkMachine rejects flags that would silently do nothing or less than asked on this machine.
-func (n *nodeFlags) checkMachine(inv *gpu.Inventory) error {
+func (n *nodeFlags) checkMachine(ctx context.Context, inv *gpu.Inventory) error {
 	if n.migConfig != "" {
-		spec, name, err := loadMIGConfig(n.migConfig)
+		spec, name, err := loadMIGConfig(ctx, n.migConfig)
 		if err != nil {
 			return usageErrorf("--mig-config: %w", err)
 		}
@@ -260,8 +261,14 @@ func (n *nodeFlags) checkMachine(inv *gpu.Inventory) error {
 
 // loadMIGConfig reads a --mig-config value the way gputest.WithMIGConfig does: a mig-parted file
 // holding one configuration, or the name of a built-in configuration.
-func loadMIGConfig(nameOrFile string) (*mig.ConfigSpec, string, error) {
-	data, err := os.ReadFile(nameOrFile)
+func loadMIGConfig(ctx context.Context, nameOrFile string) (*mig.ConfigSpec, string, error) {
+	data, err := inputpkg.ReadFile(ctx, nameOrFile, inputpkg.ConfigLimit)
+	if err == nil {
+		err = inputpkg.Text(nameOrFile, data)
+		if err != nil {
+			return nil, "", err
+		}
+	}
 	switch {
 	case err == nil:
 		spec, err := mig.ParseConfig(data)

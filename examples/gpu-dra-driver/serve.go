@@ -22,8 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -218,7 +216,18 @@ func (s *serveFlags) serve(ctx context.Context, stdout, stderr io.Writer) error 
 	}
 	// A GPU that fails to enumerate is left out, with a warning; the node's others serve.
 	s.node.skipFailedGPUs = true
-	client, err := kubeClient(s.kubeconfig, float32(s.qps), s.burst)
+	// Everything is checked before anything is created on the node: the directories, the API
+	// client configuration, the GPUs and the flags that depend on them, the API server and the
+	// Node.
+	if s.node.migConfig != "" {
+		if _, _, err := loadMIGConfig(ctx, s.node.migConfig); err != nil {
+			return usageErrorf("--mig-config: %w", err)
+		}
+	}
+	if err := checkDirs(map[string]string{"plugin-dir": s.pluginDir, "state-dir": s.stateDir, "cdi-root": s.cdiRoot, "registrar-dir": s.registrarDir}); err != nil {
+		return err
+	}
+	client, err := kubeClient(ctx, s.kubeconfig, float32(s.qps), s.burst)
 	if err != nil {
 		return err
 	}
@@ -227,6 +236,15 @@ func (s *serveFlags) serve(ctx context.Context, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer n.close()
+	if err := s.checkDriverRoot(ctx, n); err != nil {
+		return err
+	}
+	if err := checkAPIServer(ctx, client); err != nil {
+		return err
+	}
+	if err := s.guardDevicePlugin(ctx, client); err != nil {
+		return err
+	}
 	for _, d := range []string{s.pluginDir, s.stateDir, s.cdiRoot, s.registrarDir} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
@@ -252,9 +270,6 @@ func (s *serveFlags) serve(ctx context.Context, stdout, stderr io.Writer) error 
 
 func (s *serveFlags) run(ctx context.Context, plugin *draplugin.Plugin, reg *prometheus.Registry, client kubernetes.Interface, n *node, stdout io.Writer) error {
 	logger := klog.FromContext(ctx)
-	if err := s.guardDevicePlugin(ctx, client); err != nil {
-		return err
-	}
 	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client, RegistrarDir: s.registrarDir,
 		PluginDir: s.pluginDir, RollingUpdatePodUID: types.UID(s.podUID)})
 	if err != nil && ctx.Err() != nil {
@@ -305,6 +320,22 @@ func (s *serveFlags) negotiateFeatures(ctx context.Context, client kubernetes.In
 		return nil, fmt.Errorf("%w (--negotiate-features=false publishes without asking)", err)
 	}
 	return f, nil
+}
+
+// checkDriverRoot discovers a real driver root (as newPlugin does) before anything is created; a
+// fake machine's driver root is laid out later, in --state-dir.
+func (s *serveFlags) checkDriverRoot(ctx context.Context, n *node) error {
+	if n.machine != nil && !changed(s.fs, "driver-root") {
+		return nil
+	}
+	root, err := s.driverRootFor(ctx, n)
+	if err != nil {
+		return err
+	}
+	if _, err := cdi.Discover(root); err != nil {
+		return fmt.Errorf("discover the NVIDIA driver under %s: %w", s.node.driverRoot, err)
+	}
+	return nil
 }
 
 // newPlugin wires the plugin core to the node: CDI generation from the driver root, sharing
@@ -489,19 +520,10 @@ func serveHTTP(ctx context.Context, what, addr string, h http.Handler) (func(), 
 
 // kubeClient builds a client from a kubeconfig or the in-cluster configuration, with rate limits
 // high enough that the kubelet-plugin helper's per-claim GETs do not queue.
-func kubeClient(kubeconfig string, qps float32, burst int) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-		if err != nil {
-			err = fmt.Errorf("%w (outside a cluster, pass --kubeconfig)", err)
-		}
-	}
+func kubeClient(ctx context.Context, kubeconfig string, qps float32, burst int) (kubernetes.Interface, error) {
+	cfg, err := restConfig(ctx, kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+		return nil, err
 	}
 	cfg.QPS, cfg.Burst = qps, burst
 	cfg.UserAgent = "gpu-dra-driver"

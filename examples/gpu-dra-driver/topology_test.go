@@ -94,7 +94,7 @@ func rendered(t *testing.T, machine string) *target {
 	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tg, err := slicesTarget(path)
+	tg, err := slicesTarget(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package gputest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpudra/gpudra/internal/input"
 	"github.com/gpudra/gpudra/mig"
 )
 
@@ -48,7 +50,8 @@ func WithMIGAll(profiles ...string) Option {
 
 // WithMIGConfig starts the machine in a mig-parted configuration: a built-in name such as
 // "all-balanced", "all-1g.5gb", "all-enabled" or "all-disabled" (see mig.BuiltinConfigs), or the
-// path of a mig-parted "version: v1" file holding exactly one configuration. The configuration is
+// path of a mig-parted "version: v1" file holding exactly one configuration (at most
+// input.ConfigLimit, 1 MiB). The configuration is
 // checked against the machine first (mig.CheckConfig), so a layout the GPUs cannot hold is an
 // error at New; GPUs without MIG are left alone. WithMIG and WithMIGAll override it per GPU.
 // Compute-instance forms ("1c.3g.20gb") get whole-GPU-instance compute instances here.
@@ -57,7 +60,7 @@ func WithMIGConfig(nameOrFile string) Option {
 		if nameOrFile == "" {
 			return fmt.Errorf("gputest: WithMIGConfig: empty name")
 		}
-		data, err := os.ReadFile(nameOrFile)
+		data, err := input.ReadFile(context.Background(), nameOrFile, input.ConfigLimit)
 		switch {
 		case err == nil:
 			spec, perr := mig.ParseConfig(data)
@@ -86,10 +89,11 @@ func WithMIGConfig(nameOrFile string) Option {
 	}
 }
 
-// WithMIGConfigFile starts the machine in configuration name of the mig-parted file at path.
+// WithMIGConfigFile starts the machine in configuration name of the mig-parted file at path (at
+// most 1 MiB).
 func WithMIGConfigFile(path, name string) Option {
 	return func(c *config) error {
-		data, err := os.ReadFile(path)
+		data, err := input.ReadFile(context.Background(), path, input.ConfigLimit)
 		if err != nil {
 			return fmt.Errorf("gputest: WithMIGConfigFile: %w", err)
 		}

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/gpudra/gpudra/internal/input"
 )
 
 // LegacyGroupName is the API group of the classic-DRA parameter objects
@@ -96,6 +98,11 @@ func (d *Decoder) DecodeRawAt(raw runtime.RawExtension, root *field.Path) (Confi
 const supportedKinds = `apiVersion "` + APIVersion + `" with kind "` + GpuConfigKind + `" or "` + MigDeviceConfigKind + `"`
 
 func (d *Decoder) decode(data []byte, root *field.Path) (Config, error) {
+	if int64(len(data)) > input.OpaqueLimit {
+		// The API server stores no larger parameters; a larger input is not one it gave us.
+		return nil, fmt.Errorf("configuration of %d bytes: over the %s limit of opaque parameters (resource.k8s.io/v1 OpaqueParametersMaxLength)",
+			len(data), input.FormatSize(input.OpaqueLimit))
+	}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
 		return nil, fmt.Errorf("empty configuration: expected %s", supportedKinds)
