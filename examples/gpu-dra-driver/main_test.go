@@ -94,9 +94,8 @@ func TestMIGValidateExitCodes(t *testing.T) {
 		{"3g.40gb,2g.20gb,1g.10gb,1g.10gb", 0},
 		{"4g.40gb,3g.40gb", 0},
 		{"3g.40gb,3g.40gb,1g.10gb", 1},
-		// An A100-40GB profile name: a profile the model does not have is a wrong --profiles
-		// value, a usage error as in mig layouts --only (issue 29; this was exit 1).
-		{"1g.5gb", 2},
+		// An A100-40GB profile name: the layout is invalid on this model (DESIGN's contract).
+		{"1g.5gb", 1},
 	}
 	for _, c := range cases {
 		code, _, errOut := runCLI(t, "mig", "validate", "--gpu", "A100-SXM4-80GB", "--profiles", c.profiles)

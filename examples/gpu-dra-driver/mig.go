@@ -65,8 +65,8 @@ func newMIGValidateCmd() *cobra.Command {
 		Use:   "validate --gpu MODEL --profiles P,P@S,...",
 		Short: "is this MIG layout valid on one GPU? (exit 0 valid, 1 invalid with the reason)",
 		Long: "validate checks a layout of GPU instances on one GPU of the model and draws it; it exits 0 when\n" +
-			"the layout is valid and 1 with the reason on stderr when it is not. An entry of --profiles that\n" +
-			"does not parse or names a profile MODEL does not have is a usage error (2), as in layouts --only.\n\n" + modelHelp,
+			"the layout is valid and 1 with the reason on stderr when it is not, a profile MODEL does not have\n" +
+			"included (as in layouts --only). An entry of --profiles that does not parse is a usage error (2).\n\n" + modelHelp,
 		Example: "  gpu-dra-driver mig validate --gpu A100-SXM4-80GB --profiles 3g.40gb,2g.20gb,1g.10gb,1g.10gb",
 		Args:    noArgs,
 	}
@@ -149,12 +149,9 @@ func migValidate(gpuName, profiles string, stdout io.Writer) error {
 	if err != nil {
 		return usageErrorf("--profiles=%q: %w", profiles, err)
 	}
+	// A well-formed profile the model does not have makes the layout invalid on it: the answer
+	// no (exit 1), as DESIGN's contract for validate says and as in layouts --only.
 	placed, err := mig.Validate(m, layout)
-	var ve *mig.ValidationError
-	if errors.As(err, &ve) && ve.Kind == mig.ConflictUnknownProfile {
-		// A name the model does not have is a wrong flag value, as in mig layouts --only.
-		return usageErrorf("--profiles=%q: %w", profiles, err)
-	}
 	if err != nil {
 		return answerNo(fmt.Errorf("invalid: %w", err))
 	}
@@ -181,6 +178,12 @@ func migLayouts(gpuName string, maximal bool, only string, stdout io.Writer) err
 		list, kind = mig.MaximalLayouts, "maximal"
 	}
 	layouts, err := list(m, opts...)
+	var ve *mig.ValidationError
+	if errors.As(err, &ve) && ve.Kind == mig.ConflictUnknownProfile {
+		// A well-formed profile the model does not have: no layout has it (exit 1, as in
+		// validate).
+		return answerNo(fmt.Errorf("--only=%q: %w", only, err))
+	}
 	if err != nil {
 		return usageErrorf("--only=%q: %w", only, err)
 	}
