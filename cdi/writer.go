@@ -195,6 +195,12 @@ func (w *Writer) List() ([]string, error) {
 // Prune removes the specs of every claim that List returns and keep does not contain, and returns
 // their UIDs: after a restart, keep is the set of claims the plugin's checkpoint still holds as
 // prepared. It stops at the first failed removal.
+//
+// Other drivers write their specs to the same directory. Their file names differ from this
+// writer's by the vendor and class they start with; but "<vendor>-<class>_" is ambiguous (vendor
+// "example.com-accel" with class "claim", vendor "example.com" with class "accel-claim"), so a
+// spec whose file says it is of another kind is left alone too. A file that cannot be decoded (a
+// torn write on a disk directory) is taken to be this writer's, as its name says.
 func (w *Writer) Prune(keep []string) ([]string, error) {
 	uids, err := w.List()
 	if err != nil {
@@ -202,7 +208,7 @@ func (w *Writer) Prune(keep []string) ([]string, error) {
 	}
 	var removed []string
 	for _, uid := range uids {
-		if slices.Contains(keep, uid) {
+		if slices.Contains(keep, uid) || !w.owns(uid) {
 			continue
 		}
 		if err := w.Remove(uid); err != nil {
@@ -211,6 +217,25 @@ func (w *Writer) Prune(keep []string) ([]string, error) {
 		removed = append(removed, uid)
 	}
 	return removed, nil
+}
+
+// owns says whether the claim's spec file is of this writer's kind, or cannot be decoded to say.
+func (w *Writer) owns(claimUID string) bool {
+	p, err := w.SpecPath(claimUID)
+	if err != nil {
+		return false
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return true // gone already, or unreadable: Remove says which
+	}
+	var head struct {
+		Kind string `json:"kind"`
+	}
+	if json.Unmarshal(data, &head) != nil || head.Kind == "" {
+		return true
+	}
+	return head.Kind == w.Kind()
 }
 
 // CleanTemp removes temporary files that an interrupted Write of this writer's specs left in the
