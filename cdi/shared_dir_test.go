@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/cdi"
@@ -15,7 +16,8 @@ import (
 // on a node sharing /var/run/cdi) list and prune only their own specs, also when the file name
 // prefixes of their kinds are the same ("example.com-accel-claim_" for both example.com-accel/claim
 // and example.com/accel-claim), and a spec of a claim both drivers prepared survives the other's
-// prune. An undecodable file with a writer's name (a torn write) is still that writer's to prune.
+// prune. An undecodable file with a writer's name (a torn write) is still that writer's to list
+// and prune.
 func TestWritersShareADirectory(t *testing.T) {
 	const (
 		shared  = "0b7a4c4e-7a8e-4f0b-9a52-6c1d2e3f4a01"
@@ -76,6 +78,17 @@ func TestWritersShareADirectory(t *testing.T) {
 				}
 			}
 
+			listA, err := a.List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantListA := []string{}
+			if !tc.same {
+				wantListA = []string{shared, orphanA, torn}
+			}
+			if diff := cmp.Diff(wantListA, listA, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("a.List (-want +got):\n%s", diff)
+			}
 			prunedA, err := a.Prune([]string{shared})
 			if err != nil {
 				t.Fatal(err)

@@ -167,6 +167,13 @@ func (w *Writer) Read(claimUID string) (*specs.Spec, error) {
 // writer's vendor and class own, for reconciliation after a restart. Temporary files of an
 // interrupted write, and files whose name does not carry a canonical UUID, are not listed. A
 // missing directory lists nothing.
+//
+// Other drivers write their specs to the same directory. Their file names differ from this
+// writer's by the vendor and class they start with; but "<vendor>-<class>_" is ambiguous (vendor
+// "example.com-accel" with class "claim", vendor "example.com" with class "accel-claim"), so a
+// spec whose file says it is of another kind is not listed either, and neither Prune nor a
+// plugin's adoption of orphan specs touches it. A file that cannot be decoded (a torn write on a
+// disk directory) is listed, as its name says it is this writer's.
 func (w *Writer) List() ([]string, error) {
 	entries, err := os.ReadDir(w.dir)
 	if err != nil {
@@ -185,7 +192,7 @@ func (w *Writer) List() ([]string, error) {
 		if !ok {
 			continue
 		}
-		if uid, ok = strings.CutSuffix(uid, ".json"); ok && ValidateClaimUID(uid) == nil {
+		if uid, ok = strings.CutSuffix(uid, ".json"); ok && ValidateClaimUID(uid) == nil && w.owns(uid) {
 			uids = append(uids, uid)
 		}
 	}
@@ -194,13 +201,8 @@ func (w *Writer) List() ([]string, error) {
 
 // Prune removes the specs of every claim that List returns and keep does not contain, and returns
 // their UIDs: after a restart, keep is the set of claims the plugin's checkpoint still holds as
-// prepared. It stops at the first failed removal.
-//
-// Other drivers write their specs to the same directory. Their file names differ from this
-// writer's by the vendor and class they start with; but "<vendor>-<class>_" is ambiguous (vendor
-// "example.com-accel" with class "claim", vendor "example.com" with class "accel-claim"), so a
-// spec whose file says it is of another kind is left alone too. A file that cannot be decoded (a
-// torn write on a disk directory) is taken to be this writer's, as its name says.
+// prepared. It stops at the first failed removal. Specs of other drivers are never removed: List
+// does not return them.
 func (w *Writer) Prune(keep []string) ([]string, error) {
 	uids, err := w.List()
 	if err != nil {
@@ -208,7 +210,7 @@ func (w *Writer) Prune(keep []string) ([]string, error) {
 	}
 	var removed []string
 	for _, uid := range uids {
-		if slices.Contains(keep, uid) || !w.owns(uid) {
+		if slices.Contains(keep, uid) {
 			continue
 		}
 		if err := w.Remove(uid); err != nil {
