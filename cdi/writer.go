@@ -167,6 +167,13 @@ func (w *Writer) Read(claimUID string) (*specs.Spec, error) {
 // writer's vendor and class own, for reconciliation after a restart. Temporary files of an
 // interrupted write, and files whose name does not carry a canonical UUID, are not listed. A
 // missing directory lists nothing.
+//
+// Other drivers write their specs to the same directory. Their file names differ from this
+// writer's by the vendor and class they start with; but "<vendor>-<class>_" is ambiguous (vendor
+// "example.com-accel" with class "claim", vendor "example.com" with class "accel-claim"), so a
+// spec whose file says it is of another kind is not listed either, and neither Prune nor a
+// plugin's adoption of orphan specs touches it. A file that cannot be decoded (a torn write on a
+// disk directory) is listed, as its name says it is this writer's.
 func (w *Writer) List() ([]string, error) {
 	entries, err := os.ReadDir(w.dir)
 	if err != nil {
@@ -185,7 +192,7 @@ func (w *Writer) List() ([]string, error) {
 		if !ok {
 			continue
 		}
-		if uid, ok = strings.CutSuffix(uid, ".json"); ok && ValidateClaimUID(uid) == nil {
+		if uid, ok = strings.CutSuffix(uid, ".json"); ok && ValidateClaimUID(uid) == nil && w.owns(uid) {
 			uids = append(uids, uid)
 		}
 	}
@@ -194,7 +201,8 @@ func (w *Writer) List() ([]string, error) {
 
 // Prune removes the specs of every claim that List returns and keep does not contain, and returns
 // their UIDs: after a restart, keep is the set of claims the plugin's checkpoint still holds as
-// prepared. It stops at the first failed removal.
+// prepared. It stops at the first failed removal. Specs of other drivers are never removed: List
+// does not return them.
 func (w *Writer) Prune(keep []string) ([]string, error) {
 	uids, err := w.List()
 	if err != nil {
@@ -211,6 +219,25 @@ func (w *Writer) Prune(keep []string) ([]string, error) {
 		removed = append(removed, uid)
 	}
 	return removed, nil
+}
+
+// owns says whether the claim's spec file is of this writer's kind, or cannot be decoded to say.
+func (w *Writer) owns(claimUID string) bool {
+	p, err := w.SpecPath(claimUID)
+	if err != nil {
+		return false
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return true // gone already, or unreadable: Remove says which
+	}
+	var head struct {
+		Kind string `json:"kind"`
+	}
+	if json.Unmarshal(data, &head) != nil || head.Kind == "" {
+		return true
+	}
+	return head.Kind == w.Kind()
 }
 
 // CleanTemp removes temporary files that an interrupted Write of this writer's specs left in the

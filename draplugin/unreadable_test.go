@@ -28,7 +28,7 @@ func TestUnreadableGPUIsNotAbsent(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// method and n: the nth call of method, counted from the restart, fails: one of GPU 1 (GPU
-		// 0 reads its MIG mode twice, and has two MIG devices).
+		// 0 reads its MIG mode once, and has two MIG devices).
 		method string
 		n      int
 		ret    nvml.Return
@@ -36,10 +36,10 @@ func TestUnreadableGPUIsNotAbsent(t *testing.T) {
 		op       string
 		uuidRead bool
 	}{
-		{"MIG mode unreadable", "Device.GetMigMode", 3, nvml.ERROR_UNKNOWN, "GetMigMode", true},
+		{"MIG mode unreadable", "Device.GetMigMode", 2, nvml.ERROR_UNKNOWN, "GetMigMode", true},
 		{"MIG device unreadable", "MIGDeviceHandle.GetUUID", 3, nvml.ERROR_GPU_IS_LOST, "GetUUID", true},
 		{"GPU lost before its UUID", "Device.GetUUID", 2, nvml.ERROR_GPU_IS_LOST, "GetUUID", false},
-		{"no permission", "Device.GetMigMode", 3, nvml.ERROR_NO_PERMISSION, "GetMigMode", true},
+		{"no permission", "Device.GetMigMode", 2, nvml.ERROR_NO_PERMISSION, "GetMigMode", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, "dgx-a100-40gb", false, gputest.WithMIG(0, "3g.20gb", "3g.20gb"), gputest.WithMIG(1, "3g.20gb", "3g.20gb"))

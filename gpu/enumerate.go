@@ -300,7 +300,7 @@ func (mi *modelInfo) readGeometry(d nvml.Device) *MIGGeometry {
 }
 
 func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceError {
-	states, err := mig.ListInstances(d)
+	states, err := mig.ListEnabledInstances(d) // migState read the mode as enabled
 	if err != nil {
 		var we *mig.WalkError
 		if errors.As(err, &we) {

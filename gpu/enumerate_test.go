@@ -279,6 +279,37 @@ func TestEnumerateFailures(t *testing.T) {
 	}
 }
 
+// TestEnumerateReadsMIGModeOnce: enumeration reads each GPU's MIG mode once and lists the
+// instances of a GPU in MIG mode without asking again, so a GPU whose second answer would be
+// NOT_SUPPORTED (found by FuzzEnumerateFaults) is not published as in MIG mode with no MIG
+// devices: the fault hits the next GPU's read, which is then served whole.
+func TestEnumerateReadsMIGModeOnce(t *testing.T) {
+	m := newMachine(t, "a30x4", gputest.WithMIG(0, "2g.12gb", "2g.12gb"), gputest.WithFault("GetMigMode", 2, nvml.ERROR_NOT_SUPPORTED))
+	inv, err := Enumerate(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type mode struct {
+		Capable, Enabled bool
+		MIGDevices       []string
+	}
+	var got []mode
+	for _, g := range inv.GPUs {
+		md := mode{Capable: g.MIGCapable, Enabled: g.MIGEnabled}
+		for _, d := range g.MIGDevices {
+			md.MIGDevices = append(md.MIGDevices, d.Profile)
+		}
+		got = append(got, md)
+	}
+	want := []mode{{true, true, []string{"2g.12gb", "2g.12gb"}}, {}, {Capable: true}, {Capable: true}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("MIG state of the GPUs (-want +got):\n%s", diff)
+	}
+	if n := m.Calls("GetMigMode"); n != m.NumGPUs() {
+		t.Errorf("GetMigMode called %d times for %d GPUs", n, m.NumGPUs())
+	}
+}
+
 func TestEnumerateCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -92,6 +92,22 @@ func ListInstances(dev nvml.Device) ([]GPUInstanceState, error) {
 	if ret != nvml.SUCCESS {
 		return nil, &WalkError{MIGIndex: -1, Op: "GetMigMode", Return: ret}
 	}
+	return walk(dev)
+}
+
+// ListEnabledInstances is ListInstances for a caller that has just read dev's MIG mode as
+// enabled (enumeration does): it does not read the mode again, so a GPU whose answers change
+// between two calls (GetMigMode answering NOT_SUPPORTED the second time) is not taken for one
+// with MIG off and no instances; any failure of the walk is a *WalkError.
+func ListEnabledInstances(dev nvml.Device) ([]GPUInstanceState, error) {
+	if dev == nil {
+		return nil, errNilDevice("ListEnabledInstances")
+	}
+	return walk(dev)
+}
+
+// walk lists the instances of a GPU in MIG mode.
+func walk(dev nvml.Device) ([]GPUInstanceState, error) {
 	w := &walker{dev: dev, byID: map[int]*GPUInstanceState{}}
 	if err := w.migDevices(); err != nil {
 		return nil, err

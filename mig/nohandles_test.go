@@ -75,3 +75,28 @@ func TestDisableMIGWithoutMIGDeviceHandles(t *testing.T) {
 		}
 	}
 }
+
+// TestListEnabledInstances: for a GPU in MIG mode, ListEnabledInstances lists what
+// ListInstances lists without reading the mode again, so a mode answer that changes to
+// NOT_SUPPORTED does not make the instances vanish.
+func TestListEnabledInstances(t *testing.T) {
+	m, _ := newManager(t, gputest.WithMIG(0, "3g.20gb@4", "2g.10gb@0"))
+	want, err := mig.ListInstances(m.Device(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.InjectFaultAfter("GetMigMode", 0, nvml.ERROR_NOT_SUPPORTED); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := mig.ListInstances(m.Device(0)); err != nil || len(got) != 0 {
+		t.Fatalf("ListInstances with GetMigMode NOT_SUPPORTED = %v, %v; want no instances", got, err)
+	}
+	got, err := mig.ListEnabledInstances(m.Device(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ignore := cmp.Options{cmpopts.IgnoreFields(mig.GPUInstanceState{}, "Handle"), cmpopts.IgnoreFields(mig.ComputeInstanceState{}, "Handle"), cmpopts.IgnoreUnexported(nvml.GpuInstanceProfileInfo{})}
+	if diff := cmp.Diff(want, got, ignore); diff != "" {
+		t.Errorf("ListEnabledInstances (-want +got):\n%s", diff)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -18,20 +19,27 @@ func newInventoryCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "inventory",
 		Short:   "print GPUs, MIG devices and capacity used/free",
-		Example: "  gpu-dra-driver inventory --machine dgx-a100-40gb --mig-config all-balanced\n  gpu-dra-driver inventory --nvml=real -o yaml",
+		Example: "  gpu-dra-driver inventory --machine dgx-a100-40gb --mig-config all-balanced\n  gpu-dra-driver inventory --nvml=real -o yaml\n  gpu-dra-driver inventory --nvml=real --mig-geometry",
 		Args:    noArgs,
 	}
 	nf.register(cmd, flagNVML, flagMachine, flagMIGConfig)
 	output := outputFlag(cmd, "output format: table, yaml or json", "table", "yaml", "json")
+	geometry := cmd.Flags().Bool("mig-geometry", false, "print, per product, the MIG geometry the GPUs report and where the built-in catalog differs from it, instead of the inventory (table output only)")
 	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
 		if err := oneOf("output", *output, "table", "yaml", "json"); err != nil {
 			return err
+		}
+		if *geometry && *output != "table" {
+			return usageErrorf("--mig-geometry prints a table only, not -o %s", *output)
 		}
 		n, err := nf.open(cmd.Context())
 		if err != nil {
 			return err
 		}
 		defer n.close()
+		if *geometry {
+			return printMIGGeometry(cmd.OutOrStdout(), n.inv)
+		}
 		return writeInventory(cmd.OutOrStdout(), *output, n.inv)
 	})
 	return cmd
@@ -116,4 +124,55 @@ func migSliceUsage(g gpu.GPU) string {
 		}
 	}
 	return fmt.Sprintf("%d/%d", len(used), m.MemorySlices-len(used))
+}
+
+// printMIGGeometry says, per product in the order of its first GPU, whether its GPUs support MIG,
+// the MIG geometry they report (read from the first MIG-capable GPU of the product), and every
+// difference from the built-in catalog (mig.Compare), as the kubelet plugin logs them at start.
+func printMIGGeometry(w io.Writer, inv *gpu.Inventory) error {
+	var products []string
+	gpus := map[string][]string{}
+	geometry := map[string]*gpu.MIGGeometry{}
+	capable := map[string]bool{}
+	for _, g := range inv.GPUs {
+		if _, seen := gpus[g.ProductName]; !seen {
+			products = append(products, g.ProductName)
+		}
+		gpus[g.ProductName] = append(gpus[g.ProductName], fmt.Sprint(g.Index))
+		if g.MIGCapable {
+			capable[g.ProductName] = true
+			if geometry[g.ProductName] == nil {
+				geometry[g.ProductName] = g.MIGGeometry
+			}
+		}
+	}
+	for _, p := range products {
+		fmt.Fprintf(w, "%s (GPU %s): ", p, strings.Join(gpus[p], ", "))
+		geo := geometry[p]
+		switch {
+		case !capable[p]:
+			fmt.Fprintln(w, "no MIG")
+			continue
+		case geo == nil:
+			fmt.Fprintln(w, "MIG geometry not read")
+			continue
+		case geo.Err != nil:
+			fmt.Fprintf(w, "MIG geometry could not be read from the GPU (the built-in catalog is used): %v\n", geo.Err)
+			continue
+		}
+		fmt.Fprintf(w, "MIG geometry read from the GPU: %d memory slices, %d compute slices, %d GPU-instance profiles; ",
+			geo.Model.MemorySlices, geo.Model.ComputeSlices, len(geo.Model.Profiles))
+		if len(geo.CatalogDifferences) == 0 {
+			fmt.Fprintln(w, "the catalog agrees")
+			continue
+		}
+		fmt.Fprintf(w, "%d differences from the catalog (the GPU's values are used):\n", len(geo.CatalogDifferences))
+		for _, d := range geo.CatalogDifferences {
+			fmt.Fprintf(w, "  %s\n", d)
+		}
+	}
+	for _, e := range inv.Errors {
+		fmt.Fprintf(w, "GPU %d not enumerated: %v\n", e.Index, e)
+	}
+	return nil
 }
