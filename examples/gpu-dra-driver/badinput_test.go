@@ -496,6 +496,11 @@ func TestBadInput(t *testing.T) {
 
 // TestMain lets the signal tests run this test binary as the command.
 func TestMain(m *testing.M) {
+	if os.Getenv(cliEnv) == "1" {
+		logCLIRun()
+		main()
+		return
+	}
 	if os.Getenv("GPU_DRA_DRIVER_RUN_MAIN") == "1" {
 		main()
 		return

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -20,18 +19,18 @@ const (
 	cliLogEnv = "GPU_DRA_DRIVER_TEST_CLI_LOG"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv(cliEnv) == "1" {
-		if log := os.Getenv(cliLogEnv); log != "" {
-			f, err := os.OpenFile(log, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-			if err == nil {
-				_, _ = f.WriteString(strings.Join(os.Args[1:], " ") + "\n")
-				_ = f.Close()
-			}
-		}
-		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+// logCLIRun appends the command line of a run as gpu-dra-driver to the file cliLogEnv names
+// (TestMain calls it).
+func logCLIRun() {
+	log := os.Getenv(cliLogEnv)
+	if log == "" {
+		return
 	}
-	os.Exit(m.Run())
+	f, err := os.OpenFile(log, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err == nil {
+		_, _ = f.WriteString(strings.Join(os.Args[1:], " ") + "\n")
+		_ = f.Close()
+	}
 }
 
 // TestGPUCheckScript runs hack/gpu-check: with no NVIDIA driver under the driver root it exits 3
