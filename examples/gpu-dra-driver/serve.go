@@ -390,12 +390,11 @@ func (s *serveFlags) hostActions(n *node) ([]sharing.Option, error) {
 	var ts sharing.TimeSlicer
 	var mps sharing.MPSDaemons
 	if n.machine != nil {
+		// GPUs only: the fake host takes any MIG device, and its state file then stays valid
+		// when the fake machine's MIG layout changes between two runs (a chart upgrade).
 		var uuids []string
 		for _, g := range n.inv.GPUs {
 			uuids = append(uuids, g.UUID)
-			for _, m := range g.MIGDevices {
-				uuids = append(uuids, m.UUID)
-			}
 		}
 		// Kept in a file, like a real host's settings outlive the plugin process (restarts,
 		// the two pods of a rolling update).
