@@ -252,6 +252,9 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 	if sc.KubeClient == nil {
 		return nil, errors.New("start plugin: KubeClient is required")
 	}
+	if err := pluginkit.CheckSocketPaths(p.endpoint(sc)); err != nil {
+		return nil, fmt.Errorf("start plugin: %w", err)
+	}
 	report, err := p.Reconcile(ctx)
 	if err != nil {
 		// A partial reconciliation is logged and retried by the next start; serving the
@@ -265,7 +268,7 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 		p.status.resync(p.store.List())
 		go p.status.run(ctx, stopped)
 	}
-	helper, err := kubeletplugin.Start(ctx, p, p.helperOptions(sc)...)
+	helper, err := kubeletplugin.Start(ctx, p, pluginkit.HelperOptions(p.endpoint(sc))...)
 	if err != nil {
 		close(stopped)
 		return report, fmt.Errorf("start kubelet plugin %s: %w", p.driverName, err)
@@ -342,9 +345,9 @@ func (p *Plugin) superviseMPS(ctx context.Context) error {
 	return err
 }
 
-func (p *Plugin) helperOptions(sc StartConfig) []kubeletplugin.Option {
-	return pluginkit.HelperOptions(pluginkit.Endpoint{DriverName: p.driverName, NodeName: p.nodeName, KubeClient: sc.KubeClient,
-		RegistrarDir: sc.RegistrarDir, PluginDir: sc.PluginDir, RollingUpdatePodUID: sc.RollingUpdatePodUID, Options: sc.Options})
+func (p *Plugin) endpoint(sc StartConfig) pluginkit.Endpoint {
+	return pluginkit.Endpoint{DriverName: p.driverName, NodeName: p.nodeName, KubeClient: sc.KubeClient,
+		RegistrarDir: sc.RegistrarDir, PluginDir: sc.PluginDir, RollingUpdatePodUID: sc.RollingUpdatePodUID, Options: sc.Options}
 }
 
 // Publish (re)publishes the plugin's ResourceSlices through the kubelet-plugin helper, with

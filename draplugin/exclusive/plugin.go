@@ -133,13 +133,17 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 	if sc.KubeClient == nil {
 		return nil, errors.New("start plugin: KubeClient is required")
 	}
+	endpoint := pluginkit.Endpoint{
+		DriverName: p.driverName, NodeName: p.nodeName, KubeClient: sc.KubeClient, RegistrarDir: sc.RegistrarDir,
+		PluginDir: sc.PluginDir, RollingUpdatePodUID: sc.RollingUpdatePodUID, Options: sc.Options}
+	if err := pluginkit.CheckSocketPaths(endpoint); err != nil {
+		return nil, fmt.Errorf("start plugin: %w", err)
+	}
 	report, err := p.Reconcile(ctx)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Reconciliation at start left work undone")
 	}
-	helper, err := kubeletplugin.Start(ctx, p, pluginkit.HelperOptions(pluginkit.Endpoint{
-		DriverName: p.driverName, NodeName: p.nodeName, KubeClient: sc.KubeClient, RegistrarDir: sc.RegistrarDir,
-		PluginDir: sc.PluginDir, RollingUpdatePodUID: sc.RollingUpdatePodUID, Options: sc.Options})...)
+	helper, err := kubeletplugin.Start(ctx, p, pluginkit.HelperOptions(endpoint)...)
 	if err != nil {
 		return report, fmt.Errorf("start kubelet plugin %s: %w", p.driverName, err)
 	}

@@ -1,8 +1,10 @@
 package pluginkit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"path"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -89,6 +91,35 @@ func Publish(ctx context.Context, helper *kubeletplugin.Helper, resources func(c
 	}
 	if err := helper.PublishResources(ctx, DriverResources(pool)); err != nil {
 		return fmt.Errorf("publish ResourceSlices: %w", err)
+	}
+	return nil
+}
+
+// unixSocketPathMax is the longest path a unix socket can be bound to or dialled at on Linux:
+// sun_path holds 108 bytes, the terminating NUL included.
+const unixSocketPathMax = 107
+
+// CheckSocketPaths fails when a socket the kubelet-plugin helper would create for e cannot be
+// bound: the registration socket in the registrar directory or the DRA socket in the plugin
+// directory, with a path over 107 bytes. k8s.io/dynamic-resource-allocation v0.37 picks a
+// rolling-update registration socket name whose path may be exactly 108 bytes, which neither
+// the plugin can bind nor kubelet dial; the error says so and names the directory to shorten,
+// before anything is created.
+func CheckSocketPaths(e Endpoint) error {
+	regDir := cmp.Or(e.RegistrarDir, kubeletplugin.KubeletRegistryDir)
+	reg := e.DriverName + "-reg.sock"
+	dra := "dra.sock"
+	if e.RollingUpdatePodUID != "" {
+		reg = kubeletplugin.RollingUpdateRegistrarSocketFile(regDir, e.DriverName, e.RollingUpdatePodUID)
+		dra = "dra-" + string(e.RollingUpdatePodUID) + ".sock"
+	}
+	pluginDir := cmp.Or(e.PluginDir, path.Join(kubeletplugin.KubeletPluginsDir, e.DriverName))
+	for _, s := range []struct{ what, dir, name string }{
+		{"registration socket", regDir, reg}, {"DRA socket", pluginDir, dra},
+	} {
+		if p := path.Join(s.dir, s.name); len(p) > unixSocketPathMax {
+			return fmt.Errorf("the %s %s is %d bytes long; a unix socket path holds at most %d: use a shorter directory than %s", s.what, p, len(p), unixSocketPathMax, s.dir)
+		}
 	}
 	return nil
 }
