@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/test/e2e/framework/kubenode/report"
@@ -197,4 +199,37 @@ func (s *Suite) waitUnprepared(ctx context.Context, t *testing.T, uid string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// TestNodeExtendedResource: with the chart's extended-resource classes on, an unchanged pod that
+// asks for nvidia.com/gpu: 1, as written for NVIDIA's device plugin, gets a GPU through DRA: the
+// scheduler makes a claim for it, kubelet prepares it, and the container sees one GPU.
+func TestNodeExtendedResource(t *testing.T) {
+	ctx := context.Background()
+	s := suite
+	s.reinstall(ctx, t, map[string]any{"extendedResources": map[string]any{"enabled": true}})
+	ns := s.namespace(ctx, t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "device-plugin-style", Namespace: ns},
+		Spec: corev1.PodSpec{
+			HostNetwork: true, NodeSelector: map[string]string{corev1.LabelHostname: nodeName}, TerminationGracePeriodSeconds: ptr.To(int64(5)),
+			Containers: []corev1.Container{{Name: "main", Image: workloadImage, ImagePullPolicy: corev1.PullNever,
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}},
+		},
+	}
+	pod = s.runPod(ctx, t, pod)
+	st := pod.Status.ExtendedResourceClaimStatus
+	if st == nil || st.ResourceClaimName == "" {
+		t.Fatalf("pod status names no extended-resource claim: %+v", pod.Status)
+	}
+	claim, err := s.Client.ResourceV1().ResourceClaims(ns).Get(ctx, st.ResourceClaimName, metav1.GetOptions{})
+	if err != nil || claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim %s: %v (%+v)", st.ResourceClaimName, err, claim)
+	}
+	dev := claim.Status.Allocation.Devices.Results[0].Device
+	if diff := cmp.Diff(s.wantGPUNodes(ctx, t, dev), seen(s.report(ctx, t, pod, "main").Devices)); diff != "" {
+		t.Errorf("device nodes (-want +got):\n%s", diff)
+	}
+	s.deletePod(ctx, t, pod)
+	s.waitUnprepared(ctx, t, string(claim.UID))
 }

@@ -52,6 +52,10 @@ func (s *Suite) waitPluginReady(ctx context.Context) error {
 				return false, nil
 			}
 		}
+		if done, state := s.rolledOut(ctx); !done {
+			last = state
+			return false, nil
+		}
 		slices, err := s.nodeSlices(ctx)
 		if err != nil || len(slices) == 0 {
 			last = fmt.Sprintf("no ResourceSlices of %s for node %s (%v)", driverName, nodeName, err)
@@ -64,6 +68,23 @@ func (s *Suite) waitPluginReady(ctx context.Context) error {
 		return fmt.Errorf("plugin not ready (last: %s): %w\n%s\nevents in %s:\n%s\nkubelet log %s", last, err, s.daemonSetState(bg), releaseNamespace, s.events(bg, releaseNamespace), s.Node.Kubelet.Proc.LogFile)
 	}
 	return nil
+}
+
+// rolledOut says whether the chart's DaemonSet runs its current pod template on the node.
+func (s *Suite) rolledOut(ctx context.Context) (bool, string) {
+	dss, err := s.Client.AppsV1().DaemonSets(releaseNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, ds := range dss.Items {
+		st := ds.Status
+		if st.ObservedGeneration < ds.Generation || st.UpdatedNumberScheduled != st.DesiredNumberScheduled ||
+			st.NumberAvailable != st.DesiredNumberScheduled || st.CurrentNumberScheduled != st.DesiredNumberScheduled {
+			return false, fmt.Sprintf("DaemonSet %s rolling out (generation %d, observed %d, desired %d, updated %d, available %d)",
+				ds.Name, ds.Generation, st.ObservedGeneration, st.DesiredNumberScheduled, st.UpdatedNumberScheduled, st.NumberAvailable)
+		}
+	}
+	return true, ""
 }
 
 // daemonSetState says what the chart's DaemonSets report and what the node looks like, for

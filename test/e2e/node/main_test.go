@@ -4,17 +4,21 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpudra/gpudra/test/e2e/framework"
@@ -53,6 +57,8 @@ type Suite struct {
 	DriverRoot string
 	// Values are the chart values the suite installs with.
 	Values map[string]any
+	// FakeControl is the loopback address of the fake machine's test controls.
+	FakeControl string
 }
 
 func TestMain(m *testing.M) {
@@ -96,7 +102,7 @@ func newSuite(ctx context.Context) (*Suite, error) {
 	if err := binaries.EnsureHostTools(ctx, os.Stdout); err != nil {
 		return nil, err
 	}
-	if s.Dir, err = os.MkdirTemp("/tmp", "gn"); err != nil {
+	if s.Dir, err = shortDir(); err != nil {
 		return nil, err
 	}
 	archive, err := s.buildImages(ctx)
@@ -106,6 +112,11 @@ func newSuite(ctx context.Context) (*Suite, error) {
 	if s.CP, err = framework.StartControlPlane(ctx, s.Bins, filepath.Join(s.Dir, "cp"), framework.WithAllControllers()); err != nil {
 		return s, err
 	}
+	ports, err := framework.FreePorts(1)
+	if err != nil {
+		return s, err
+	}
+	s.FakeControl = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	if s.Client, err = kubernetes.NewForConfig(s.CP.Admin); err != nil {
 		return s, err
 	}
@@ -126,6 +137,21 @@ func newSuite(ctx context.Context) (*Suite, error) {
 		return s, err
 	}
 	return s, s.installChart(ctx, nil)
+}
+
+// shortDir creates /tmp/gn<6 hex digits>: a fixed length, so that the sockets below it (the
+// kubelet-plugin helper's rolling-update registration socket is the longest, 92 bytes below the
+// suite's directory) stay within the 107 bytes of a unix socket path on every run.
+func shortDir() (string, error) {
+	for range 100 {
+		dir := fmt.Sprintf("/tmp/gn%06x", rand.IntN(1<<24))
+		if err := os.Mkdir(dir, 0o755); err == nil {
+			return dir, nil
+		} else if !os.IsExist(err) {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("no free directory name /tmp/gn<hex>")
 }
 
 // buildImages builds the driver as `make build` does, the pause and workload programs
@@ -192,7 +218,7 @@ func (s *Suite) installChart(ctx context.Context, extra map[string]any) error {
 	if err != nil {
 		return err
 	}
-	if err := framework.CreateNamespace(ctx, s.Client, releaseNamespace, nil); err != nil {
+	if err := framework.CreateNamespace(ctx, s.Client, releaseNamespace, nil); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	for i, o := range objs {
@@ -211,7 +237,8 @@ func (s *Suite) installChart(ctx context.Context, extra map[string]any) error {
 
 // adaptToNode makes the plugin pod run on a node without a pod network or kube-proxy: it uses
 // the host's network, and reaches the API server on loopback instead of through the
-// kubernetes Service. Nothing else of the chart's DaemonSet changes.
+// kubernetes Service. With a fake machine it also serves the fake machine's test controls
+// (--fake-control, loopback only). Nothing else of the chart's pod changes.
 func (s *Suite) adaptToNode(spec *corev1.PodSpec) error {
 	spec.HostNetwork = true
 	host, port, err := hostPort(s.CP.URL)
@@ -219,14 +246,20 @@ func (s *Suite) adaptToNode(spec *corev1.PodSpec) error {
 		return err
 	}
 	for i := range spec.Containers {
-		spec.Containers[i].Env = append(spec.Containers[i].Env,
+		c := &spec.Containers[i]
+		c.Env = append(c.Env,
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
+		if slices.Contains(c.Args, "--nvml=fake") {
+			c.Args = append(c.Args, "--fake-control="+s.FakeControl)
+		}
 	}
 	return nil
 }
 
-// adaptDaemonSet applies adaptToNode to a rendered DaemonSet.
+// adaptDaemonSet applies adaptToNode to a rendered DaemonSet and updates it by replacing its
+// pod (maxUnavailable 1, no surge): two plugin pods on the host's network cannot both listen
+// on the metrics port, so the chart's surge update cannot run on this node.
 func (s *Suite) adaptDaemonSet(o *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	ds := &appsv1.DaemonSet{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
@@ -235,6 +268,8 @@ func (s *Suite) adaptDaemonSet(o *unstructured.Unstructured) (*unstructured.Unst
 	if err := s.adaptToNode(&ds.Spec.Template.Spec); err != nil {
 		return nil, err
 	}
+	one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
+	ds.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateDaemonSet{MaxUnavailable: &one, MaxSurge: &zero}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ds)
 	if err != nil {
 		return nil, err
