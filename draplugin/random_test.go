@@ -198,10 +198,12 @@ func (w *world) step() {
 func (w *world) logf(format string, args ...any) { w.log = append(w.log, fmt.Sprintf(format, args...)) }
 
 // prepareNew prepares the claim of a free or pending slot.
-func (w *world) prepareNew() {
+// prepareNew prepares a claim of a random slot that is not prepared and returns the slot, or -1
+// when that slot had nothing to prepare.
+func (w *world) prepareNew() int {
 	i := w.rnd.IntN(len(slots))
 	if w.prepared[i] || w.pending[i] == "unprepare" {
-		return
+		return -1
 	}
 	if w.claims[i] == nil {
 		w.seq++
@@ -213,6 +215,17 @@ func (w *world) prepareNew() {
 		w.claims[i] = c
 	}
 	w.prepare(i)
+	return i
+}
+
+// onlyPending says whether slot i is the only one with an operation kubelet still has to retry.
+func (w *world) onlyPending(i int) bool {
+	for j := range slots {
+		if j != i && w.pending[j] != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // prepare calls prepare on a pod, crashing it when armed; kubelet retries what failed.
@@ -331,7 +344,14 @@ func (w *world) fault() {
 	}
 	w.faulting = true
 	if w.rnd.IntN(2) == 0 {
-		w.prepareNew()
+		crashes := w.crashes
+		i := w.prepareNew()
+		if i >= 0 && w.pending[i] == "prepare" && w.crashes == crashes && w.onlyPending(i) {
+			// The failed prepare has returned and kubelet has not retried yet: it must have
+			// left nothing (no spec, instance, host change or checkpoint entry) already now.
+			w.logf("check the node right after the failed prepare of %s", w.claims[i].Name)
+			w.check()
+		}
 	} else {
 		w.unprepareOne()
 	}
