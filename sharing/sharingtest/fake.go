@@ -130,7 +130,7 @@ func (f *FakeHost) set(op func(h *host)) {
 
 // SetComputeModeState sets a device's compute mode without recording a call.
 func (f *FakeHost) SetComputeModeState(uuid string, m sharing.ComputeMode) {
-	f.set(func(h *host) { h.State.ComputeModes[uuid] = m })
+	f.set(func(h *host) { h.setComputeMode(uuid, m) })
 }
 
 // SetTimeSliceState sets a GPU's time slice without recording a call.
@@ -275,9 +275,20 @@ func (f *FakeHost) SetComputeMode(ctx context.Context, uuid string, m sharing.Co
 		if err := h.device(uuid); err != nil {
 			return false, err
 		}
-		h.State.ComputeModes[uuid] = m
+		h.setComputeMode(uuid, m)
 		return true, nil
 	}), "SetComputeMode %s %s", uuid, m)
+}
+
+// setComputeMode records a device's compute mode. A MIG device the host was not built with is in
+// DEFAULT until set, so setting it back to DEFAULT removes its entry: the state is then what it
+// was before, whichever MIG devices came and went.
+func (h *host) setComputeMode(uuid string, m sharing.ComputeMode) {
+	if _, known := slices.BinarySearch(h.Devices, uuid); !known && m == sharing.ComputeModeDefault && strings.HasPrefix(uuid, "MIG-") {
+		delete(h.State.ComputeModes, uuid)
+		return
+	}
+	h.State.ComputeModes[uuid] = m
 }
 
 // Start implements sharing.MPSDaemons. Like the real daemon setup, it needs every device in

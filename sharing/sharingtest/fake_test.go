@@ -271,3 +271,28 @@ func TestOpenFakeHostShared(t *testing.T) {
 		t.Errorf("a and b disagree (-a +b):\n%s", diff)
 	}
 }
+
+// TestMIGComputeModeRestoredLeavesNoTrace: a MIG device the host was not built with (dynamic
+// MIG created it) is in compute mode DEFAULT until set; setting it and setting it back leaves
+// the state as it was, as an unprepare must (the e2e tier compares the state before and after).
+// A device the host was built with keeps its entry.
+func TestMIGComputeModeRestoredLeavesNoTrace(t *testing.T) {
+	ctx := context.Background()
+	const gpu, builtWith, created = "GPU-1", "MIG-built-with", "MIG-created"
+	h := sharingtest.NewFakeHost(gpu, builtWith)
+	start := h.State()
+	for _, uuid := range []string{builtWith, created} {
+		if err := h.SetComputeMode(ctx, uuid, sharing.ComputeModeExclusiveProcess); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.State().ComputeModes[uuid]; got != sharing.ComputeModeExclusiveProcess {
+			t.Errorf("%s: compute mode %v after setting it, want EXCLUSIVE_PROCESS", uuid, got)
+		}
+		if err := h.SetComputeMode(ctx, uuid, sharing.ComputeModeDefault); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(start, h.State()); diff != "" {
+		t.Errorf("state after setting compute modes back (-start +now):\n%s", diff)
+	}
+}
