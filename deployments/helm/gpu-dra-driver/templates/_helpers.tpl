@@ -35,3 +35,12 @@ gpu.nvidia.com
 {{- define "gpu-dra-driver.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/* Whether the ClusterRole grants patch on resourceclaims/status: "true" or "" (rbac.claimStatus;
+auto: where the API server authorizes claim status per driver and node, 1.36+). */}}
+{{- define "gpu-dra-driver.claimStatus" -}}
+{{- $v := .Values.rbac.claimStatus -}}
+{{- if eq (toString $v) "auto" -}}
+{{- if semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version -}}true{{- end -}}
+{{- else if $v -}}true{{- end -}}
+{{- end -}}
