@@ -66,7 +66,7 @@ e2e-binaries:
 E2E_RUN ?= .
 E2E_ARGS ?=
 e2e: e2e-binaries
-	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 ./framework/... ./cmd/...
+	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 ./framework/... ./cmd/... ./chart/...
 	cd test/e2e && $(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' . $(E2E_ARGS)
 
 ## e2e-node-binaries: also build (or reuse) kubelet and containerd (cached like the control plane)

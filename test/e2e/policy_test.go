@@ -28,6 +28,13 @@ func extraSlice(name, node string) *resourceapi.ResourceSlice {
 	}
 }
 
+// otherDriverSlice is extraSlice of another driver than the chart's.
+func otherDriverSlice(name, node string) *resourceapi.ResourceSlice {
+	s := extraSlice(name, node)
+	s.Spec.Driver = "compute-domain.nvidia.com"
+	return s
+}
+
 // pluginClient is a client authenticated as the chart's ServiceAccount with a token bound to
 // the DaemonSet pod of node ("" for a token bound to no pod).
 func pluginClient(t *testing.T, node string) kubernetes.Interface {
@@ -59,9 +66,10 @@ func pluginClient(t *testing.T, node string) kubernetes.Interface {
 
 // TestChartSlicePolicyConfinesPluginToItsNode: with the chart's ServiceAccount, the plugin pod
 // of node A may create and delete ResourceSlices of node A but not create, update or delete
-// those of node B, and a token bound to no pod may change none; with the chart's
-// ValidatingAdmissionPolicyBinding removed, A's token can write B's slices (RBAC alone does not
-// stop it), so the policy is what confines it.
+// those of node B, nor create a slice of another driver on node A, and a token bound to no pod
+// may change none; with the chart's ValidatingAdmissionPolicyBinding removed, A's token can
+// write B's slices and another driver's (RBAC alone does not stop it), so the policy is what
+// confines it.
 func TestChartSlicePolicyConfinesPluginToItsNode(t *testing.T) {
 	ctx := context.Background()
 	suite.StartNode(t, NodeSpec{Name: "pol-a", Machine: "l4x8"})
@@ -93,12 +101,18 @@ func TestChartSlicePolicyConfinesPluginToItsNode(t *testing.T) {
 	denied("plugin of pol-a deleting a slice of pol-b", rs.Delete(ctx, victim.Name, metav1.DeleteOptions{}), "may only change ResourceSlices of that node")
 	_, err = pluginClient(t, "").ResourceV1().ResourceSlices().Create(ctx, extraSlice("pol-a-unbound", "pol-a"), metav1.CreateOptions{})
 	denied("a token bound to no pod creating a slice", err, "names no node")
+	_, err = rs.Create(ctx, otherDriverSlice("pol-a-other-driver", "pol-a"), metav1.CreateOptions{})
+	denied("plugin of pol-a creating a slice of another driver on pol-a", err, "may only change ResourceSlices of driver "+driverName)
 
 	withoutPolicyBinding(t, func() {
 		if _, err := rs.Create(ctx, extraSlice("pol-b-unguarded", "pol-b"), metav1.CreateOptions{}); err != nil {
 			t.Errorf("without the policy, RBAC alone should let the plugin of pol-a write pol-b's slices (or the policy test proves nothing): %v", err)
 		}
 		_ = suite.Client.ResourceV1().ResourceSlices().Delete(ctx, "pol-b-unguarded", metav1.DeleteOptions{})
+		if _, err := rs.Create(ctx, otherDriverSlice("pol-a-other-unguarded", "pol-a"), metav1.CreateOptions{}); err != nil {
+			t.Errorf("without the policy, RBAC alone should let the plugin of pol-a write another driver's slices (or the policy test proves nothing): %v", err)
+		}
+		_ = suite.Client.ResourceV1().ResourceSlices().Delete(ctx, "pol-a-other-unguarded", metav1.DeleteOptions{})
 	})
 }
 

@@ -35,3 +35,24 @@ gpu.nvidia.com
 {{- define "gpu-dra-driver.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/* Whether the ClusterRole grants patch on resourceclaims/status: "true" or "" (rbac.claimStatus;
+auto: where the API server authorizes claim status per driver and node, 1.36+). */}}
+{{- define "gpu-dra-driver.claimStatus" -}}
+{{- $v := .Values.rbac.claimStatus -}}
+{{- if eq (toString $v) "auto" -}}
+{{- if semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version -}}true{{- end -}}
+{{- else if $v -}}true{{- end -}}
+{{- end -}}
+
+{{/* Refuses values combinations the schema cannot express and serve would refuse. */}}
+{{- define "gpu-dra-driver.validate" -}}
+{{- if not .Values.fakeMachine.name -}}
+{{- if .Values.fakeMachine.migConfig -}}
+{{- fail "fakeMachine.migConfig needs fakeMachine.name: a mig-parted config is applied to a fake machine only (serve refuses --mig-config without --nvml=fake); partition real GPUs with mig-parted or the GPU operator" -}}
+{{- end -}}
+{{- if .Values.fakeMachine.driverRoot -}}
+{{- fail "fakeMachine.driverRoot needs fakeMachine.name: it is the fake machine's driver installation; set nvidiaDriverRoot for real GPUs" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
