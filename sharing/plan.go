@@ -397,3 +397,20 @@ func ptrString(p *int) string {
 	}
 	return strconv.Itoa(*p)
 }
+
+// maxUnixSocketPath is the longest path a unix socket can be bound to or dialled at on Linux:
+// sun_path holds 108 bytes, the terminating NUL included.
+const maxUnixSocketPath = 107
+
+// CheckMPSRoot fails when an MPS control daemon under root could not create its control socket:
+// the longest one, <root>/<claim UID>/pipe/control, must fit the 107 bytes of a unix socket
+// path. Call it before anything starts (serve does, for its --plugin-dir), so that a kubelet
+// directory too deep for MPS is refused at start instead of failing the first MPS claim.
+func CheckMPSRoot(root string) error {
+	longest := filepath.Join(root, strings.Repeat("u", 36), "pipe", "control") // a claim UID is 36 bytes
+	if len(longest) > maxUnixSocketPath {
+		return fmt.Errorf("MPS root %s is too deep: an MPS control socket below it takes %d bytes, and a unix socket path holds at most %d (shorten the directory by %d bytes)",
+			root, len(longest), maxUnixSocketPath, len(longest)-maxUnixSocketPath)
+	}
+	return nil
+}

@@ -425,3 +425,24 @@ func TestNVMLLoadedByPathInTheDriverRoot(t *testing.T) {
 		{name: "version, relative root", args: []string{"version", "--driver-root", "driver-root"}, code: 2, stderr: "must be an absolute path"},
 	})
 }
+
+// TestServeRefusesAPluginDirTooDeepForMPS (issue 27): a --plugin-dir whose MPS control sockets
+// would not fit a unix socket path is refused at start, before anything is created, unless MPS
+// is not among the sharing strategies.
+func TestServeRefusesAPluginDirTooDeepForMPS(t *testing.T) {
+	dir := t.TempDir()
+	deep := filepath.Join(dir, strings.Repeat("d", 100-len(dir)))
+	base := append(serveDirs(t, dir), "--plugin-dir", deep) // later flags win
+	serve := append([]string{"serve", "--nvml", "fake", "--node-name", "n1"}, base...)
+	code, _, errOut := runCLI(t, serve...)
+	if code != 2 || !strings.Contains(errOut, "too deep") || !strings.Contains(errOut, "--plugin-dir") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 2 naming --plugin-dir as too deep for MPS", code, errOut)
+	}
+	if _, err := os.Stat(deep); !os.IsNotExist(err) {
+		t.Errorf("the refused plugin directory was created (%v)", err)
+	}
+	code, _, errOut = runCLI(t, append(serve, "--sharing-strategies", "TimeSlicing")...)
+	if strings.Contains(errOut, "too deep") {
+		t.Errorf("exit %d without MPS, stderr:\n%s\nwant no MPS socket check", code, errOut)
+	}
+}

@@ -227,6 +227,12 @@ func (s *serveFlags) serve(ctx context.Context, stdout, stderr io.Writer) error 
 	if err := checkDirs(map[string]string{"plugin-dir": s.pluginDir, "state-dir": s.stateDir, "cdi-root": s.cdiRoot, "registrar-dir": s.registrarDir}); err != nil {
 		return err
 	}
+	if s.allowed[strategyMPS] {
+		// MPS daemons keep their control sockets below the plugin directory.
+		if err := sharing.CheckMPSRoot(filepath.Join(s.pluginDir, "mps")); err != nil {
+			return usageErrorf("--plugin-dir=%q: %w; or leave MPS out of --sharing-strategies", s.pluginDir, err)
+		}
+	}
 	client, err := kubeClient(ctx, s.kubeconfig, float32(s.qps), s.burst)
 	if err != nil {
 		return err
