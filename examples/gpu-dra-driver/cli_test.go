@@ -240,6 +240,22 @@ func writeFile(t *testing.T, path, data string) {
 }
 
 // serveDirs are serve's directory flags under dir.
+// shortPluginDir is a plugin directory short enough for MPS control sockets below it (serve
+// refuses one that is not; t.TempDir's names are long): a fresh directory name below the
+// temporary directory, not created, removed at the end of the test.
+func shortPluginDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(d); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	return d
+}
+
 func serveDirs(t *testing.T, dir string) []string {
 	t.Helper()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
@@ -251,7 +267,7 @@ contexts: [{name: c, context: {cluster: c, user: u}}]
 users: [{name: u, user: {}}]
 current-context: c
 `)
-	return []string{"--kubeconfig", kubeconfig, "--plugin-dir", filepath.Join(dir, "plugin"), "--registrar-dir", filepath.Join(dir, "registry"),
+	return []string{"--kubeconfig", kubeconfig, "--plugin-dir", shortPluginDir(t), "--registrar-dir", filepath.Join(dir, "registry"),
 		"--cdi-root", filepath.Join(dir, "cdi"), "--state-dir", filepath.Join(dir, "state")}
 }
 
