@@ -95,17 +95,24 @@ func (s DriverSpec) Command() (args []string, env map[string]string, volumes map
 	// kubeletplugin v0.37.2 picks a rolling-update registration socket name whose path may be
 	// exactly 108 bytes, one more than Linux accepts.
 	volumes = map[string]string{}
+	scratch := map[string]bool{}
 	for i, v := range pod.Volumes {
-		if v.HostPath != nil {
+		switch {
+		case v.HostPath != nil:
 			volumes[v.Name] = filepath.Join(s.Dir, fmt.Sprintf("v%d", i))
+		case v.EmptyDir != nil:
+			scratch[v.Name] = true
 		}
 	}
 	type mount struct{ from, to string }
 	var mounts []mount
 	for _, m := range c.VolumeMounts {
+		if scratch[m.Name] {
+			continue // scratch space (an emptyDir /tmp): the local process uses the machine's
+		}
 		dir, ok := volumes[m.Name]
 		if !ok {
-			return nil, nil, nil, fmt.Errorf("container %s mounts %s, which is not a hostPath volume", c.Name, m.Name)
+			return nil, nil, nil, fmt.Errorf("container %s mounts %s, which is neither a hostPath nor an emptyDir volume", c.Name, m.Name)
 		}
 		mounts = append(mounts, mount{m.MountPath, dir})
 	}
