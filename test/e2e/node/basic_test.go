@@ -47,6 +47,18 @@ func (s *Suite) wantGPUNodes(ctx context.Context, t *testing.T, devices ...strin
 	return want
 }
 
+// checkGPUNodes checks that each named container of pod sees exactly the device nodes of the
+// full GPUs devices and the control nodes (wantGPUNodes).
+func (s *Suite) checkGPUNodes(ctx context.Context, t *testing.T, pod *corev1.Pod, devices []string, containers ...string) {
+	t.Helper()
+	want := s.wantGPUNodes(ctx, t, devices...)
+	for _, c := range containers {
+		if diff := cmp.Diff(want, seen(s.report(ctx, t, pod, c).Devices)); diff != "" {
+			t.Errorf("pod %s, container %s: device nodes (-want +got):\n%s", pod.Name, c, diff)
+		}
+	}
+}
+
 // seen drops what the container could not know in advance (whether opening worked: without an
 // NVIDIA kernel module it fails with ENXIO, which still proves the node is the right device).
 func seen(devs []report.Device) []report.Device {
@@ -152,11 +164,8 @@ func TestNodeSharedClaim(t *testing.T) {
 	first := s.runPod(ctx, t, workloadPod(ns, "first", ref, "main"))
 	second := s.runPod(ctx, t, workloadPod(ns, "second", ref, "main"))
 	claim, devs := s.allocatedDevices(ctx, t, first, "gpu")
-	want := s.wantGPUNodes(ctx, t, devs...)
 	for _, p := range []*corev1.Pod{first, second} {
-		if diff := cmp.Diff(want, seen(s.report(ctx, t, p, "main").Devices)); diff != "" {
-			t.Errorf("pod %s: device nodes (-want +got):\n%s", p.Name, diff)
-		}
+		s.checkGPUNodes(ctx, t, p, devs, "main")
 	}
 	s.deletePod(ctx, t, first)
 	if specs := s.cdiSpecsOf(t, string(claim.UID)); len(specs) == 0 {
@@ -174,12 +183,7 @@ func TestNodeTwoContainers(t *testing.T) {
 	s.claimTemplate(ctx, t, ns, "one-gpu", "gpu.nvidia.com", 1)
 	pod := s.runPod(ctx, t, workloadPod(ns, "two", corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}, "a", "b"))
 	claim, devs := s.allocatedDevices(ctx, t, pod, "gpu")
-	want := s.wantGPUNodes(ctx, t, devs...)
-	for _, c := range []string{"a", "b"} {
-		if diff := cmp.Diff(want, seen(s.report(ctx, t, pod, c).Devices)); diff != "" {
-			t.Errorf("container %s: device nodes (-want +got):\n%s", c, diff)
-		}
-	}
+	s.checkGPUNodes(ctx, t, pod, devs, "a", "b")
 	s.deletePod(ctx, t, pod)
 	s.waitUnprepared(ctx, t, string(claim.UID))
 }

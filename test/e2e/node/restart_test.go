@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -44,9 +43,7 @@ func TestNodeKubeletRestart(t *testing.T) {
 	if specs := s.cdiSpecsOf(t, string(claim.UID)); len(specs) != 1 {
 		t.Errorf("claim %s has CDI specs %v after kubelet's restart, want one", claim.UID, specs)
 	}
-	if diff := cmp.Diff(s.wantGPUNodes(ctx, t, devs...), seen(s.report(ctx, t, after, "main").Devices)); diff != "" {
-		t.Errorf("device nodes (-want +got):\n%s", diff)
-	}
+	s.checkGPUNodes(ctx, t, after, devs, "main")
 	s.deletePod(ctx, t, pod)
 	s.waitUnprepared(ctx, t, string(claim.UID))
 }
@@ -82,9 +79,7 @@ func TestNodePluginKilled(t *testing.T) {
 	}
 	pod := s.runningPod(ctx, t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "during-kill"}})
 	claim, devs := s.allocatedDevices(ctx, t, pod, "gpu")
-	if diff := cmp.Diff(s.wantGPUNodes(ctx, t, devs...), seen(s.report(ctx, t, pod, "main").Devices)); diff != "" {
-		t.Errorf("device nodes (-want +got):\n%s", diff)
-	}
+	s.checkGPUNodes(ctx, t, pod, devs, "main")
 	if specs := s.cdiSpecsOf(t, string(claim.UID)); len(specs) != 1 {
 		t.Errorf("claim %s has CDI specs %v, want one", claim.UID, specs)
 	}

@@ -45,9 +45,7 @@ func TestNodeTimeSlicing(t *testing.T) {
 	s.claimTemplate(ctx, t, ns, "ts", "gpu.nvidia.com", 1, gpuConfig(`{"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}`))
 	pod := s.runPod(ctx, t, workloadPod(ns, "ts", corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("ts")}, "main"))
 	claim, devs := s.allocatedDevices(ctx, t, pod, "gpu")
-	if diff := cmp.Diff(s.wantGPUNodes(ctx, t, devs...), seen(s.report(ctx, t, pod, "main").Devices)); diff != "" {
-		t.Errorf("device nodes (-want +got):\n%s", diff)
-	}
+	s.checkGPUNodes(ctx, t, pod, devs, "main")
 	uuid := strAttr(s.device(ctx, t, devs[0]), "uuid")
 	if got := s.hostState(t).TimeSlices[uuid]; got == 0 {
 		t.Errorf("GPU %s: time slice %d while the pod runs, want the Long interval set", uuid, got)
