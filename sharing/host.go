@@ -1,6 +1,13 @@
 package sharing
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"k8s.io/klog/v2"
+)
 
 // TimeSlicer reads and sets the compute time slice of a physical GPU.
 type TimeSlicer interface {
@@ -75,4 +82,44 @@ type MPSDaemonSpec struct {
 	ClientLimit int `json:"clientLimit"`
 	// Shared says whether several claims use the daemon (devices allocated with a share ID).
 	Shared bool `json:"shared,omitempty"`
+}
+
+// CreateDirs creates the daemon's pipe, log and shm directories as a daemon needs them: the shm
+// directory world-writable and sticky like /dev/shm (MkdirAll's umask is undone).
+func (s MPSDaemonSpec) CreateDirs() error {
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{s.PipeDir, 0o755}, {s.LogDir, 0o755}, {s.ShmDir, 0o777 | os.ModeSticky}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return fmt.Errorf("MPS daemon %s: %w", s.ID, err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return fmt.Errorf("MPS daemon %s: %w", s.ID, err)
+		}
+	}
+	return nil
+}
+
+// RemoveDirs removes the daemon's pipe, log and shm directories (unmount the shm tmpfs first),
+// and Dir when it is empty: it may hold files this package did not write (logged, not removed).
+func (s MPSDaemonSpec) RemoveDirs(logger klog.Logger) error {
+	var errs []error
+	for _, d := range []string{s.PipeDir, s.LogDir, s.ShmDir} {
+		if d == "" {
+			continue
+		}
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.Dir != "" {
+		if err := os.Remove(s.Dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			logger.V(2).Info("Leaving MPS daemon directory", "dir", s.Dir, "err", err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("MPS daemon %s: removing directories: %w", s.ID, err)
+	}
+	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -119,17 +118,8 @@ func (m *MPSControl) Start(ctx context.Context, spec MPSDaemonSpec) error {
 	if spec.PipeDir == "" || spec.LogDir == "" || spec.ShmDir == "" {
 		return fmt.Errorf("MPS daemon %s: pipe, log and shm directories must be set", spec.ID)
 	}
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-	}{{spec.PipeDir, 0o755}, {spec.LogDir, 0o755}, {spec.ShmDir, 0o777 | os.ModeSticky}} {
-		if err := os.MkdirAll(d.path, d.mode); err != nil {
-			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
-		}
-		// MkdirAll applies the umask; the shm directory must be world-writable like /dev/shm.
-		if err := os.Chmod(d.path, d.mode); err != nil {
-			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
-		}
+	if err := spec.CreateDirs(); err != nil {
+		return err
 	}
 	size := spec.ShmSizeBytes
 	if size <= 0 {
@@ -227,23 +217,5 @@ func (m *MPSControl) Stop(ctx context.Context, spec MPSDaemonSpec) error {
 			return fmt.Errorf("MPS daemon %s: shm directory: %w", spec.ID, err)
 		}
 	}
-	var errs []error
-	for _, d := range []string{spec.PipeDir, spec.LogDir, spec.ShmDir} {
-		if d == "" {
-			continue
-		}
-		if err := os.RemoveAll(d); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if spec.Dir != "" {
-		// Only an empty directory is removed: it may hold files this package did not write.
-		if err := os.Remove(spec.Dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-			logger.V(2).Info("Leaving MPS daemon directory", "dir", spec.Dir, "err", err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("MPS daemon %s: removing directories: %w", spec.ID, err)
-	}
-	return nil
+	return spec.RemoveDirs(logger)
 }

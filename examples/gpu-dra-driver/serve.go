@@ -443,16 +443,8 @@ type fakeMPSDirs struct {
 }
 
 func (f fakeMPSDirs) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error {
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-	}{{spec.PipeDir, 0o755}, {spec.LogDir, 0o755}, {spec.ShmDir, 0o777 | os.ModeSticky}} {
-		if err := os.MkdirAll(d.path, d.mode); err != nil {
-			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
-		}
-		if err := os.Chmod(d.path, d.mode); err != nil { // MkdirAll applies the umask
-			return fmt.Errorf("MPS daemon %s: %w", spec.ID, err)
-		}
+	if err := spec.CreateDirs(); err != nil {
+		return err
 	}
 	return f.MPSDaemons.Start(ctx, spec)
 }
@@ -461,14 +453,7 @@ func (f fakeMPSDirs) Stop(ctx context.Context, spec sharing.MPSDaemonSpec) error
 	if err := f.MPSDaemons.Stop(ctx, spec); err != nil {
 		return err
 	}
-	var errs []error
-	for _, d := range []string{spec.PipeDir, spec.LogDir, spec.ShmDir} {
-		errs = append(errs, os.RemoveAll(d))
-	}
-	if spec.Dir != "" {
-		_ = os.Remove(spec.Dir) // only when empty
-	}
-	return errors.Join(errs...)
+	return spec.RemoveDirs(klog.FromContext(ctx))
 }
 
 // driverRootFor returns the driver installation CDI specs are generated from. A fake machine
