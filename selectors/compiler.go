@@ -60,8 +60,11 @@ func WithFeatures(f structured.Features) CompilerOption {
 	return func(c *Compiler) { c.features = f }
 }
 
-// WithCostLimit replaces the API limit on the estimated cost of one selector
-// (resourceapi.CELSelectorExpressionMaxCost, 1,000,000) for validation and evaluation.
+// WithCostLimit replaces the API server's limit on the estimated cost of one new selector
+// (resourceapi.CELSelectorExpressionMaxCost, 1,000,000) in Compile's validation. It does not
+// change evaluation: the scheduler aborts every selector whose actual cost exceeds
+// resourceapi.CELSelectorExpressionMaxCost, whatever limit the expression was validated
+// against, and Selector.Matches does the same.
 func WithCostLimit(limit uint64) CompilerOption {
 	return func(c *Compiler) { c.costLimit = limit }
 }
@@ -102,7 +105,8 @@ type Selector struct {
 	// Expression is the CEL source.
 	Expression string
 	// Cost is the estimated worst-case cost in CEL cost units, as the API server computes it
-	// when it validates a new object.
+	// when it validates a new object; 0 for a selector from CompileStored, whose cost the
+	// scheduler does not estimate.
 	Cost uint64
 
 	// program is compiled as the scheduler's cel.Cache compiles it: stored-expression
@@ -134,6 +138,49 @@ type compiled struct {
 	err error
 }
 
+// storedKey is the cache key of an expression compiled by CompileStored; a NUL cannot start a
+// selector the API accepts, so the two kinds of entries never collide.
+const storedKey = "\x00stored:"
+
+// CompileStored compiles a selector the way the scheduler compiles one that is already stored
+// in the cluster (k8s.io/dynamic-resource-allocation/cel.Cache.GetOrCompile): in the CEL
+// environment of stored expressions, without the API server's checks of a new object (length,
+// estimated cost). Use it to evaluate what a cluster holds — an expression stored by an older
+// API server, or under a feature its environment has since dropped — exactly as the scheduler
+// does; use Compile for what is about to be written. Errors are *CompileError values; results
+// are cached.
+func (c *Compiler) CompileStored(expression string) (*Selector, error) {
+	c.mu.Lock()
+	v, ok := c.cache.Get(storedKey + expression)
+	c.mu.Unlock()
+	if ok {
+		r := v.(compiled)
+		return r.sel, r.err
+	}
+	var sel *Selector
+	prog, err := c.storedProgram(expression)
+	if err == nil {
+		sel = &Selector{Expression: expression, program: prog}
+	}
+	c.mu.Lock()
+	c.cache.Add(storedKey+expression, compiled{sel, err})
+	c.mu.Unlock()
+	return sel, err
+}
+
+// storedProgram compiles the expression with the options of the scheduler's cel.Cache: the
+// stored-expression environment, no cost estimation, and the default runtime cost limit
+// (resourceapi.CELSelectorExpressionMaxCost) with interrupt checks. No option of the Compiler
+// changes the runtime limit: the scheduler has none either.
+func (c *Compiler) storedProgram(expression string) (dracel.CompilationResult, error) {
+	stored := environment.StoredExpressions
+	prog := c.compiler.CompileCELExpression(expression, dracel.Options{EnvType: &stored, DisableCostEstimation: true})
+	if prog.Error != nil {
+		return prog, c.compileError(expression, prog.Error)
+	}
+	return prog, nil
+}
+
 func (c *Compiler) compile(expression string) (*Selector, error) {
 	if len(expression) > resourceapi.CELSelectorExpressionMaxLength {
 		return nil, &CompileError{Expression: expression, Kind: ErrorTooLong,
@@ -148,11 +195,9 @@ func (c *Compiler) compile(expression string) (*Selector, error) {
 		return nil, &CompileError{Expression: expression, Kind: ErrorTooExpensive, Cost: validated.MaxCost, Limit: c.costLimit,
 			Issues: []Issue{{Message: fmt.Sprintf("estimated cost %d exceeds the limit %d (the API server rejects it as too complex)", validated.MaxCost, c.costLimit)}}}
 	}
-	// The scheduler compiles stored expressions without cost estimation (cel.Cache).
-	stored := environment.StoredExpressions
-	prog := c.compiler.CompileCELExpression(expression, dracel.Options{EnvType: &stored, CostLimit: &c.costLimit, DisableCostEstimation: true})
-	if prog.Error != nil {
-		return nil, c.compileError(expression, prog.Error)
+	prog, err := c.storedProgram(expression)
+	if err != nil {
+		return nil, err
 	}
 	return &Selector{Expression: expression, Cost: validated.MaxCost, program: prog}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -165,6 +166,72 @@ func TestCostLimit(t *testing.T) {
 	}
 	if sel.Cost != upstream.MaxCost {
 		t.Errorf("Cost = %d, want %d", sel.Cost, upstream.MaxCost)
+	}
+}
+
+// TestRuntimeCostLimitIsTheSchedulers: the scheduler aborts a selector whose actual cost
+// exceeds resourceapi.CELSelectorExpressionMaxCost, however it was stored (here: validated
+// under a raised WithCostLimit, or compiled as stored); Matches gives the same error, through
+// Compile and CompileStored alike.
+func TestRuntimeCostLimitIsTheSchedulers(t *testing.T) {
+	var list []string
+	for i := range 100 {
+		list = append(list, fmt.Sprint(i))
+	}
+	l := "[" + strings.Join(list, ",") + "]"
+	// 100³ iterations: far over the runtime limit, though every step is cheap.
+	expr := l + ".all(a, " + l + ".all(b, " + l + ".all(c, a + b + c >= 0)))"
+
+	features := selectors.DefaultFeatures()
+	upstream := dracel.NewCache(10, dracel.Features{EnableConsumableCapacity: features.ConsumableCapacity, EnableListTypeAttributes: features.ListTypeAttributes}).GetOrCompile(expr)
+	if upstream.Error != nil {
+		t.Fatalf("upstream: %v", upstream.Error)
+	}
+	dev := machine{name: "dgx-a100-40gb"}.devices(t)[0]
+	ctx := context.Background()
+	_, _, upstreamErr := upstream.DeviceMatches(ctx, dracel.Device{Driver: dev.Driver, Attributes: dev.Device.Attributes, Capacity: dev.Device.Capacity})
+	if upstreamErr == nil || !strings.Contains(upstreamErr.Error(), "actual cost limit exceeded") {
+		t.Fatalf("upstream DeviceMatches = %v, want the runtime cost limit", upstreamErr)
+	}
+
+	raised, err := selectors.NewCompiler(selectors.WithCostLimit(math.MaxUint64)).Compile(expr)
+	if err != nil {
+		t.Fatalf("Compile under a raised limit: %v", err)
+	}
+	stored, err := selectors.NewCompiler().CompileStored(expr)
+	if err != nil {
+		t.Fatalf("CompileStored: %v", err)
+	}
+	if _, err := selectors.NewCompiler().Compile(expr); selectors.AsCompileError(err) == nil || selectors.AsCompileError(err).Kind != selectors.ErrorTooExpensive {
+		t.Errorf("Compile under the API limit = %v, want ErrorTooExpensive (CompileStored must not have changed it)", err)
+	}
+	for name, sel := range map[string]*selectors.Selector{"Compile+WithCostLimit": raised, "CompileStored": stored} {
+		_, err := sel.Matches(ctx, dev)
+		if err == nil || err.Error() != upstreamErr.Error() {
+			t.Errorf("%s: Matches = %v, want the scheduler's %q", name, err, upstreamErr)
+		}
+	}
+}
+
+// TestCompileStoredSkipsNewObjectChecks: an expression the API server would refuse in a new
+// object (too long) is evaluated as the scheduler evaluates it once stored; syntax errors are
+// still CompileErrors.
+func TestCompileStoredSkipsNewObjectChecks(t *testing.T) {
+	long := "device.driver == '" + strings.Repeat("x", resourceapi.CELSelectorExpressionMaxLength) + "' || true"
+	c := selectors.NewCompiler()
+	if _, err := c.Compile(long); selectors.AsCompileError(err) == nil || selectors.AsCompileError(err).Kind != selectors.ErrorTooLong {
+		t.Fatalf("Compile = %v, want ErrorTooLong", err)
+	}
+	sel, err := c.CompileStored(long)
+	if err != nil {
+		t.Fatalf("CompileStored: %v", err)
+	}
+	got, err := sel.Matches(context.Background(), machine{name: "dgx-a100-40gb"}.devices(t)[0])
+	if err != nil || !got {
+		t.Errorf("Matches = %v, %v; want true", got, err)
+	}
+	if _, err := c.CompileStored("device.driver =="); selectors.AsCompileError(err) == nil {
+		t.Errorf("CompileStored of a syntax error = %v, want a *CompileError", err)
 	}
 }
 

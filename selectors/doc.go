@@ -10,9 +10,12 @@
 // 1.37 scheduler (DefaultFeatures; WithFeatures to change them). Compile validates like the
 // API server does for a new object — length, syntax and types with line and column, result
 // type, and the estimated cost against resourceapi.CELSelectorExpressionMaxCost — and caches
-// the result. Selector.Matches evaluates with the scheduler's program on a Device, prepared
+// the result. CompileStored compiles an expression already stored in a cluster as the scheduler
+// does, without the checks of a new object. Selector.Matches evaluates with the scheduler's
+// program — its runtime cost limit included, whatever WithCostLimit says — on a Device, prepared
 // once from a published resourceapi.Device (NewDevice, DevicesFromSlices), so evaluating many
-// selectors costs only the evaluations.
+// selectors costs only the evaluations. The conversion is ours (upstream converts the device on
+// every call); a test runs upstream's own CEL test table through it.
 //
 // # Writing selectors
 //
