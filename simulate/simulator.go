@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -98,6 +99,16 @@ func (s *Simulator) Get(name string) (*resourceapi.DeviceClass, error) {
 	return c, nil
 }
 
+// claimError names the claim in an allocator error, unless the allocator already did (its CEL
+// errors start with "claim <namespace>/<name>: ").
+func claimError(claim *resourceapi.ResourceClaim, err error) error {
+	prefix := "claim " + claim.Namespace + "/" + claim.Name + ": "
+	if strings.HasPrefix(err.Error(), prefix) {
+		return err
+	}
+	return fmt.Errorf("%s%w", prefix, err)
+}
+
 // Allocate allocates one claim, records the result, and returns the claim with
 // status.allocation set (the input is not modified). It returns ErrUnschedulable when the
 // claim does not fit, and other errors for invalid input (bad CEL, unknown class).
@@ -118,7 +129,7 @@ func (s *Simulator) Allocate(ctx context.Context, claim *resourceapi.ResourceCla
 	}
 	results, err := alloc.Allocate(ctx, s.node, []*resourceapi.ResourceClaim{claim})
 	if err != nil {
-		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		return nil, claimError(claim, err)
 	}
 	if len(results) == 0 {
 		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, ErrUnschedulable)

@@ -106,3 +106,18 @@ func FuzzAllocate(f *testing.F) {
 		}
 	})
 }
+
+// TestAllocateNamesTheClaimOnce: the allocator's CEL errors already name the claim; Allocate
+// must not name it a second time ("claim default/c: claim default/c: selector #0 ...").
+func TestAllocateNamesTheClaimOnce(t *testing.T) {
+	req := exactly(resourceapi.DeviceAllocationModeExactCount, 1)
+	req.Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+		Expression: "device.attributes['gpu.example.com'].missing == 'x'"}}}
+	_, err := oneGPU().Allocate(context.Background(), claimWith(req))
+	if err == nil {
+		t.Fatal("Allocate succeeded, want the CEL runtime error")
+	}
+	if n := strings.Count(err.Error(), "claim default/c"); n != 1 || !strings.HasPrefix(err.Error(), "claim default/c: ") || !strings.Contains(err.Error(), "no such key: missing") {
+		t.Errorf("Allocate = %q, want the claim named once, first, and the CEL error", err)
+	}
+}
