@@ -64,6 +64,9 @@ const (
 	// RuleRuntimeError: evaluation fails on a device of the target machine, which makes the
 	// scheduler give up on the claim for that node.
 	RuleRuntimeError = "runtime-error"
+	// RuleWrongClass: a selector reads an attribute the devices of its request's class never
+	// publish (profile in the full-GPU class, minor in the MIG class).
+	RuleWrongClass = "wrong-class"
 	// RuleMissingExactly: a request with neither exactly nor firstAvailable.
 	RuleMissingExactly = "missing-exactly"
 	// RuleUnqualifiedName: a constraint attribute without a domain that resolves to the

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"strings"
 
+	celast "github.com/google/cel-go/common/ast"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/sharing/v1beta1"
 )
 
@@ -89,11 +91,20 @@ func (l *Linter) claimSpec(ctx context.Context, o Object, spec *resourceapi.Reso
 				alts = append(alts, sfs...)
 			}
 			if nothing < len(r.FirstAvailable) {
-				// An alternative that does not exist on this machine is what alternatives are for.
+				lastField := p.Child("firstAvailable").Index(len(r.FirstAvailable) - 1).Child("selectors").String()
 				for i := range alts {
-					if alts[i].Rule == RuleMatchesNothing {
-						alts[i].Severity = SeverityInfo
+					if alts[i].Rule != RuleMatchesNothing {
+						continue
 					}
+					if alts[i].Field == lastField {
+						// The fallback itself can never be allocated here: it only looks like one.
+						alts[i].Message += fmt.Sprintf("; it is the last choice of request %q, so it is never a fallback on %s", r.Name, l.machineName())
+						alts[i].Suggestion = "remove it, or end the list with a choice this machine has"
+						continue
+					}
+					// An earlier alternative that does not exist on this machine is what
+					// alternatives are for.
+					alts[i].Severity = SeverityInfo
 				}
 			}
 			fs = append(fs, alts...)
@@ -185,7 +196,7 @@ func (l *Linter) request(ctx context.Context, o Object, className string, sels [
 		if s.CEL == nil {
 			continue
 		}
-		efs := l.expression(s.CEL.Expression)
+		efs := append(l.expression(s.CEL.Expression), l.classAttributes(s.CEL.Expression, className)...)
 		fs = append(fs, located(efs, o, path.Child("selectors").Index(i).Child("cel", "expression"))...)
 		clean = clean && !hasErrors(efs)
 		exprs = append(exprs, s.CEL.Expression)
@@ -200,6 +211,49 @@ func (l *Linter) request(ctx context.Context, o Object, className string, sels [
 		}
 	}
 	return append(fs, located(l.evaluate(ctx, exprs, classExprs, "class "+class.Name), o, path.Child("selectors"))...)
+}
+
+// classAttributes finds attributes of the driver read in a request of one of the driver's
+// classes whose devices never publish them: profile, parentUUID and parentIndex exist only on
+// MIG devices, index and minor only on full GPUs. The scheduler gives up on the claim at the
+// first device (no such key); the class is what is wrong. Reads under has() are guarded.
+func (l *Linter) classAttributes(expr, className string) []Finding {
+	classes := DeviceClasses(l.driver)
+	gpuClass, migClass := classes[0].Name, classes[1].Name
+	var only map[string]bool
+	var kind, other string
+	switch className {
+	case gpuClass:
+		only, kind, other = map[string]bool{string(gpudra.AttrProfile): true, string(gpudra.AttrParentUUID): true, string(gpudra.AttrParentIndex): true}, "MIG devices", migClass
+	case migClass:
+		only, kind, other = map[string]bool{string(gpudra.AttrIndex): true, string(gpudra.AttrMinor): true}, "full GPUs", gpuClass
+	default:
+		return nil
+	}
+	p, ok := parseExpression(l.compiler.validationEnv(), expr)
+	if !ok {
+		return nil
+	}
+	var fs []Finding
+	for _, a := range p.accesses() {
+		if a.kind != accessAttribute || a.domain != l.driver || !only[a.name] || guarded(a) {
+			continue
+		}
+		line, col := p.position(a.expr)
+		f := Finding{Severity: SeverityError, Rule: RuleWrongClass, Line: line, Column: col,
+			Message:    fmt.Sprintf("`%s` exists only on %s: use %s (devices of class %s never publish it, so the scheduler gives up on the claim at the first one)", a.name, kind, other, className),
+			Suggestion: "set deviceClassName: " + other}
+		if className == migClass {
+			f.Suggestion += ", or use parentIndex to name the MIG device's GPU"
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+// guarded reports whether an attribute read is a has() test.
+func guarded(a access) bool {
+	return a.expr.Kind() == celast.SelectKind && a.expr.AsSelect().IsTestOnly()
 }
 
 func (l *Linter) constraint(o Object, c resourceapi.DeviceConstraint, names sets.Set[string], path *field.Path) []Finding {

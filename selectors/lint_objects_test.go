@@ -2,6 +2,7 @@ package selectors_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -152,6 +153,19 @@ spec:
       firstAvailable:
       - {name: h100, deviceClassName: gpu.nvidia.com, selectors: [{cel: {expression: "device.attributes['gpu.nvidia.com'].architecture == 'Hopper'"}}]}
       - {name: slice, deviceClassName: mig.nvidia.com}
+    - name: fallback-exists
+      firstAvailable:
+      - {name: h100, deviceClassName: gpu.nvidia.com, selectors: [{cel: {expression: "device.attributes['gpu.nvidia.com'].architecture == 'Hopper'"}}]}
+      - {name: slice, deviceClassName: mig.nvidia.com}
+      - {name: whole, deviceClassName: gpu.nvidia.com}
+    - name: minor-on-mig
+      exactly:
+        deviceClassName: mig.nvidia.com
+        selectors: [{cel: {expression: "device.attributes['gpu.nvidia.com'].minor == 0"}}]
+    - name: guarded-profile
+      exactly:
+        deviceClassName: gpu.nvidia.com
+        selectors: [{cel: {expression: "!has(device.attributes['gpu.nvidia.com'].profile)"}}]
 `
 	objs, err := selectors.DecodeManifest([]byte(manifest))
 	if err != nil {
@@ -159,16 +173,26 @@ spec:
 	}
 	l := selectors.NewLinter(selectors.Environment{Machine: "dgx-a100-40gb", Slices: machine{name: "dgx-a100-40gb"}.slices(t)})
 	want := []where{
-		{selectors.RuleRuntimeError, selectors.SeverityError, "ResourceClaim c", "spec.devices.requests[0].exactly.selectors"},
+		// The class is what is wrong, not the selector: said before any evaluation.
+		{selectors.RuleWrongClass, selectors.SeverityError, "ResourceClaim c", "spec.devices.requests[0].exactly.selectors[0].cel.expression"},
 		{selectors.RuleMatchesEverything, selectors.SeverityInfo, "ResourceClaim c", "spec.devices.requests[1].exactly.selectors"},
-		// An alternative that does not exist here is what firstAvailable is for...
-		{selectors.RuleMatchesNothing, selectors.SeverityInfo, "ResourceClaim c", "spec.devices.requests[2].firstAvailable[1].selectors"},
-		// ... unless no alternative does.
+		// A last choice that does not exist here is no fallback here...
+		{selectors.RuleMatchesNothing, selectors.SeverityWarning, "ResourceClaim c", "spec.devices.requests[2].firstAvailable[1].selectors"},
+		// ... and when no choice exists, each is said.
 		{selectors.RuleMatchesNothing, selectors.SeverityWarning, "ResourceClaim c", "spec.devices.requests[3].firstAvailable[0].selectors"},
 		{selectors.RuleMatchesNothing, selectors.SeverityWarning, "ResourceClaim c", "spec.devices.requests[3].firstAvailable[1].selectors"},
+		// An earlier choice that does not exist here is what firstAvailable is for.
+		{selectors.RuleMatchesNothing, selectors.SeverityInfo, "ResourceClaim c", "spec.devices.requests[4].firstAvailable[0].selectors"},
+		{selectors.RuleMatchesNothing, selectors.SeverityInfo, "ResourceClaim c", "spec.devices.requests[4].firstAvailable[1].selectors"},
+		{selectors.RuleWrongClass, selectors.SeverityError, "ResourceClaim c", "spec.devices.requests[5].exactly.selectors[0].cel.expression"},
+		// A read under has() is guarded: no wrong-class; it then matches every GPU.
+		{selectors.RuleMatchesEverything, selectors.SeverityInfo, "ResourceClaim c", "spec.devices.requests[6].exactly.selectors"},
 	}
 	got := l.Objects(context.Background(), objs)
 	if diff := cmp.Diff(want, located(got)); diff != "" {
 		t.Errorf("findings (-want +got):\n%s\n%v", diff, got)
+	}
+	if len(got) > 0 && !strings.HasPrefix(got[0].Message, "`profile` exists only on MIG devices: use mig.nvidia.com") {
+		t.Errorf("wrong-class message = %q, want it to name the attribute and the class to use", got[0].Message)
 	}
 }
