@@ -1269,3 +1269,66 @@ func TestListFunc(t *testing.T) {
 		t.Error("ListFunc returned the stored claim, not a copy")
 	}
 }
+
+// TestSizeLimit: a checkpoint over the limit (a huge file, or a link to /dev/zero) is refused
+// at Open without being read to its end or moved aside; an update that would write more than a
+// restart reads back fails and leaves the store and the file as they were.
+func TestSizeLimit(t *testing.T) {
+	t.Run("oversized file refused, kept", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, FileName)
+		orig := writeEnvelope(t, path, CurrentVersion, "boot-a", `{"claims":{}}`)
+		s, _, err := Open(dir, WithBootID("boot-a"), WithMaxSize(int64(len(orig)-1)))
+		if err == nil || s != nil {
+			t.Fatalf("Open = %v, %v; want an error for a checkpoint over the limit", s, err)
+		}
+		if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "limit") {
+			t.Errorf("error %q does not name the file and the limit", err)
+		}
+		after, _ := os.ReadFile(path)
+		if !bytes.Equal(orig, after) || len(dataFiles(t, dir)) != 1 {
+			t.Error("the oversized checkpoint was changed or moved aside")
+		}
+	})
+	t.Run("link to /dev/zero", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.Symlink("/dev/zero", filepath.Join(dir, FileName)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Open(dir, WithBootID("boot-a")); err == nil || !strings.Contains(err.Error(), "64 MiB") {
+			t.Fatalf("Open = %v, want the 64 MiB limit", err)
+		}
+	})
+	t.Run("update over the limit fails, nothing changes", func(t *testing.T) {
+		dir := t.TempDir()
+		s, _ := open(t, dir, WithMaxSize(2048))
+		defer func() { _ = s.Close() }()
+		var put []string
+		var err error
+		for i := 0; err == nil && i < 100; i++ {
+			uid := fmt.Sprintf("uid-%d", i)
+			if err = s.Put(claim(uid), atomicfile.ProcessCrash); err == nil {
+				put = append(put, uid)
+			}
+		}
+		if err == nil || !strings.Contains(err.Error(), "limit") {
+			t.Fatalf("Put = %v after %d claims, want the size limit", err, len(put))
+		}
+		before, _ := os.ReadFile(filepath.Join(dir, FileName))
+		if err := s.Put(claim("uid-x"), atomicfile.ProcessCrash); err == nil {
+			t.Fatal("a second Put over the limit succeeded")
+		}
+		if after, _ := os.ReadFile(filepath.Join(dir, FileName)); !bytes.Equal(before, after) {
+			t.Error("a failed update changed the file")
+		}
+		if got := len(claims(s)); got != len(put) {
+			t.Errorf("store holds %d claims, want the %d that fitted", got, len(put))
+		}
+		_ = s.Close()
+		s2, _ := open(t, dir, WithMaxSize(2048))
+		defer func() { _ = s2.Close() }()
+		if got := len(claims(s2)); got != len(put) {
+			t.Errorf("reopened store holds %d claims, want %d", got, len(put))
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/filelock"
+	"github.com/gpudra/gpudra/internal/input"
 )
 
 const (
@@ -36,6 +38,11 @@ const (
 	DefaultBootIDPath = "/proc/sys/kernel/random/boot_id"
 	// DefaultMaxCorrupt is how many moved-aside corrupt checkpoints Open keeps by default.
 	DefaultMaxCorrupt = 5
+	// DefaultMaxSize bounds the checkpoint the store reads and writes: 64 MiB, some 60,000
+	// claims at about 1 KiB each, far more than one node holds. A read stops at the limit (a
+	// checkpoint replaced by a link to /dev/zero cannot exhaust memory), and an update that
+	// would write more fails, so the store never writes what a restart could not read back.
+	DefaultMaxSize int64 = 64 << 20
 
 	corruptInfix = ".corrupt-"
 	// corruptTimeFormat is fixed-width so that names sort in time order.
@@ -55,6 +62,7 @@ type config struct {
 	bootID     string
 	now        func() time.Time
 	maxCorrupt int
+	maxSize    int64
 	write      WriteFunc
 	syncer     atomicfile.Syncer
 }
@@ -75,6 +83,9 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // WithMaxCorrupt keeps at most n moved-aside corrupt checkpoints, deleting the oldest; n < 1
 // keeps one, the one just moved.
 func WithMaxCorrupt(n int) Option { return func(c *config) { c.maxCorrupt = n } }
+
+// WithMaxSize replaces DefaultMaxSize as the largest checkpoint the store reads or writes.
+func WithMaxSize(n int64) Option { return func(c *config) { c.maxSize = n } }
 
 // WithWriteFunc replaces the atomic file writer.
 func WithWriteFunc(w WriteFunc) Option { return func(c *config) { c.write = w } }
@@ -117,12 +128,13 @@ type LoadReport struct {
 // linearizable, group-committed, and each survives what its caller asks (atomicfile.Durability)
 // before Update returns.
 type Store struct {
-	path   string
-	bootID string
-	now    func() time.Time
-	write  WriteFunc
-	files  *atomicfile.Files
-	lock   *filelock.File
+	path    string
+	bootID  string
+	now     func() time.Time
+	write   WriteFunc
+	maxSize int64 // the largest checkpoint read or written
+	files   *atomicfile.Files
+	lock    *filelock.File
 
 	mu    sync.RWMutex // guards state
 	state State        // committed: equal to what is on disk; written only by the leader
@@ -172,6 +184,7 @@ func Open(dir string, opts ...Option) (*Store, LoadReport, error) {
 		bootIDPath: DefaultBootIDPath,
 		now:        time.Now,
 		maxCorrupt: DefaultMaxCorrupt,
+		maxSize:    DefaultMaxSize,
 		syncer:     atomicfile.OSSyncer{},
 	}
 	for _, o := range opts {
@@ -204,7 +217,7 @@ func Open(dir string, opts ...Option) (*Store, LoadReport, error) {
 		return nil, report, err
 	}
 	defer func() { _ = lock.Unlock() }()
-	s := &Store{path: path, bootID: bootID, now: cfg.now, write: cfg.write, files: files, lock: lock,
+	s := &Store{path: path, bootID: bootID, now: cfg.now, write: cfg.write, maxSize: cfg.maxSize, files: files, lock: lock,
 		state: State{Claims: map[string]ClaimState{}}, durable: atomicfile.ProcessCrash}
 	if err := s.load(cfg, &report, logger); err != nil {
 		_ = lock.Close()
@@ -226,7 +239,7 @@ func (s *Store) load(cfg config, report *LoadReport, logger klog.Logger) error {
 		report.CleanedTemp = removed
 		logger.Info("Removed leftovers of an interrupted checkpoint write", "dir", dir, "files", removed)
 	}
-	b, err := os.ReadFile(path)
+	b, err := s.read()
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		// Write the empty state at once, durably (once per state directory): a later start that
@@ -238,6 +251,10 @@ func (s *Store) load(cfg config, report *LoadReport, logger klog.Logger) error {
 		}
 		s.durable = atomicfile.PowerLoss
 		return nil
+	case isTooLarge(err):
+		// Not what this store writes, and maybe a whole state: never discard it unread.
+		logger.Error(err, "Checkpoint over the size limit; refusing to start", "path", path, "limit", s.maxSize)
+		return fmt.Errorf("%w: a checkpoint this driver writes never grows so large; inspect the file and move it aside by hand to start empty", err)
 	case err != nil:
 		err = fmt.Errorf("read checkpoint %s: %w", path, err)
 	default:
@@ -662,7 +679,7 @@ func (s *Store) reload() error {
 		return nil
 	}
 	st := State{Claims: map[string]ClaimState{}}
-	b, err := os.ReadFile(s.path)
+	b, err := s.read()
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -753,6 +770,18 @@ func (s *Store) pin() fileID {
 	return idOf(&st)
 }
 
+// read reads the checkpoint file, at most s.maxSize bytes of it (an *input.TooLargeError past
+// that).
+func (s *Store) read() ([]byte, error) {
+	return input.ReadFile(context.Background(), s.path, s.maxSize)
+}
+
+// isTooLarge reports whether err says an input was over its size limit.
+func isTooLarge(err error) bool {
+	var tl *input.TooLargeError
+	return errors.As(err, &tl)
+}
+
 func (s *Store) unpin() {
 	if s.pinned != nil {
 		_ = s.pinned.Close()
@@ -765,6 +794,9 @@ func (s *Store) writeState(st State, enc map[string][]byte, d atomicfile.Durabil
 	b, err := encodeCached(st, enc, s.bootID)
 	if err != nil {
 		return fmt.Errorf("update checkpoint %s: %w", s.path, err)
+	}
+	if int64(len(b)) > s.maxSize {
+		return fmt.Errorf("update checkpoint %s: %d claims take %d bytes, over the %s limit a restart reads back", s.path, len(st.Claims), len(b), input.FormatSize(s.maxSize))
 	}
 	if err := s.write(s.path, b, FileMode, d); err != nil {
 		return fmt.Errorf("update checkpoint %s: %w", s.path, err)
