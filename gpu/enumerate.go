@@ -12,6 +12,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
 
 // Option configures Enumerate.
@@ -293,16 +294,16 @@ func (e *enumerator) model(product string) *modelInfo {
 // readGeometry reads the product's MIG geometry from d the first time it is asked.
 func (mi *modelInfo) readGeometry(d nvml.Device) *MIGGeometry {
 	if mi.geometry == nil {
-		m, diffs, err := mig.DeviceModel(d)
+		m, diffs, err := nvmlmig.DeviceModel(d)
 		mi.geometry = &MIGGeometry{Model: m, CatalogDifferences: diffs, Err: err}
 	}
 	return mi.geometry
 }
 
 func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceError {
-	states, err := mig.ListEnabledInstances(d) // migState read the mode as enabled
+	states, err := nvmlmig.ListEnabledInstances(d) // migState read the mode as enabled
 	if err != nil {
-		var we *mig.WalkError
+		var we *nvmlmig.WalkError
 		if errors.As(err, &we) {
 			return newDeviceError(g.Index, we.MIGIndex, g.UUID, we.Op, we.Return)
 		}
@@ -344,7 +345,7 @@ func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceErr
 // instance's slice count and, within 1 GiB, its memory; otherwise mig.ProfileName of the live
 // profile info, with collisions told apart as mig.DisambiguateProfileNames does. A catalog entry
 // whose Id means another profile on this driver never names an instance.
-func (mi *modelInfo) giProfileNames(states []mig.GPUInstanceState, gpuMiB uint64) map[uint32]string {
+func (mi *modelInfo) giProfileNames(states []nvmlmig.GPUInstanceState, gpuMiB uint64) map[uint32]string {
 	var derived []mig.GIProfile
 	names := map[uint32]string{}
 	for _, gi := range states {

@@ -6,8 +6,7 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
-	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
 
 // BrandName returns the product brand as nvidia-smi spells it ("NVIDIA", "Tesla", "GeForce", …),
@@ -51,8 +50,8 @@ func BrandName(b nvml.BrandType) string {
 }
 
 // ArchitectureName returns the architecture name as NVIDIA's tools spell it (see
-// mig.ArchitectureName): Kepler … Ampere, "Ada Lovelace", Hopper, Blackwell, Rubin, or "Unknown".
-func ArchitectureName(a nvml.DeviceArchitecture) string { return mig.ArchitectureName(a) }
+// nvmlmig.ArchitectureName): Kepler … Ampere, "Ada Lovelace", Hopper, Blackwell, Rubin, or "Unknown".
+func ArchitectureName(a nvml.DeviceArchitecture) string { return nvmlmig.ArchitectureName(a) }
 
 // NormalizeDriverVersion turns an NVIDIA driver version into a semantic version: leading zeros
 // dropped and missing parts filled with 0 ("580.126.09" → "580.126.9", "550.54" → "550.54.0").

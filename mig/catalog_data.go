@@ -15,7 +15,7 @@ package mig
 //     go-nvml's Hopper/Blackwell mocks contradict it and are deliberately not used.
 //
 // Memory sizes change between driver releases (B200 1g.23gb printed 22.00 GiB with R570 and 20.50
-// GiB later); the catalog follows the newest recording. ModelFromDevice reads the live values and
+// GiB later); the catalog follows the newest recording. nvmlmig.ModelFromDevice reads the live values and
 // Compare reports every difference.
 
 // NVML GPU_INSTANCE_PROFILE_* enum values (nvml.h). They are repeated here so that the catalog does

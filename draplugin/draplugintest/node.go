@@ -18,7 +18,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
-	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/sharing"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
@@ -361,7 +361,7 @@ func (n *Node) libMIGInstances() []string {
 			out = append(out, fmt.Sprintf("%d:error %v", i, ret))
 			continue
 		}
-		gis, err := mig.ListInstances(d)
+		gis, err := nvmlmig.ListInstances(d)
 		if err != nil {
 			out = append(out, fmt.Sprintf("%d:error %v", i, err))
 		}

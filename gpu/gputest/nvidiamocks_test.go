@@ -19,6 +19,7 @@ import (
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
 
 // nvidiaServers are the NVML mock servers NVIDIA ships in go-nvml (v0.13.3-1): its DGX
@@ -84,7 +85,7 @@ func TestDeviceModelOnNVIDIAMocks(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := newServer()
 			dev := s.Devices[0].(*server.Device)
-			model, _, err := mig.DeviceModel(dev)
+			model, _, err := nvmlmig.DeviceModel(dev)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,11 +178,11 @@ func TestMIGManagerOnNVIDIAMocks(t *testing.T) {
 			s := newServer()
 			lib := gputest.NotSupported(s)
 			dev, _ := lib.DeviceGetHandleByIndex(0)
-			model, _, err := mig.DeviceModel(dev)
+			model, _, err := nvmlmig.DeviceModel(dev)
 			if err != nil {
 				t.Fatal(err)
 			}
-			mg, err := mig.NewInstanceManager(dev, model)
+			mg, err := nvmlmig.NewInstanceManager(dev, model)
 			if err != nil {
 				t.Fatal(err)
 			}
