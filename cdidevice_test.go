@@ -8,8 +8,8 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 )
 
 // TestCDIDevice checks every published device's CDI entry against the inventory it came from:
@@ -30,7 +30,7 @@ func TestCDIDevice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			inv, err := gpu.Enumerate(context.Background(), machine)
+			inv, err := nvmlgpu.Enumerate(context.Background(), machine)
 			if err != nil {
 				t.Fatal(err)
 			}

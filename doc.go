@@ -30,7 +30,7 @@
 //
 // # Publish slices
 //
-//	inv, err := gpu.Enumerate(ctx, nvmlLib)
+//	inv, err := nvmlgpu.Enumerate(ctx, nvmlLib)
 //	b := gpudra.NewBuilder(gpudra.WithDynamicMIG(nil))
 //	pool, err := b.Build(nodeName, inv)
 //	slices, err := gpudra.ResourceSlices(b.DriverName(), nodeName, pool) // complete objects

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/topology"
 )
 
@@ -17,7 +17,7 @@ func ExampleBuilder() {
 	if err != nil {
 		panic(err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), machine)
 	if err != nil {
 		panic(err)
 	}
@@ -38,7 +38,7 @@ func ExampleWithTopology() {
 	if err != nil {
 		panic(err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), machine)
 	if err != nil {
 		panic(err)
 	}
@@ -67,7 +67,7 @@ func ExamplePublishedDevice_CDIDevice() {
 	if err != nil {
 		panic(err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), machine)
 	if err != nil {
 		panic(err)
 	}
@@ -89,7 +89,7 @@ func ExampleResourceSlices() {
 	if err != nil {
 		panic(err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), machine)
 	if err != nil {
 		panic(err)
 	}

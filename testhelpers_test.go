@@ -13,6 +13,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/simulate"
 	"github.com/gpudra/gpudra/topology"
 )
@@ -34,7 +35,7 @@ func inventoryAndTopology(t testing.TB, machine string, opts ...gputest.Option) 
 	if err != nil {
 		t.Fatalf("gputest.New(%s): %v", machine, err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), m)
+	inv, err := nvmlgpu.Enumerate(context.Background(), m)
 	if err != nil {
 		t.Fatalf("Enumerate(%s): %v", machine, err)
 	}

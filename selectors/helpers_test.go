@@ -7,8 +7,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/topology"
 )
@@ -36,7 +36,7 @@ func (m machine) slices(t testing.TB) []*resourceapi.ResourceSlice {
 	if err != nil {
 		t.Fatalf("gputest.New(%s): %v", m.name, err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), fake)
+	inv, err := nvmlgpu.Enumerate(context.Background(), fake)
 	if err != nil {
 		t.Fatalf("Enumerate(%s): %v", m.name, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/mig/nvmlmig"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/sharing"
@@ -142,7 +143,7 @@ func (n *Node) build() error {
 	if err := n.newBoot(); err != nil {
 		return err
 	}
-	inv, err := gpu.Enumerate(context.Background(), n.NVML)
+	inv, err := nvmlgpu.Enumerate(context.Background(), n.NVML)
 	if err != nil {
 		return fmt.Errorf("enumerate %s: %w", n.machineName, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/sharing/v1beta1"
@@ -48,7 +49,7 @@ func newLibFixture(t *testing.T) libFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := gpu.Enumerate(ctx, m)
+	inv, err := nvmlgpu.Enumerate(ctx, m)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	inputpkg "github.com/gpudra/gpudra/internal/input"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
@@ -179,7 +180,7 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv, err := sess.Enumerate(ctx, gpu.SkipFailedGPUs(n.skipFailedGPUs))
+	inv, err := sess.Enumerate(ctx, nvmlgpu.SkipFailedGPUs(n.skipFailedGPUs))
 	if err != nil {
 		_ = sess.Close()
 		return nil, err
@@ -207,11 +208,11 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 	return &node{machine: machine, nvml: sess.Interface(), inv: inv, topo: topo, close: func() { _ = sess.Close() }}, nil
 }
 
-func (n *nodeFlags) session(ctx context.Context) (*gpu.Session, *gputest.Machine, error) {
+func (n *nodeFlags) session(ctx context.Context) (*nvmlgpu.Session, *gputest.Machine, error) {
 	if n.nvmlMode == "real" {
 		// By path, never through LD_LIBRARY_PATH: the driver root's libc.so.6 may be another
 		// glibc than this process's (issue 27).
-		sess, err := gpu.OpenReal(gpu.WithDriverRoot(n.driverRoot))
+		sess, err := nvmlgpu.OpenReal(nvmlgpu.WithDriverRoot(n.driverRoot))
 		return sess, nil, err
 	}
 	var opts []gputest.Option
@@ -225,7 +226,7 @@ func (n *nodeFlags) session(ctx context.Context) (*gpu.Session, *gputest.Machine
 	if err != nil {
 		return nil, nil, usageErrorf("--machine %s --mig-config %s: %w", n.machine, n.migConfig, err)
 	}
-	sess, err := gpu.Open(m)
+	sess, err := nvmlgpu.Open(m)
 	return sess, m, err
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
@@ -119,7 +120,7 @@ func TestEnumerateNVIDIAMocks(t *testing.T) {
 	for name, newServer := range nvidiaServers() {
 		t.Run(name, func(t *testing.T) {
 			s := newServer()
-			inv, err := gpu.Enumerate(context.Background(), gputest.NotSupported(s))
+			inv, err := nvmlgpu.Enumerate(context.Background(), gputest.NotSupported(s))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +198,7 @@ func TestMIGManagerOnNVIDIAMocks(t *testing.T) {
 			if got, want := mig.FormatLayout(current), mig.FormatLayout(layout); got != want {
 				t.Errorf("instances %s, want %s", got, want)
 			}
-			inv, err := gpu.Enumerate(context.Background(), lib, gpu.SkipFailedGPUs(true))
+			inv, err := nvmlgpu.Enumerate(context.Background(), lib, nvmlgpu.SkipFailedGPUs(true))
 			if err != nil {
 				t.Fatal(err)
 			}

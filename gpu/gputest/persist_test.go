@@ -8,8 +8,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
@@ -42,7 +42,7 @@ func TestStateDirSurvivesTheProcess(t *testing.T) {
 	if ret := mig1.SetComputeMode(nvml.COMPUTEMODE_EXCLUSIVE_PROCESS); ret != nvml.SUCCESS {
 		t.Fatalf("SetComputeMode on GPU 1's MIG device: %v", ret)
 	}
-	before, err := gpu.Enumerate(context.Background(), m1)
+	before, err := nvmlgpu.Enumerate(context.Background(), m1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestStateDirSurvivesTheProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := gpu.Enumerate(context.Background(), m2)
+	after, err := nvmlgpu.Enumerate(context.Background(), m2)
 	if err != nil {
 		t.Fatal(err)
 	}

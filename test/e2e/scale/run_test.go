@@ -20,8 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/test/e2e/framework"
 	"github.com/gpudra/gpudra/test/e2e/framework/binaries"
@@ -167,7 +167,7 @@ func (c *cluster) publishSlices(ctx context.Context, k kind, n int) (devices, sl
 	if err != nil {
 		return 0, 0, err
 	}
-	inv, err := gpu.Enumerate(ctx, m)
+	inv, err := nvmlgpu.Enumerate(ctx, m)
 	if err != nil {
 		return 0, 0, err
 	}
