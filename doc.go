@@ -35,7 +35,7 @@
 //	pool, err := b.Build(nodeName, inv)
 //	slices, err := gpudra.ResourceSlices(b.DriverName(), nodeName, pool) // complete objects
 //
-// With WithTopology(topo) (topo from topology.Discover) every device also names its NVLink
+// With WithTopology(topo) (topo from nvmltopology.Discover) every device also names its NVLink
 // island, NVLink fabric domain and PCIe switch (AttrNVLinkIsland, AttrNVLinkDomain,
 // AttrPCIeSwitch) for matchAttribute constraints, and GPUs are published in an order that makes
 // the scheduler's first fit keep whole islands free. WithoutFeatures leaves out the fields an

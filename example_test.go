@@ -7,7 +7,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/gpu/nvmlgpu"
-	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 // ExampleBuilder publishes a fake DGX A100 in mig-parted's all-balanced layout: every GPU
@@ -42,7 +42,7 @@ func ExampleWithTopology() {
 	if err != nil {
 		panic(err)
 	}
-	topo, err := topology.Discover(machine, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(machine, nvmltopology.WithoutSysfs())
 	if err != nil {
 		panic(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gpudra/gpudra/sharing/v1beta1"
 	"github.com/gpudra/gpudra/simulate"
 	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 // libCase is one call into the library with a bad (or borderline) input: it must return, never
@@ -53,7 +54,7 @@ func newLibFixture(t *testing.T) libFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := topology.Discover(m, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(m, nvmltopology.WithoutSysfs())
 	if err != nil {
 		t.Fatal(err)
 	}

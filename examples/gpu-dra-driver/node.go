@@ -24,6 +24,7 @@ import (
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
 	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 const defaultMachine = "dgx-a100-40gb"
@@ -195,12 +196,12 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 		_ = sess.Close()
 		return nil, err
 	}
-	var topoOpts []topology.Option
+	var topoOpts []nvmltopology.Option
 	if machine != nil {
 		// Fake machines have no sysfs: PCIe roots are derived from the NVML topology.
-		topoOpts = append(topoOpts, topology.WithoutSysfs())
+		topoOpts = append(topoOpts, nvmltopology.WithoutSysfs())
 	}
-	topo, err := topology.Discover(sess.Interface(), topoOpts...)
+	topo, err := nvmltopology.Discover(sess.Interface(), topoOpts...)
 	if err != nil {
 		_ = sess.Close()
 		return nil, err

@@ -25,7 +25,7 @@ import (
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/test/e2e/framework"
 	"github.com/gpudra/gpudra/test/e2e/framework/binaries"
-	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 // namespace holds the claims and pods.
@@ -171,7 +171,7 @@ func (c *cluster) publishSlices(ctx context.Context, k kind, n int) (devices, sl
 	if err != nil {
 		return 0, 0, err
 	}
-	topo, err := topology.Discover(m, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(m, nvmltopology.WithoutSysfs())
 	if err != nil {
 		return 0, 0, err
 	}
