@@ -12,7 +12,7 @@ import (
 	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 )
 
-// TestCDIDevice checks the CDI entry of every published device's CDI entry against the inventory it came from:
+// TestCDIDevice checks the CDI entry of every published device against the inventory it came from:
 // a GPU by its own minor and UUID, an existing MIG device by its parent's minor, its own UUID
 // and its instance IDs, a dynamic partition (no instance yet) by its parent alone.
 func TestCDIDevice(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
 
-// NewNVMLMIGController returns a MIGController that drives NVML through nvmlmig.InstanceManager. lookup
-// maps product names to MIG geometry (nil: mig.Lookup). Device handles and managers are cached
-// per GPU.
+// NewNVMLMIGController returns a MIGController that drives NVML through nvmlmig.InstanceManager.
+// lookup maps product names to MIG geometry (nil: mig.Lookup). Device handles and managers are
+// cached per GPU.
 func NewNVMLMIGController(lib nvml.Interface, lookup func(productName string) (*mig.Model, error)) MIGController {
 	if lookup == nil {
 		lookup = mig.Lookup

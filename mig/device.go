@@ -26,9 +26,9 @@ func enumAttributes(enum int) string {
 // ProfileName derives the canonical GPU-instance profile name the way NVIDIA's tools do: G compute
 // slices, memory as the fraction of the GPU's memory rounded up to a multiple of 1/8 times the GPU
 // memory in GiB rounded up, and the suffix implied by the NVML GPU_INSTANCE_PROFILE_* enum. It is
-// the one formula for profiles the catalog does not name: the device model (nvmlmig.ModelFromDevice),
-// the dynamic partitions built from it and the existing MIG devices nvmlgpu.Enumerate names all
-// use it, so a placement has the same name in static and dynamic mode. Two profiles it names
+// the one formula for profiles the catalog does not name: the device model
+// (nvmlmig.ModelFromDevice), the dynamic partitions built from it and the existing MIG devices
+// nvmlgpu.Enumerate names all use it, so a placement has the same name in static and dynamic mode. Two profiles it names
 // alike are told apart by DisambiguateProfileNames. With gpuMemoryMiB 0 (a GPU that reports no
 // dedicated memory) the memory is memoryMiB in GiB, rounded up.
 func ProfileName(enum, computeSlices int, memoryMiB, gpuMemoryMiB uint64) string {
@@ -119,11 +119,11 @@ func (d Difference) String() string {
 
 const absent = "(absent)"
 
-// Compare reports where a catalog model and a model read from hardware (nvmlmig.ModelFromDevice) disagree,
-// as data: one Difference per field, with the model, profile and property named so that a driver
-// can log them once and count them in a metric. Profiles are matched by NVML enum. Values the live
-// model does not know (zero Multiprocessors, empty Architecture or compute capability, no compute
-// profiles) are not compared. The result is empty when they agree; a nil model gives a single
+// Compare reports where a catalog model and a model read from hardware (nvmlmig.ModelFromDevice)
+// disagree, as data: one Difference per field, with the model, profile and property named so that
+// a driver can log them once and count them in a metric. Profiles are matched by NVML enum. Values
+// the live model does not know (zero Multiprocessors, empty Architecture or compute capability, no
+// compute profiles) are not compared. The result is empty when they agree; a nil model gives a single
 // "model" difference.
 func Compare(table, live *Model) []Difference {
 	if table == nil || live == nil {

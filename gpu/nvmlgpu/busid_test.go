@@ -13,7 +13,7 @@ import (
 	"github.com/gpudra/gpudra/mig"
 )
 
-// TestEnumeratePCIBusIDs (issue 28, defect 5): a gpu.GPU whose PCI address NVML does not give has
+// TestEnumeratePCIBusIDs (issue 28, defect 5): a GPU whose PCI address NVML does not give has
 // none, rather than the 0000:00:00.0 an empty PciInfo spells; an address two GPUs report
 // identifies neither and is dropped from both.
 func TestEnumeratePCIBusIDs(t *testing.T) {
@@ -44,7 +44,7 @@ func TestEnumeratePCIBusIDs(t *testing.T) {
 		{"nothing", [4]nvml.PciInfo{}, []string{"", "", "", ""}},
 		{"legacy strings", [4]nvml.PciInfo{legacy("0000:17:00.0"), legacy("0000:65:00.0"), legacy("0000:CA:00.0"), legacy("0000:E3:00.0")},
 			[]string{"0000:17:00.0", "0000:65:00.0", "0000:ca:00.0", "0000:e3:00.0"}},
-		{"one gpu.GPU without", [4]nvml.PciInfo{info("00000000:17:00.0", 0, 0x17, 0), info("00000000:65:00.0", 0, 0x65, 0), {}, info("00000000:E3:00.0", 0, 0xe3, 0)},
+		{"one GPU without", [4]nvml.PciInfo{info("00000000:17:00.0", 0, 0x17, 0), info("00000000:65:00.0", 0, 0x65, 0), {}, info("00000000:E3:00.0", 0, 0xe3, 0)},
 			[]string{"0000:17:00.0", "0000:65:00.0", "", "0000:e3:00.0"}},
 		{"two GPUs share one", [4]nvml.PciInfo{info("00000000:17:00.0", 0, 0x17, 0), info("00000000:17:00.0", 0, 0x17, 0), info("", 0, 0xca, 0), info("garbage", 0, 0xe3, 0)},
 			[]string{"", "", "0000:ca:00.0", "0000:e3:00.0"}},
@@ -69,7 +69,7 @@ func TestEnumeratePCIBusIDs(t *testing.T) {
 	}
 }
 
-// TestEnumerateMIGNamesWithoutGPUMemory: on a gpu.GPU that reports no dedicated memory and that
+// TestEnumerateMIGNamesWithoutGPUMemory: on a GPU that reports no dedicated memory and that
 // the catalog does not know, MIG devices are named by mig.ProfileName from their own memory in
 // GiB (1g.5gb is 4864 MiB, 3g.20gb 19968 MiB on an A100-40GB), not "1g.0gb".
 func TestEnumerateMIGNamesWithoutGPUMemory(t *testing.T) {
@@ -90,8 +90,8 @@ func TestEnumerateMIGNamesWithoutGPUMemory(t *testing.T) {
 }
 
 // TestEnumerateOptionalAttributes (issue 28, defect 1): a call for an optional attribute that
-// the gpu.GPU does not support leaves the attribute out and the gpu.GPU is served; a call for what a
-// gpu.GPU cannot be served without fails the gpu.GPU, named by the call.
+// the GPU does not support leaves the attribute out and the GPU is served; a call for what a
+// GPU cannot be served without fails the GPU, named by the call.
 func TestEnumerateOptionalAttributes(t *testing.T) {
 	for _, tc := range []struct {
 		method string
@@ -117,7 +117,7 @@ func TestEnumerateOptionalAttributes(t *testing.T) {
 				}
 				if tc.check == nil {
 					if len(inv.GPUs) != 0 || len(inv.Errors) != 8 || inv.Errors[0].Op != tc.method {
-						t.Errorf("%d GPUs, errors %v; want every gpu.GPU failed by %s", len(inv.GPUs), inv.Errors, tc.method)
+						t.Errorf("%d GPUs, errors %v; want every GPU failed by %s", len(inv.GPUs), inv.Errors, tc.method)
 					}
 					return
 				}

@@ -34,7 +34,7 @@ func uuidOf(t testing.TB, m *gputest.Machine, i int) string {
 	return u
 }
 
-// ignoreMIGUUIDs leaves MIG UUIDs out of gpu.GPU diffs; TestEnumerateMIGUUIDs checks them.
+// ignoreMIGUUIDs leaves MIG UUIDs out of GPU diffs; TestEnumerateMIGUUIDs checks them.
 var ignoreMIGUUIDs = cmpopts.IgnoreFields(gpu.MIGDevice{}, "UUID")
 
 func TestEnumerateGPU(t *testing.T) {
@@ -223,19 +223,19 @@ func TestEnumerateFailures(t *testing.T) {
 		// uuidRead says the GPU's UUID was read before the failure, so the error names it.
 		uuidRead bool
 	}{
-		{"GetUUID of gpu.GPU 2", "dgx-h100", []gputest.Option{gputest.WithFault("GetUUID", 3, nvml.ERROR_GPU_IS_LOST)},
+		{"GetUUID of GPU 2", "dgx-h100", []gputest.Option{gputest.WithFault("GetUUID", 3, nvml.ERROR_GPU_IS_LOST)},
 			&gpu.DeviceError{Index: 2, MIGIndex: -1, Op: "GetUUID", Return: nvml.ERROR_GPU_IS_LOST}, false},
-		{"handle of gpu.GPU 0", "l4x8", []gputest.Option{gputest.WithFault("DeviceGetHandleByIndex", 1, nvml.ERROR_UNKNOWN)},
+		{"handle of GPU 0", "l4x8", []gputest.Option{gputest.WithFault("DeviceGetHandleByIndex", 1, nvml.ERROR_UNKNOWN)},
 			&gpu.DeviceError{Index: 0, MIGIndex: -1, Op: "DeviceGetHandleByIndex", Return: nvml.ERROR_UNKNOWN}, false},
-		{"MIG mode of gpu.GPU 1", "a30x4", []gputest.Option{gputest.WithFault("GetMigMode", 2, nvml.ERROR_NO_PERMISSION)},
+		{"MIG mode of GPU 1", "a30x4", []gputest.Option{gputest.WithFault("GetMigMode", 2, nvml.ERROR_NO_PERMISSION)},
 			&gpu.DeviceError{Index: 1, MIGIndex: -1, Op: "GetMigMode", Return: nvml.ERROR_NO_PERMISSION}, true},
-		{"second MIG device of gpu.GPU 0", "dgx-a100-40gb",
+		{"second MIG device of GPU 0", "dgx-a100-40gb",
 			[]gputest.Option{gputest.WithMIG(0, "3g.20gb", "3g.20gb"), gputest.WithFault("MIGDeviceHandle.GetUUID", 2, nvml.ERROR_GPU_IS_LOST)},
 			&gpu.DeviceError{Index: 0, MIGIndex: 1, Op: "GetUUID", Return: nvml.ERROR_GPU_IS_LOST}, true},
-		{"GPU instance of gpu.GPU 0", "dgx-a100-40gb",
+		{"GPU instance of GPU 0", "dgx-a100-40gb",
 			[]gputest.Option{gputest.WithMIG(0, "7g.40gb"), gputest.WithFault("GetGpuInstanceById", 1, nvml.ERROR_UNKNOWN)},
 			&gpu.DeviceError{Index: 0, MIGIndex: 0, Op: "GetGpuInstanceById", Return: nvml.ERROR_UNKNOWN}, true},
-		{"MIG devices of gpu.GPU 0 without handles", "dgx-a100-40gb",
+		{"MIG devices of GPU 0 without handles", "dgx-a100-40gb",
 			[]gputest.Option{gputest.WithMIG(0, "3g.20gb"), gputest.WithFaultAfter("GetMaxMigDeviceCount", 0, nvml.ERROR_NOT_SUPPORTED)},
 			&gpu.DeviceError{Index: 0, MIGIndex: -1, Op: "GetMaxMigDeviceCount", Return: nvml.ERROR_NOT_SUPPORTED}, true},
 	}
@@ -271,7 +271,7 @@ func TestEnumerateFailures(t *testing.T) {
 			}
 			for _, g := range inv.GPUs {
 				if g.Index == tt.want.Index {
-					t.Errorf("failed gpu.GPU %d was not skipped", g.Index)
+					t.Errorf("failed GPU %d was not skipped", g.Index)
 				}
 			}
 		})
@@ -282,7 +282,7 @@ func TestEnumerateFailures(t *testing.T) {
 }
 
 // TestEnumerateReadsMIGModeOnce: enumeration reads each GPU's MIG mode once and lists the
-// instances of a gpu.GPU in MIG mode without asking again, so a gpu.GPU whose second answer would be
+// instances of a GPU in MIG mode without asking again, so a GPU whose second answer would be
 // NOT_SUPPORTED (found by FuzzEnumerateFaults) is not published as in MIG mode with no MIG
 // devices: the fault hits the next GPU's read, which is then served whole.
 func TestEnumerateReadsMIGModeOnce(t *testing.T) {

@@ -39,14 +39,14 @@ func ArchitectureName(a nvml.DeviceArchitecture) string {
 	return "Unknown"
 }
 
-// ModelFromDevice builds a mig.Model from a live GPU: it asks NVML for every GPU-instance profile enum
-// (GetGpuInstanceProfileInfo until ERROR_INVALID_ARGUMENT, skipping ERROR_NOT_SUPPORTED), the
+// ModelFromDevice builds a mig.Model from a live GPU: it asks NVML for every GPU-instance profile
+// enum (GetGpuInstanceProfileInfo until ERROR_INVALID_ARGUMENT, skipping ERROR_NOT_SUPPORTED), the
 // possible placements of each, and — where a GPU instance of the profile already exists — its
-// compute-instance profiles and placements (NVML can only list those through a GPU-instance handle,
-// so ComputeProfiles is empty for profiles with no instance). Profile names are derived with
-// ProfileName. Multiprocessors is left 0: NVML reports SM counts only for MIG device handles.
-// Name and ProductNames are the product name without the "NVIDIA " prefix. mig.Compare reports where
-// the result disagrees with the catalog.
+// compute-instance profiles and placements (NVML can only list those through a GPU-instance
+// handle, so ComputeProfiles is empty for profiles with no instance). Profile names are derived
+// with mig.ProfileName. Multiprocessors is left 0: NVML reports SM counts only for MIG device
+// handles. Name and ProductNames are the product name without the "NVIDIA " prefix. mig.Compare
+// reports where the result disagrees with the catalog; DeviceModel completes it from the catalog.
 func ModelFromDevice(dev nvml.Device) (*mig.Model, error) {
 	if dev == nil {
 		return nil, errNilDevice("ModelFromDevice")
@@ -119,7 +119,7 @@ func ModelFromDevice(dev nvml.Device) (*mig.Model, error) {
 		}
 		p.ComputeProfiles = cps
 		m.Profiles = append(m.Profiles, p)
-		if enum > 4*nvml.GPU_INSTANCE_PROFILE_COUNT { // guard against a device that never says INVALID_ARGUMENT
+		if enum > 4*nvml.GPU_INSTANCE_PROFILE_COUNT { // a device that never says INVALID_ARGUMENT
 			break
 		}
 	}
