@@ -110,7 +110,7 @@ bench-e2e-scale: e2e-binaries
 FUZZTIME ?= 10m
 FUZZ_TARGETS := selectors:FuzzCompile selectors:FuzzLint selectors:FuzzUpgrade sharing/v1beta1:FuzzDecode mig:FuzzParseProfile \
 	simulate:FuzzAllocate selectors:FuzzCheck selectors:FuzzParsePolicy mig:FuzzParseConfig internal/checkpoint:FuzzDecode \
-	gpu:FuzzEnumerateFaults
+	gpu/nvmlgpu:FuzzEnumerateFaults
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \

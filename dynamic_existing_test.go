@@ -12,6 +12,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/simulate"
@@ -125,7 +126,7 @@ func TestDynamicMIGUsesTheDeviceModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), machine)
 	if err != nil {
 		t.Fatal(err)
 	}

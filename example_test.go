@@ -5,9 +5,9 @@ import (
 	"fmt"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
-	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 // ExampleBuilder publishes a fake DGX A100 in mig-parted's all-balanced layout: every GPU
@@ -17,7 +17,7 @@ func ExampleBuilder() {
 	if err != nil {
 		panic(err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), machine)
 	if err != nil {
 		panic(err)
 	}
@@ -38,11 +38,11 @@ func ExampleWithTopology() {
 	if err != nil {
 		panic(err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), machine)
 	if err != nil {
 		panic(err)
 	}
-	topo, err := topology.Discover(machine, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(machine, nvmltopology.WithoutSysfs())
 	if err != nil {
 		panic(err)
 	}
@@ -60,26 +60,6 @@ func ExampleWithTopology() {
 	// gpu-3 0000:ca:00.0 pci0000:e3
 }
 
-// ExamplePublishedDevice_CDIDevice maps the devices a node publishes to the entries of a claim's
-// CDI spec: a MIG device names its parent's /dev/nvidia<N> and its own instance IDs.
-func ExamplePublishedDevice_CDIDevice() {
-	machine, err := gputest.New("dgx-a100-40gb", gputest.WithMIGConfig("all-balanced"))
-	if err != nil {
-		panic(err)
-	}
-	inv, err := gpu.Enumerate(context.Background(), machine)
-	if err != nil {
-		panic(err)
-	}
-	published, err := gpudra.NewBuilder().Published(inv)
-	if err != nil {
-		panic(err)
-	}
-	cd := published[len(published)-1].CDIDevice()
-	fmt.Println(cd.Name, "on /dev/nvidia"+fmt.Sprint(cd.GPUMinor), "GI", cd.MIG.GI, "CI", cd.MIG.CI)
-	// Output: gpu-7-mig-3g20gb-9-4 on /dev/nvidia7 GI 1 CI 0
-}
-
 // ExampleResourceSlices publishes a fake DGX A100 with dynamic MIG: each GPU offers itself and
 // every placement of every MIG profile its geometry allows (25 on an A100-40GB), and a counter
 // set per GPU lets the scheduler pick only sets of devices that form a valid MIG layout. Counter
@@ -89,7 +69,7 @@ func ExampleResourceSlices() {
 	if err != nil {
 		panic(err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), machine)
 	if err != nil {
 		panic(err)
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/mig"
 )
 
@@ -64,7 +64,7 @@ func TestStaticAndDynamicNamesAgree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			inv, err := gpu.Enumerate(context.Background(), m, gpu.WithCatalog(tc.catalog))
+			inv, err := nvmlgpu.Enumerate(context.Background(), m, nvmlgpu.WithCatalog(tc.catalog))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -40,7 +40,7 @@ const (
 )
 
 // WithTopology publishes where each GPU sits in the node's interconnect, from t (as
-// topology.Discover returns it for the same NVML library the inventory came from): the
+// nvmltopology.Discover returns it for the same NVML library the inventory came from): the
 // attributes AttrNVLinkIsland, AttrNVLinkDomain and AttrPCIeSwitch where they apply, and
 // resource.kubernetes.io/pcieRoot from t unless WithPCIeRoot says otherwise. It also publishes
 // full GPUs and static MIG devices in the order t.Order gives (GPUs on no NVLink island first,

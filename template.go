@@ -50,7 +50,7 @@ func WithTemplateDriverVersions() TemplateOption {
 //
 // Everything a claim selects or constrains on across nodes of one type stays: device names,
 // type, product, architecture, compute capability, MIG profiles, capacities, shared counters,
-// pcieRoot and numaNode. Use an inventory enumerated on the GPU type (gpu.Enumerate on a
+// pcieRoot and numaNode. Use an inventory enumerated on the GPU type (nvmlgpu.Enumerate on a
 // gputest machine or on a real node) and the Builder the driver publishes with.
 func SliceTemplates(b *Builder, inv *gpu.Inventory, opts ...TemplateOption) ([]*resourceapi.ResourceSlice, error) {
 	if b == nil {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/simulate"
 )
@@ -154,7 +154,7 @@ func ExampleSliceTemplates() {
 	if err != nil {
 		panic(err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), machine)
 	if err != nil {
 		panic(err)
 	}

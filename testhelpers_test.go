@@ -13,8 +13,10 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/simulate"
 	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 const testNode = "node-1"
@@ -34,13 +36,13 @@ func inventoryAndTopology(t testing.TB, machine string, opts ...gputest.Option) 
 	if err != nil {
 		t.Fatalf("gputest.New(%s): %v", machine, err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), m)
+	inv, err := nvmlgpu.Enumerate(context.Background(), m)
 	if err != nil {
 		t.Fatalf("Enumerate(%s): %v", machine, err)
 	}
-	topo, err := topology.Discover(m, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(m, nvmltopology.WithoutSysfs())
 	if err != nil {
-		t.Fatalf("topology.Discover(%s): %v", machine, err)
+		t.Fatalf("nvmltopology.Discover(%s): %v", machine, err)
 	}
 	return inv, topo
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 )
 
 // Config configures New. NodeName, StateDir, CDIGenerator, CDIWriter and one of NVML or
@@ -33,14 +34,14 @@ type Config struct {
 	// (gpudra.WithoutFeatures), whatever Slices asks, and logs once what it turned off and why.
 	// Nil publishes what Slices asks for.
 	APIFeatures *APIFeatures
-	// NVML is an initialized NVML ((*gpu.Session).Interface(), or a gpu/gputest machine). It is
+	// NVML is an initialized NVML ((*nvmlgpu.Session).Interface(), or a gpu/gputest machine). It is
 	// used to enumerate GPUs when Inventory is nil, by the default MIG controller, and for health
 	// events. The caller owns Init and Shutdown.
 	NVML nvml.Interface
 	// Inventory is the node's GPUs; when nil it is enumerated from NVML by New.
 	Inventory *gpu.Inventory
 	// RequireAllGPUs makes New fail when any GPU fails to enumerate. By default such a GPU is
-	// left out (gpu.SkipFailedGPUs): it is logged and counted (MetricGPUEnumerationFailures),
+	// left out (nvmlgpu.SkipFailedGPUs): it is logged and counted (MetricGPUEnumerationFailures),
 	// the rest of the node serves, and claims prepared on it are kept, not forgotten, until it
 	// can be read again.
 	RequireAllGPUs bool
@@ -214,5 +215,5 @@ func (c *Config) inventory(ctx context.Context) (*gpu.Inventory, error) {
 	if c.Inventory != nil {
 		return c.Inventory, nil
 	}
-	return gpu.Enumerate(ctx, c.NVML, gpu.SkipFailedGPUs(!c.RequireAllGPUs))
+	return nvmlgpu.Enumerate(ctx, c.NVML, nvmlgpu.SkipFailedGPUs(!c.RequireAllGPUs))
 }

@@ -22,8 +22,8 @@ import (
 	"github.com/gpudra/gpudra/cdi/cdifake"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/sharing"
 )
@@ -301,7 +301,7 @@ func checkGrantsCurrentInstance(t *testing.T, e *env, c *resourceapi.ResourceCla
 		t.Fatal(err)
 	}
 	dev := c.Status.Allocation.Devices.Results[0].Device
-	inv, err := gpu.Enumerate(context.Background(), e.Machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), e.Machine)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 )
 
 // syncWatch counts the plugin's fsyncs (TestHooks.Synced) and keeps what a power loss could leave
@@ -335,7 +336,7 @@ func checkComplete(t *testing.T, e *env, c *resourceapi.ResourceClaim, devs []ku
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), e.Machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), e.Machine)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 	"github.com/gpudra/gpudra/simulate"
 )
 
@@ -177,13 +178,13 @@ func applyInstances(t *testing.T, e *env, gpuIndex int, instances ...string) {
 
 // operatorMIG is a MIG instance manager of a GPU of the node, as another tool would use, and a
 // parsed layout.
-func operatorMIG(t *testing.T, e *env, gpuIndex int, layout string) (*mig.InstanceManager, []mig.Instance) {
+func operatorMIG(t *testing.T, e *env, gpuIndex int, layout string) (*nvmlmig.InstanceManager, []mig.Instance) {
 	t.Helper()
 	model, err := mig.Lookup(e.Inventory.GPUs[gpuIndex].ProductName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := mig.NewInstanceManager(e.Machine.Device(gpuIndex), model)
+	mgr, err := nvmlmig.NewInstanceManager(e.Machine.Device(gpuIndex), model)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,11 @@ func newMetrics(reg prometheus.Registerer, counts func() (prepared, instances in
 func enumerationFailures(o prometheus.Opts, failed []*gpu.DeviceError) *prometheus.GaugeVec {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts(o), []string{"index", "uuid", "op", "return"})
 	for _, e := range failed {
-		g.WithLabelValues(strconv.Itoa(e.Index), e.UUID, e.Op, e.Return.String()).Set(1)
+		ret := ""
+		if e.Return != nil {
+			ret = e.Return.Error() // an nvml.Return: its name, as String gives it
+		}
+		g.WithLabelValues(strconv.Itoa(e.Index), e.UUID, e.Op, ret).Set(1)
 	}
 	return g
 }

@@ -9,28 +9,29 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
 
-// NewNVMLMIGController returns a MIGController that drives NVML through mig.InstanceManager. lookup
-// maps product names to MIG geometry (nil: mig.Lookup). Device handles and managers are cached
-// per GPU.
+// NewNVMLMIGController returns a MIGController that drives NVML through nvmlmig.InstanceManager.
+// lookup maps product names to MIG geometry (nil: mig.Lookup). Device handles and managers are
+// cached per GPU.
 func NewNVMLMIGController(lib nvml.Interface, lookup func(productName string) (*mig.Model, error)) MIGController {
 	if lookup == nil {
 		lookup = mig.Lookup
 	}
-	return &nvmlMIG{lib: lib, lookup: lookup, managers: map[string]*mig.InstanceManager{}}
+	return &nvmlMIG{lib: lib, lookup: lookup, managers: map[string]*nvmlmig.InstanceManager{}}
 }
 
 type nvmlMIG struct {
 	lib      nvml.Interface
 	lookup   func(string) (*mig.Model, error)
 	mu       sync.Mutex
-	managers map[string]*mig.InstanceManager // by GPU UUID
+	managers map[string]*nvmlmig.InstanceManager // by GPU UUID
 }
 
 var _ MIGController = (*nvmlMIG)(nil)
 
-func (n *nvmlMIG) manager(uuid string) (*mig.InstanceManager, error) {
+func (n *nvmlMIG) manager(uuid string) (*nvmlmig.InstanceManager, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if m, ok := n.managers[uuid]; ok {
@@ -48,7 +49,7 @@ func (n *nvmlMIG) manager(uuid string) (*mig.InstanceManager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("GPU %s: %w", uuid, err)
 	}
-	m, err := mig.NewInstanceManager(dev, model)
+	m, err := nvmlmig.NewInstanceManager(dev, model)
 	if err != nil {
 		return nil, err
 	}

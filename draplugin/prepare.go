@@ -430,7 +430,7 @@ func (a *attempt) applySharing(ctx context.Context) error {
 func (a *attempt) writeCDI(_ context.Context) error {
 	cds := cdi.ClaimDevices{ClaimUID: a.st.UID}
 	for i, d := range a.ours {
-		cd := d.CDIDevice()
+		cd := cdiDevice(d.PublishedDevice)
 		if m, ok := a.mig[d.result.Device]; ok { // the MIG instance: existing, or created for a partition
 			cd.MIG, cd.UUID = &m.ids, m.uuid
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
-	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -455,7 +455,7 @@ func (w *world) checkHost(want sharingtestState) {
 	}
 	exclusiveMIG := 0
 	existing := map[string]bool{} // the fake host keeps settings of MIG devices destroyed since
-	if inv, err := gpu.Enumerate(context.Background(), w.e.Machine); err == nil {
+	if inv, err := nvmlgpu.Enumerate(context.Background(), w.e.Machine); err == nil {
 		for _, g := range inv.GPUs {
 			for _, m := range g.MIGDevices {
 				existing[m.UUID] = true

@@ -24,8 +24,8 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 )
 
 // The real crash test runs the plugin in a child process (this test binary, re-executed) and
@@ -516,7 +516,7 @@ func (r *crashRun) checkEmpty(n *draplugintest.Node) {
 	if err := n.HostClean(); err != nil {
 		r.t.Errorf("host: %v", err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), n.Machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), n.Machine)
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -1,13 +1,9 @@
 package gpu
 
-import (
-	"fmt"
+import "fmt"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-)
-
-// DeviceError is one GPU failing during enumeration: which GPU, which NVML call, and the NVML
-// error. errors.Is(err, nvml.ERROR_GPU_IS_LOST) and the like work on it.
+// DeviceError is one GPU failing during enumeration (gpu/nvmlgpu.Enumerate): which GPU, which
+// NVML call, and the NVML error. errors.Is(err, nvml.ERROR_GPU_IS_LOST) and the like work on it.
 type DeviceError struct {
 	// Index is the NVML index of the GPU.
 	Index int `json:"index"`
@@ -18,16 +14,13 @@ type DeviceError struct {
 	MIGIndex int `json:"migIndex"`
 	// Op is the NVML method that failed, e.g. "GetUUID".
 	Op string `json:"op"`
-	// Return is the NVML error code.
-	Return nvml.Return `json:"return"`
+	// Return is the NVML error: an nvml.Return (go-nvml's error type, whose value is NVML's
+	// return code) when gpu/nvmlgpu made it. It is an error so that this package, and a program
+	// that only reads inventories, needs no NVML bindings; compare it with an nvml.ERROR_*
+	// value, or use errors.Is on the DeviceError. JSON writes the return code.
+	Return error `json:"return"`
 	// Message is the error text, for JSON output.
 	Message string `json:"message"`
-}
-
-func newDeviceError(index, migIndex int, uuid, op string, ret nvml.Return) *DeviceError {
-	e := &DeviceError{Index: index, UUID: uuid, MIGIndex: migIndex, Op: op, Return: ret}
-	e.Message = e.Error()
-	return e
 }
 
 // Error implements error.
@@ -42,7 +35,7 @@ func (e *DeviceError) Error() string {
 	return fmt.Sprintf("%s: %s: %v", gpu, e.Op, e.Return)
 }
 
-// Unwrap returns the NVML return code.
+// Unwrap returns Return, the NVML error.
 func (e *DeviceError) Unwrap() error { return e.Return }
 
 // Unreadable reports whether the GPU with this UUID may be on the node although enumeration

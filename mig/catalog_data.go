@@ -15,11 +15,11 @@ package mig
 //     go-nvml's Hopper/Blackwell mocks contradict it and are deliberately not used.
 //
 // Memory sizes change between driver releases (B200 1g.23gb printed 22.00 GiB with R570 and 20.50
-// GiB later); the catalog follows the newest recording. ModelFromDevice reads the live values and
-// Compare reports every difference.
+// GiB later); the catalog follows the newest recording. mig/nvmlmig.ModelFromDevice reads the live
+// values and Compare reports every difference.
 
 // NVML GPU_INSTANCE_PROFILE_* enum values (nvml.h). They are repeated here so that the catalog does
-// not depend on a particular go-nvml version's constant set.
+// not depend on go-nvml (whose bindings need cgo) or on a particular version's constant set.
 const (
 	enum1Slice      = 0
 	enum2Slice      = 1
@@ -39,8 +39,6 @@ const (
 	enum1SliceAllME = 15
 	enum2SliceAllME = 16
 	enum3SliceGfx   = 17
-	// giEnumCount is GPU_INSTANCE_PROFILE_COUNT in go-nvml >= v0.13.3.
-	giEnumCount = 18
 )
 
 // NVML COMPUTE_INSTANCE_PROFILE_* enum values.

@@ -1,6 +1,6 @@
 // Package mig knows NVIDIA Multi-Instance GPU (MIG) geometry well enough to answer, without
-// hardware and in microseconds, whether a layout of GPU instances is valid and why not, and,
-// with hardware, to make it so safely.
+// hardware and in microseconds, whether a layout of GPU instances is valid and why not; package
+// mig/nvmlmig makes it so on hardware, safely.
 //
 // The pieces, bottom up:
 //
@@ -12,11 +12,10 @@
 //     profiles). GIProfile.Sources says per field whether a value was printed by nvidia-smi on
 //     that model (SourceRecorded; the recordings are gputest's fixtures), stated by NVIDIA
 //     (SourceDocumented) or inferred (SourceInferred).
-//   - Hardware: DeviceModel reads the model a driver should use from a live GPU through NVML
-//     (ModelFromDevice: every profile and its placements) and reports, as data, where the
-//     catalog differs (Compare), for a log line and a metric. ParseSMIProfiles,
-//     ParseSMIPlacements, ParseSMIInstances and ModelFromSMI read nvidia-smi mig -lgip, -lgipp
-//     and -lgi printouts.
+//   - Models from hardware: MergeCatalog completes a model read from a live GPU with the catalog
+//     and reports, as data, where the two differ (Compare), for a log line and a metric.
+//     ParseSMIProfiles, ParseSMIPlacements, ParseSMIInstances and ModelFromSMI read nvidia-smi
+//     mig -lgip, -lgipp and -lgi printouts.
 //   - Layouts: Validate checks a layout (placement allowed, no memory-slice overlap, instance
 //     counts, media-engine exclusivity, compute slices) and assigns placements to unplaced
 //     instances; errors are *ValidationError values naming the instances and slices in conflict.
@@ -28,9 +27,12 @@
 //     the named configs (all-disabled, all-enabled, all-<profile>, all-balanced), and CheckConfig
 //     validates a config against a machine's GPUs up front.
 //   - Strategies: CheckStrategy applies GPU Feature Discovery's none/single/mixed rules to a node.
-//   - InstanceManager: Apply and Remove create and destroy GPU and compute instances through nvml.Device,
-//     idempotently and with rollback on failure.
 //
 // The package holds no mutable global state: the catalog is built once and every accessor returns
 // a copy.
+//
+// The package does not use NVML and builds without cgo: a controller, a scheduler simulation or
+// a cluster autoscaler can import it. What talks to a GPU lives in mig/nvmlmig: DeviceModel and
+// ModelFromDevice read a GPU's own MIG geometry, ListInstances lists its GPU and compute
+// instances, and InstanceManager creates and destroys them.
 package mig

@@ -4,10 +4,5 @@ import "fmt"
 
 // errNilModel is the error of a function given a nil *Model.
 func errNilModel(fn string) error {
-	return fmt.Errorf("mig: %s: nil *Model (use Lookup, LookupPCIDeviceID or ModelFromDevice)", fn)
-}
-
-// errNilDevice is the error of a function given a nil nvml.Device.
-func errNilDevice(fn string) error {
-	return fmt.Errorf("mig: %s: nil nvml.Device", fn)
+	return fmt.Errorf("mig: %s: nil *Model (use Lookup, LookupPCIDeviceID or mig/nvmlmig.DeviceModel)", fn)
 }

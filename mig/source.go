@@ -7,7 +7,7 @@ type Source string
 
 // The sources of profile values, from most to least trustworthy.
 const (
-	// SourceDevice: read from NVML on the GPU itself (ModelFromDevice).
+	// SourceDevice: read from NVML on the GPU itself (nvmlmig.ModelFromDevice).
 	SourceDevice Source = "device"
 	// SourceRecorded: printed by nvidia-smi on this GPU model in a public recording that gpudra
 	// keeps as a test fixture (gpu/gputest/printouts); a test compares the catalog with it field
@@ -17,7 +17,7 @@ const (
 	// or nvidia-smi output NVIDIA staff quoted in a public issue) but not kept as a fixture.
 	SourceDocumented Source = "documented"
 	// SourceInferred: derived from another model's geometry or from arithmetic; not confirmed for
-	// this model. A driver should prefer ModelFromDevice and report the differences (Compare).
+	// this model. A driver should prefer nvmlmig.DeviceModel and report the differences (Compare).
 	SourceInferred Source = "inferred"
 )
 

@@ -9,8 +9,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/selectors"
 )
 
@@ -172,7 +172,7 @@ func ExampleDevicesFromSlices() {
 	if err != nil {
 		panic(err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), machine)
+	inv, err := nvmlgpu.Enumerate(context.Background(), machine)
 	if err != nil {
 		panic(err)
 	}

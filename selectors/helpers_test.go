@@ -7,10 +7,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/selectors"
-	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 const testNode = "node-1"
@@ -36,13 +36,13 @@ func (m machine) slices(t testing.TB) []*resourceapi.ResourceSlice {
 	if err != nil {
 		t.Fatalf("gputest.New(%s): %v", m.name, err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), fake)
+	inv, err := nvmlgpu.Enumerate(context.Background(), fake)
 	if err != nil {
 		t.Fatalf("Enumerate(%s): %v", m.name, err)
 	}
-	topo, err := topology.Discover(fake, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(fake, nvmltopology.WithoutSysfs())
 	if err != nil {
-		t.Fatalf("topology.Discover(%s): %v", m.name, err)
+		t.Fatalf("nvmltopology.Discover(%s): %v", m.name, err)
 	}
 	b := gpudra.NewBuilder(append([]gpudra.Option{gpudra.WithPCIeRoot(topo.PCIeRoot), gpudra.WithTopology(topo)}, m.bopts...)...)
 	res, err := b.Build(testNode, inv)

@@ -10,8 +10,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/simulate"
 )
@@ -24,7 +24,7 @@ func TestAdminAccessHoldsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := gpu.Enumerate(context.Background(), m)
+	inv, err := nvmlgpu.Enumerate(context.Background(), m)
 	if err != nil {
 		t.Fatal(err)
 	}

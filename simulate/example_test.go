@@ -10,8 +10,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/simulate"
 )
@@ -73,7 +73,7 @@ func ExampleSimulator_dynamicMIG() {
 	if err != nil {
 		panic(err)
 	}
-	inv, err := gpu.Enumerate(ctx, machine)
+	inv, err := nvmlgpu.Enumerate(ctx, machine)
 	if err != nil {
 		panic(err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 func BenchmarkDiscover(b *testing.B) {
@@ -14,7 +15,7 @@ func BenchmarkDiscover(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := topology.Discover(m, topology.WithoutSysfs()); err != nil {
+		if _, err := nvmltopology.Discover(m, nvmltopology.WithoutSysfs()); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -27,7 +27,7 @@ const maxExhaustive = 200_000
 // It is an error if n < 1, n > len(candidates), or a candidate is repeated or not a GPU of t.
 func BestSet(t *Topology, n int, candidates []int) ([]int, error) {
 	if t == nil {
-		return nil, errors.New("topology: BestSet: nil *Topology (use Discover)")
+		return nil, errors.New("topology: BestSet: nil *Topology (use nvmltopology.Discover)")
 	}
 	if candidates == nil {
 		for i := range t.GPUs {

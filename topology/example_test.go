@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 // Discover the interconnect of a fake DGX A100, look up a PCIe root the way a ResourceSlice
@@ -16,7 +17,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	// A fake machine's bus IDs mean nothing in the host's sysfs: derive the roots from NVML.
-	topo, err := topology.Discover(machine, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(machine, nvmltopology.WithoutSysfs())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func ExampleRender() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	topo, err := topology.Discover(machine, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(machine, nvmltopology.WithoutSysfs())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func ExampleTopology_Islands() {
 		log.Fatal(err)
 	}
 	for _, machine := range []*gputest.Machine{dgx, a30} {
-		topo, err := topology.Discover(machine, topology.WithoutSysfs())
+		topo, err := nvmltopology.Discover(machine, nvmltopology.WithoutSysfs())
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -106,7 +106,7 @@ const (
 	// resource.kubernetes.io/pcieRoot is defined.
 	RootSysfs RootSource = "sysfs"
 	// RootDerived: sysfs did not know the device; the name was derived from NVML's topology
-	// (see Discover).
+	// (see nvmltopology.Discover).
 	RootDerived RootSource = "derived"
 )
 
@@ -122,7 +122,7 @@ type Peer struct {
 	Links int `json:"links"`
 }
 
-// GPU is what Discover learned about one GPU.
+// GPU is what nvmltopology.Discover learned about one GPU.
 type GPU struct {
 	// Index is the NVML index.
 	Index int `json:"index"`

@@ -18,7 +18,8 @@ import (
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
-	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/sharing"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
@@ -142,7 +143,7 @@ func (n *Node) build() error {
 	if err := n.newBoot(); err != nil {
 		return err
 	}
-	inv, err := gpu.Enumerate(context.Background(), n.NVML)
+	inv, err := nvmlgpu.Enumerate(context.Background(), n.NVML)
 	if err != nil {
 		return fmt.Errorf("enumerate %s: %w", n.machineName, err)
 	}
@@ -361,7 +362,7 @@ func (n *Node) libMIGInstances() []string {
 			out = append(out, fmt.Sprintf("%d:error %v", i, ret))
 			continue
 		}
-		gis, err := mig.ListInstances(d)
+		gis, err := nvmlmig.ListInstances(d)
 		if err != nil {
 			out = append(out, fmt.Sprintf("%d:error %v", i, err))
 		}

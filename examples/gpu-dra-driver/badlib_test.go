@@ -14,11 +14,13 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/sharing/v1beta1"
 	"github.com/gpudra/gpudra/simulate"
 	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 // libCase is one call into the library with a bad (or borderline) input: it must return, never
@@ -48,11 +50,11 @@ func newLibFixture(t *testing.T) libFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := gpu.Enumerate(ctx, m)
+	inv, err := nvmlgpu.Enumerate(ctx, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := topology.Discover(m, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(m, nvmltopology.WithoutSysfs())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/mig"
 )
 
@@ -46,7 +46,7 @@ func TestPrintMIGGeometry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			inv, err := gpu.Enumerate(context.Background(), m, gpu.SkipFailedGPUs(true))
+			inv, err := nvmlgpu.Enumerate(context.Background(), m, nvmlgpu.SkipFailedGPUs(true))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,10 +19,12 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	inputpkg "github.com/gpudra/gpudra/internal/input"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
 	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 const defaultMachine = "dgx-a100-40gb"
@@ -179,7 +181,7 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv, err := sess.Enumerate(ctx, gpu.SkipFailedGPUs(n.skipFailedGPUs))
+	inv, err := sess.Enumerate(ctx, nvmlgpu.SkipFailedGPUs(n.skipFailedGPUs))
 	if err != nil {
 		_ = sess.Close()
 		return nil, err
@@ -194,12 +196,12 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 		_ = sess.Close()
 		return nil, err
 	}
-	var topoOpts []topology.Option
+	var topoOpts []nvmltopology.Option
 	if machine != nil {
 		// Fake machines have no sysfs: PCIe roots are derived from the NVML topology.
-		topoOpts = append(topoOpts, topology.WithoutSysfs())
+		topoOpts = append(topoOpts, nvmltopology.WithoutSysfs())
 	}
-	topo, err := topology.Discover(sess.Interface(), topoOpts...)
+	topo, err := nvmltopology.Discover(sess.Interface(), topoOpts...)
 	if err != nil {
 		_ = sess.Close()
 		return nil, err
@@ -207,11 +209,11 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 	return &node{machine: machine, nvml: sess.Interface(), inv: inv, topo: topo, close: func() { _ = sess.Close() }}, nil
 }
 
-func (n *nodeFlags) session(ctx context.Context) (*gpu.Session, *gputest.Machine, error) {
+func (n *nodeFlags) session(ctx context.Context) (*nvmlgpu.Session, *gputest.Machine, error) {
 	if n.nvmlMode == "real" {
 		// By path, never through LD_LIBRARY_PATH: the driver root's libc.so.6 may be another
 		// glibc than this process's (issue 27).
-		sess, err := gpu.OpenReal(gpu.WithDriverRoot(n.driverRoot))
+		sess, err := nvmlgpu.OpenReal(nvmlgpu.WithDriverRoot(n.driverRoot))
 		return sess, nil, err
 	}
 	var opts []gputest.Option
@@ -225,7 +227,7 @@ func (n *nodeFlags) session(ctx context.Context) (*gpu.Session, *gputest.Machine
 	if err != nil {
 		return nil, nil, usageErrorf("--machine %s --mig-config %s: %w", n.machine, n.migConfig, err)
 	}
-	sess, err := gpu.Open(m)
+	sess, err := nvmlgpu.Open(m)
 	return sess, m, err
 }
 

@@ -9,9 +9,8 @@ import (
 	"runtime/debug"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/spf13/cobra"
-
-	"github.com/gpudra/gpudra/gpu"
 )
 
 const notAvailable = "not available"
@@ -82,7 +81,7 @@ func buildVersion(bi *debug.BuildInfo) versionInfo {
 // nvmlVersion loads the NVML library of the driver root read-only, by its path in the root, and
 // reports its version and the driver's.
 func nvmlVersion(driverRoot string) string {
-	sess, err := gpu.OpenReal(gpu.WithDriverRoot(driverRoot))
+	sess, err := nvmlgpu.OpenReal(nvmlgpu.WithDriverRoot(driverRoot))
 	if err != nil {
 		return fmt.Sprintf("%s (%v)", notAvailable, err)
 	}

@@ -39,7 +39,7 @@ func machineGeometry(g gpuModel) (*mig.Model, error) {
 // geometry has it, before the machine starts: edit may change what NVML reports for it (memory,
 // SM and engine counts, instance count, placements). It models a driver release or a GPU whose
 // profiles differ from the mig catalog, for testing code that must follow the device
-// (mig.ModelFromDevice, mig.Compare). The Id and name should stay: the fake finds profiles by
+// (nvmlmig.ModelFromDevice, mig.Compare). The Id and name should stay: the fake finds profiles by
 // them. No GPU with the profile is an error at New.
 func WithMIGProfileEdit(profile string, edit func(p *mig.GIProfile)) Option {
 	return func(c *config) error {

@@ -18,7 +18,9 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
 
 // nvidiaServers are the NVML mock servers NVIDIA ships in go-nvml (v0.13.3-1): its DGX
@@ -84,7 +86,7 @@ func TestDeviceModelOnNVIDIAMocks(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := newServer()
 			dev := s.Devices[0].(*server.Device)
-			model, _, err := mig.DeviceModel(dev)
+			model, _, err := nvmlmig.DeviceModel(dev)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +120,7 @@ func TestEnumerateNVIDIAMocks(t *testing.T) {
 	for name, newServer := range nvidiaServers() {
 		t.Run(name, func(t *testing.T) {
 			s := newServer()
-			inv, err := gpu.Enumerate(context.Background(), gputest.NotSupported(s))
+			inv, err := nvmlgpu.Enumerate(context.Background(), gputest.NotSupported(s))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,11 +179,11 @@ func TestMIGManagerOnNVIDIAMocks(t *testing.T) {
 			s := newServer()
 			lib := gputest.NotSupported(s)
 			dev, _ := lib.DeviceGetHandleByIndex(0)
-			model, _, err := mig.DeviceModel(dev)
+			model, _, err := nvmlmig.DeviceModel(dev)
 			if err != nil {
 				t.Fatal(err)
 			}
-			mg, err := mig.NewInstanceManager(dev, model)
+			mg, err := nvmlmig.NewInstanceManager(dev, model)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,7 +198,7 @@ func TestMIGManagerOnNVIDIAMocks(t *testing.T) {
 			if got, want := mig.FormatLayout(current), mig.FormatLayout(layout); got != want {
 				t.Errorf("instances %s, want %s", got, want)
 			}
-			inv, err := gpu.Enumerate(context.Background(), lib, gpu.SkipFailedGPUs(true))
+			inv, err := nvmlgpu.Enumerate(context.Background(), lib, nvmlgpu.SkipFailedGPUs(true))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,9 +8,10 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
 
 // TestStateDirSurvivesTheProcess: a machine opened again on its state files has the MIG mode,
@@ -23,7 +24,7 @@ func TestStateDirSurvivesTheProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev, _ := m1.DeviceGetHandleByIndex(3)
-	mgr, err := mig.NewInstanceManager(dev, nil)
+	mgr, err := nvmlmig.NewInstanceManager(dev, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestStateDirSurvivesTheProcess(t *testing.T) {
 	if ret := mig1.SetComputeMode(nvml.COMPUTEMODE_EXCLUSIVE_PROCESS); ret != nvml.SUCCESS {
 		t.Fatalf("SetComputeMode on GPU 1's MIG device: %v", ret)
 	}
-	before, err := gpu.Enumerate(context.Background(), m1)
+	before, err := nvmlgpu.Enumerate(context.Background(), m1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestStateDirSurvivesTheProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := gpu.Enumerate(context.Background(), m2)
+	after, err := nvmlgpu.Enumerate(context.Background(), m2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestStateDirSurvivesTheProcess(t *testing.T) {
 	}
 	// Destroying on the new machine is persisted too.
 	dev, _ = m2.DeviceGetHandleByIndex(3)
-	mgr, _ = mig.NewInstanceManager(dev, nil)
+	mgr, _ = nvmlmig.NewInstanceManager(dev, nil)
 	if err := mgr.Remove([]mig.Instance{{Profile: "1g.5gb", Placement: &pl}}); err != nil {
 		t.Fatal(err)
 	}

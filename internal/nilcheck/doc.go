@@ -2,6 +2,6 @@
 // entry point given nil arguments must return an error, never panic or succeed.
 //
 //	nilcheck.ErrorsOnly(t, map[string]func() error{
-//		"Enumerate": func() error { _, err := gpu.Enumerate(ctx, nil); return err },
+//		"Enumerate": func() error { _, err := nvmlgpu.Enumerate(ctx, nil); return err },
 //	})
 package nilcheck

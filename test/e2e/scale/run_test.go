@@ -20,12 +20,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/test/e2e/framework"
 	"github.com/gpudra/gpudra/test/e2e/framework/binaries"
-	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 // namespace holds the claims and pods.
@@ -167,11 +167,11 @@ func (c *cluster) publishSlices(ctx context.Context, k kind, n int) (devices, sl
 	if err != nil {
 		return 0, 0, err
 	}
-	inv, err := gpu.Enumerate(ctx, m)
+	inv, err := nvmlgpu.Enumerate(ctx, m)
 	if err != nil {
 		return 0, 0, err
 	}
-	topo, err := topology.Discover(m, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(m, nvmltopology.WithoutSysfs())
 	if err != nil {
 		return 0, 0, err
 	}

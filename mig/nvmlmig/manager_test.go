@@ -1,4 +1,4 @@
-package mig_test
+package nvmlmig_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
 
 // giSummary is what a test can see of a fake GPU's instances: "profile@start/CIs".
@@ -26,13 +27,13 @@ func giSummary(m *gputest.Machine, gpu int) []string {
 	return out
 }
 
-func newManager(t *testing.T, opts ...gputest.Option) (*gputest.Machine, *mig.InstanceManager) {
+func newManager(t *testing.T, opts ...gputest.Option) (*gputest.Machine, *nvmlmig.InstanceManager) {
 	t.Helper()
 	m, err := gputest.New("dgx-a100-40gb", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mg, err := mig.NewInstanceManager(m.Device(0), nil)
+	mg, err := nvmlmig.NewInstanceManager(m.Device(0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestManagerSetMigModeAnswers(t *testing.T) {
 			dev := m.Device(0)
 			dev.SetMigModeFunc = func(int) (nvml.Return, nvml.Return) { return tc.status, tc.ret }
 			_, err := mg.Apply(balanced)
-			var rr *mig.ResetRequiredError
+			var rr *nvmlmig.ResetRequiredError
 			switch {
 			case tc.wantReset && (!errors.As(err, &rr) || !strings.HasPrefix(rr.GPU, "GPU-")):
 				t.Errorf("Apply = %v, want a ResetRequiredError naming the GPU", err)

@@ -1,4 +1,4 @@
-package mig_test
+package nvmlmig_test
 
 import (
 	"slices"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
 
 // TestDeviceModelFollowsTheDevice: a GPU whose profile info differs from the catalog (as after a
@@ -21,7 +22,7 @@ func TestDeviceModelFollowsTheDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, diffs, err := mig.DeviceModel(machine.Device(0))
+	live, diffs, err := nvmlmig.DeviceModel(machine.Device(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestDeviceModelFollowsTheDevice(t *testing.T) {
 	}
 	// The device model drives the InstanceManager: a placement only the catalog allows is refused up
 	// front, one the device allows is created and removed again.
-	mg, err := mig.NewInstanceManager(machine.Device(0), live)
+	mg, err := nvmlmig.NewInstanceManager(machine.Device(0), live)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestDeviceModelAgreesWithCatalog(t *testing.T) {
 		if machine.MIGModel(0) == nil {
 			continue
 		}
-		live, diffs, err := mig.DeviceModel(machine.Device(0))
+		live, diffs, err := nvmlmig.DeviceModel(machine.Device(0))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -84,7 +85,7 @@ func TestDeviceModelAgreesWithCatalog(t *testing.T) {
 }
 
 func TestDeviceModelErrors(t *testing.T) {
-	if _, _, err := mig.DeviceModel(nil); err == nil {
+	if _, _, err := nvmlmig.DeviceModel(nil); err == nil {
 		t.Error("DeviceModel(nil) succeeded")
 	}
 	if d := mig.Compare(nil, nil); len(d) != 1 || d[0].Property != "model" {

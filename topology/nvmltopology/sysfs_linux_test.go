@@ -1,4 +1,4 @@
-package topology_test
+package nvmltopology_test
 
 import (
 	"os"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 // fakeSysfs writes /sys/bus/pci/devices/<bdf> links the way the kernel lays them out: relative
@@ -76,7 +77,7 @@ func TestSysfsRoots(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			topo, err := topology.Discover(m, topology.WithSysfsRoot(fakeSysfs(t, tc.sysfs)))
+			topo, err := nvmltopology.Discover(m, nvmltopology.WithSysfsRoot(fakeSysfs(t, tc.sysfs)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +97,7 @@ func TestSysfsRootMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := topology.Discover(m, topology.WithSysfsRoot(filepath.Join(t.TempDir(), "absent")))
+	topo, err := nvmltopology.Discover(m, nvmltopology.WithSysfsRoot(filepath.Join(t.TempDir(), "absent")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package gpudra_test
+package draplugin
 
 import (
 	"context"
@@ -8,11 +8,11 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 )
 
-// TestCDIDevice checks every published device's CDI entry against the inventory it came from:
+// TestCDIDevice checks the CDI entry of every published device against the inventory it came from:
 // a GPU by its own minor and UUID, an existing MIG device by its parent's minor, its own UUID
 // and its instance IDs, a dynamic partition (no instance yet) by its parent alone.
 func TestCDIDevice(t *testing.T) {
@@ -30,7 +30,7 @@ func TestCDIDevice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			inv, err := gpu.Enumerate(context.Background(), machine)
+			inv, err := nvmlgpu.Enumerate(context.Background(), machine)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,8 +54,11 @@ func TestCDIDevice(t *testing.T) {
 				if !ok {
 					t.Fatalf("published device %s is not in the inventory", d.Name)
 				}
-				if diff := cmp.Diff(w, d.CDIDevice()); diff != "" {
-					t.Errorf("CDIDevice of %s (-want +got):\n%s", d.Name, diff)
+				if diff := cmp.Diff(w, cdiDevice(d)); diff != "" {
+					t.Errorf("cdiDevice of %s (-want +got):\n%s", d.Name, diff)
+				}
+				if d.MIG != nil && (d.GPU == nil || cdiDevice(d).GPUMinor != d.GPU.Minor) {
+					t.Errorf("cdiDevice of MIG device %s does not name its parent GPU's /dev/nvidia%d", d.Name, d.MIG.ParentMinor)
 				}
 			}
 		})

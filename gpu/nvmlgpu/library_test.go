@@ -1,4 +1,4 @@
-package gpu_test
+package nvmlgpu_test
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpudra/gpudra/cdi/cdifake"
-	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 )
 
 const nvmlFile = "libnvidia-ml.so." + cdifake.DefaultVersion
@@ -78,12 +78,12 @@ func TestFindLibrary(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := fakeDriverRoot(t, tc.libDir, tc.links)
-			got, err := gpu.FindLibrary(root)
+			got, err := nvmlgpu.FindLibrary(root)
 			if tc.want == "" {
-				if !errors.Is(err, gpu.ErrNVMLNotFound) {
+				if !errors.Is(err, nvmlgpu.ErrNVMLNotFound) {
 					t.Fatalf("FindLibrary = %q, %v; want ErrNVMLNotFound", got, err)
 				}
-				for _, d := range gpu.LibrarySearchDirs() {
+				for _, d := range nvmlgpu.LibrarySearchDirs() {
 					if dir := filepath.Join(root, d); !strings.Contains(err.Error(), dir+",") && !strings.Contains(err.Error(), dir+")") {
 						t.Errorf("error does not name searched directory %s: %v", d, err)
 					}
@@ -103,7 +103,7 @@ func TestFindLibrary(t *testing.T) {
 func TestLibrarySearchDirs(t *testing.T) {
 	want := []string{"usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "lib64",
 		"lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "usr/lib", "lib"}
-	if diff := cmp.Diff(want, gpu.LibrarySearchDirs()); diff != "" {
+	if diff := cmp.Diff(want, nvmlgpu.LibrarySearchDirs()); diff != "" {
 		t.Errorf("LibrarySearchDirs (-want +got):\n%s", diff)
 	}
 }
@@ -117,26 +117,26 @@ func TestOpenRealWithDriverRoot(t *testing.T) {
 		"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1": "/usr/lib/x86_64-linux-gnu/" + nvmlFile,
 	})
 	want := filepath.Join(root, "usr/lib/x86_64-linux-gnu", nvmlFile)
-	if _, err := gpu.OpenReal(gpu.WithDriverRoot(root)); !errors.Is(err, gpu.ErrNVMLNotFound) || !strings.Contains(err.Error(), "cannot load "+want+" ") {
+	if _, err := nvmlgpu.OpenReal(nvmlgpu.WithDriverRoot(root)); !errors.Is(err, nvmlgpu.ErrNVMLNotFound) || !strings.Contains(err.Error(), "cannot load "+want+" ") {
 		t.Errorf("OpenReal(WithDriverRoot(fake root)) = %v; want ErrNVMLNotFound loading %s", err, want)
 	}
 	explicit := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
-	if _, err := gpu.OpenReal(gpu.WithDriverRoot(root), gpu.WithLibraryPath(explicit)); !errors.Is(err, gpu.ErrNVMLNotFound) || !strings.Contains(err.Error(), explicit) {
+	if _, err := nvmlgpu.OpenReal(nvmlgpu.WithDriverRoot(root), nvmlgpu.WithLibraryPath(explicit)); !errors.Is(err, nvmlgpu.ErrNVMLNotFound) || !strings.Contains(err.Error(), explicit) {
 		t.Errorf("OpenReal(WithDriverRoot, WithLibraryPath) = %v; want WithLibraryPath's path", err)
 	}
 	empty := t.TempDir()
-	if _, err := gpu.OpenReal(gpu.WithDriverRoot(empty)); !errors.Is(err, gpu.ErrNVMLNotFound) || !strings.Contains(err.Error(), "driver root "+empty) {
+	if _, err := nvmlgpu.OpenReal(nvmlgpu.WithDriverRoot(empty)); !errors.Is(err, nvmlgpu.ErrNVMLNotFound) || !strings.Contains(err.Error(), "driver root "+empty) {
 		t.Errorf("OpenReal(WithDriverRoot(empty root)) = %v; want ErrNVMLNotFound naming the root", err)
 	}
-	if _, err := gpu.FindLibrary("/"); err == nil {
+	if _, err := nvmlgpu.FindLibrary("/"); err == nil {
 		t.Skip("this host has NVML in /: the fallback to the loader's search is not taken")
 	}
-	s, err := gpu.OpenReal(gpu.WithDriverRoot("/"))
+	s, err := nvmlgpu.OpenReal(nvmlgpu.WithDriverRoot("/"))
 	if err == nil {
 		_ = s.Close()
 		return // the loader found NVML where FindLibrary does not look
 	}
-	if !errors.Is(err, gpu.ErrNVMLNotFound) || !strings.Contains(err.Error(), "cannot load "+gpu.DefaultLibraryPath+" ") {
-		t.Errorf("OpenReal(WithDriverRoot(\"/\")) without NVML = %v; want the loader's search for %s", err, gpu.DefaultLibraryPath)
+	if !errors.Is(err, nvmlgpu.ErrNVMLNotFound) || !strings.Contains(err.Error(), "cannot load "+nvmlgpu.DefaultLibraryPath+" ") {
+		t.Errorf("OpenReal(WithDriverRoot(\"/\")) without NVML = %v; want the loader's search for %s", err, nvmlgpu.DefaultLibraryPath)
 	}
 }

@@ -1,4 +1,4 @@
-package topology_test
+package nvmltopology_test
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
 func discover(t testing.TB, name string, opts ...gputest.Option) *topology.Topology {
@@ -21,7 +22,7 @@ func discover(t testing.TB, name string, opts ...gputest.Option) *topology.Topol
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := topology.Discover(m, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(m, nvmltopology.WithoutSysfs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestDiscoverUUIDAndP2P(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := topology.Discover(m, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(m, nvmltopology.WithoutSysfs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +304,7 @@ func TestDiscoverDomains(t *testing.T) {
 		t.Fatal(ret)
 	}
 	cluster := uuid.UUID(f.ClusterUuid).String()
-	topo, err := topology.Discover(m, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(m, nvmltopology.WithoutSysfs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,30 +410,30 @@ func TestDiscoverErrors(t *testing.T) {
 		machine string
 		fault   gputest.Option
 		ret     nvml.Return
-		want    topology.Error
+		want    nvmltopology.Error
 	}{
 		{"count", "dgx-h100", gputest.WithFault("DeviceGetCount", 1, nvml.ERROR_UNINITIALIZED), nvml.ERROR_UNINITIALIZED,
-			topology.Error{GPU: -1, Op: "DeviceGetCount"}},
+			nvmltopology.Error{GPU: -1, Op: "DeviceGetCount"}},
 		{"handle", "dgx-h100", gputest.WithFault("DeviceGetHandleByIndex", 4, nvml.ERROR_GPU_IS_LOST), nvml.ERROR_GPU_IS_LOST,
-			topology.Error{GPU: 3, Op: "DeviceGetHandleByIndex"}},
+			nvmltopology.Error{GPU: 3, Op: "DeviceGetHandleByIndex"}},
 		{"uuid", "dgx-h100", gputest.WithFault("GetUUID", 2, nvml.ERROR_UNKNOWN), nvml.ERROR_UNKNOWN,
-			topology.Error{GPU: 1, Op: "GetUUID"}},
+			nvmltopology.Error{GPU: 1, Op: "GetUUID"}},
 		{"pci", "dgx-h100", gputest.WithFault("GetPciInfo", 8, nvml.ERROR_GPU_IS_LOST), nvml.ERROR_GPU_IS_LOST,
-			topology.Error{GPU: 7, Op: "GetPciInfo"}},
+			nvmltopology.Error{GPU: 7, Op: "GetPciInfo"}},
 		{"numa", "a30x4", gputest.WithFault("GetNumaNodeId", 3, nvml.ERROR_UNKNOWN), nvml.ERROR_UNKNOWN,
-			topology.Error{GPU: 2, Op: "GetNumaNodeId"}},
+			nvmltopology.Error{GPU: 2, Op: "GetNumaNodeId"}},
 		{"fabric", "gb200-nvl4", gputest.WithFault("GetGpuFabricInfo", 1, nvml.ERROR_NO_PERMISSION), nvml.ERROR_NO_PERMISSION,
-			topology.Error{GPU: 0, Op: "GetGpuFabricInfo"}},
+			nvmltopology.Error{GPU: 0, Op: "GetGpuFabricInfo"}},
 		{"nvlink state", "dgx-h100", gputest.WithFault("GetNvLinkState", 1, nvml.ERROR_GPU_IS_LOST), nvml.ERROR_GPU_IS_LOST,
-			topology.Error{GPU: 0, Op: "GetNvLinkState", Arg: "link 0"}},
+			nvmltopology.Error{GPU: 0, Op: "GetNvLinkState", Arg: "link 0"}},
 		{"nvlink remote", "dgx-h100", gputest.WithFault("GetNvLinkRemotePciInfo", 3, nvml.ERROR_UNKNOWN), nvml.ERROR_UNKNOWN,
-			topology.Error{GPU: 0, Op: "GetNvLinkRemotePciInfo", Arg: "link 2"}},
+			nvmltopology.Error{GPU: 0, Op: "GetNvLinkRemotePciInfo", Arg: "link 2"}},
 		{"nvlink remote type", "gb200-nvl4", gputest.WithFault("GetNvLinkRemoteDeviceType", 1, nvml.ERROR_UNKNOWN), nvml.ERROR_UNKNOWN,
-			topology.Error{GPU: 0, Op: "GetNvLinkRemoteDeviceType", Arg: "link 0"}},
+			nvmltopology.Error{GPU: 0, Op: "GetNvLinkRemoteDeviceType", Arg: "link 0"}},
 		{"common ancestor", "l4x8", gputest.WithFault("GetTopologyCommonAncestor", 1, nvml.ERROR_GPU_IS_LOST), nvml.ERROR_GPU_IS_LOST,
-			topology.Error{GPU: 0, Op: "GetTopologyCommonAncestor", Arg: "GPU 1"}},
+			nvmltopology.Error{GPU: 0, Op: "GetTopologyCommonAncestor", Arg: "GPU 1"}},
 		{"p2p", "l4x8", gputest.WithFault("GetP2PStatus", 1, nvml.ERROR_UNKNOWN), nvml.ERROR_UNKNOWN,
-			topology.Error{GPU: 0, Op: "GetP2PStatus", Arg: "GPU 1, read"}},
+			nvmltopology.Error{GPU: 0, Op: "GetP2PStatus", Arg: "GPU 1, read"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -440,16 +441,16 @@ func TestDiscoverErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			topo, err := topology.Discover(m, topology.WithoutSysfs())
+			topo, err := nvmltopology.Discover(m, nvmltopology.WithoutSysfs())
 			if err == nil {
 				t.Fatalf("Discover succeeded: %+v", topo)
 			}
 			if !errors.Is(err, tc.ret) {
 				t.Errorf("errors.Is(%v, %v) = false", err, tc.ret)
 			}
-			var e *topology.Error
+			var e *nvmltopology.Error
 			if !errors.As(err, &e) {
-				t.Fatalf("%v is not a *topology.Error", err)
+				t.Fatalf("%v is not a *nvmltopology.Error", err)
 			}
 			tc.want.Return = tc.ret
 			if diff := cmp.Diff(tc.want, *e); diff != "" {
@@ -464,11 +465,11 @@ func TestDiscoverErrors(t *testing.T) {
 
 func TestErrorMessage(t *testing.T) {
 	tests := []struct {
-		err  topology.Error
+		err  nvmltopology.Error
 		want string
 	}{
-		{topology.Error{GPU: 2, Op: "GetNvLinkState", Arg: "link 3", Return: nvml.ERROR_UNKNOWN}, "topology: GPU 2: GetNvLinkState(link 3): ERROR_UNKNOWN"},
-		{topology.Error{GPU: -1, Op: "DeviceGetCount", Return: nvml.ERROR_UNINITIALIZED}, "topology: DeviceGetCount: ERROR_UNINITIALIZED"},
+		{nvmltopology.Error{GPU: 2, Op: "GetNvLinkState", Arg: "link 3", Return: nvml.ERROR_UNKNOWN}, "topology: GPU 2: GetNvLinkState(link 3): ERROR_UNKNOWN"},
+		{nvmltopology.Error{GPU: -1, Op: "DeviceGetCount", Return: nvml.ERROR_UNINITIALIZED}, "topology: DeviceGetCount: ERROR_UNINITIALIZED"},
 	}
 	for _, tc := range tests {
 		if got := tc.err.Error(); got != tc.want {
@@ -527,7 +528,7 @@ func TestDiscoverEmptyPCIInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Device(1).GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.SUCCESS }
-	topo, err := topology.Discover(m, topology.WithoutSysfs())
+	topo, err := nvmltopology.Discover(m, nvmltopology.WithoutSysfs())
 	if err != nil {
 		t.Fatal(err)
 	}

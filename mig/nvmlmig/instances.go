@@ -1,4 +1,4 @@
-package mig
+package nvmlmig
 
 import (
 	"cmp"
@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpudra/gpudra/mig"
 )
 
 // GPUInstanceState is one GPU instance that exists on a GPU, as NVML reports it.
@@ -17,7 +19,7 @@ type GPUInstanceState struct {
 	Profile     nvml.GpuInstanceProfileInfo
 	ProfileEnum int
 	// Placement is where the instance sits, in memory slices.
-	Placement Placement
+	Placement mig.Placement
 	// Handle is NVML's handle of the instance, valid until it is destroyed.
 	Handle nvml.GpuInstance
 	// ComputeInstances are the instance's compute instances (MIG devices), by id. A GPU
@@ -290,7 +292,7 @@ func (w *walker) add(gi nvml.GpuInstance, migIndex int) (*GPUInstanceState, erro
 			Detail: fmt.Sprintf("GPU instance %d has profile Id %d, which NVML does not list", info.Id, info.ProfileId)}
 	}
 	s := &GPUInstanceState{ID: int(info.Id), Profile: p.info, ProfileEnum: p.enum, Handle: gi,
-		Placement: Placement{Start: int(info.Placement.Start), Size: int(info.Placement.Size)}}
+		Placement: mig.Placement{Start: int(info.Placement.Start), Size: int(info.Placement.Size)}}
 	w.byID[s.ID] = s
 	return s, nil
 }

@@ -1,4 +1,4 @@
-package topology
+package nvmltopology
 
 import (
 	"cmp"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/uuid"
+	"github.com/gpudra/gpudra/topology"
 )
 
 // DefaultSysfsRoot is where Discover looks for sysfs unless WithSysfsRoot or WithoutSysfs says
@@ -88,7 +89,7 @@ func (e *Error) Unwrap() error { return e.Return }
 // NVLink domains come from GetGpuFabricInfo: a GPU whose fabric state is COMPLETED, whose
 // fabric status is SUCCESS and whose cluster UUID is not zero belongs to the domain of its
 // cluster UUID and clique id.
-func Discover(lib nvml.Interface, opts ...Option) (*Topology, error) {
+func Discover(lib nvml.Interface, opts ...Option) (*topology.Topology, error) {
 	if lib == nil {
 		return nil, errors.New("topology: Discover: nil nvml.Interface")
 	}
@@ -100,7 +101,7 @@ func Discover(lib nvml.Interface, opts ...Option) (*Topology, error) {
 	if ret != nvml.SUCCESS {
 		return nil, &Error{GPU: -1, Op: "DeviceGetCount", Return: ret}
 	}
-	t := &Topology{GPUs: make([]GPU, n), Links: make([][]Link, n)}
+	t := &topology.Topology{GPUs: make([]topology.GPU, n), Links: make([][]topology.Link, n)}
 	devs := make([]nvml.Device, n)
 	for i := range n {
 		d, ret := lib.DeviceGetHandleByIndex(i)
@@ -113,7 +114,7 @@ func Discover(lib nvml.Interface, opts ...Option) (*Topology, error) {
 			return nil, err
 		}
 		t.GPUs[i] = g
-		t.Links[i] = make([]Link, n)
+		t.Links[i] = make([]topology.Link, n)
 	}
 	byBus := make(map[string]int, n)
 	for i, g := range t.GPUs {
@@ -146,8 +147,8 @@ func Discover(lib nvml.Interface, opts ...Option) (*Topology, error) {
 	return t, nil
 }
 
-func readGPU(i int, d nvml.Device) (GPU, error) {
-	g := GPU{Index: i, NUMANode: -1}
+func readGPU(i int, d nvml.Device) (topology.GPU, error) {
+	g := topology.GPU{Index: i, NUMANode: -1}
 	u, ret := d.GetUUID()
 	switch ret {
 	case nvml.SUCCESS:
@@ -182,7 +183,7 @@ func readGPU(i int, d nvml.Device) (GPU, error) {
 	switch ret {
 	case nvml.SUCCESS:
 		if f.State == nvml.GPU_FABRIC_STATE_COMPLETED && nvml.Return(f.Status) == nvml.SUCCESS && f.ClusterUuid != [16]uint8{} {
-			g.Fabric = &Fabric{ClusterUUID: uuid.UUID(f.ClusterUuid).String(), CliqueID: f.CliqueId}
+			g.Fabric = &topology.Fabric{ClusterUUID: uuid.UUID(f.ClusterUuid).String(), CliqueID: f.CliqueId}
 		}
 	case nvml.ERROR_NOT_SUPPORTED:
 	default:
@@ -266,31 +267,31 @@ func readNVLinks(i int, d nvml.Device) ([]remote, error) {
 }
 
 // peers groups the named far ends of a GPU's links by bus ID, sorted by bus ID.
-func peers(rs []remote, byBus map[string]int) []Peer {
-	var out []Peer
+func peers(rs []remote, byBus map[string]int) []topology.Peer {
+	var out []topology.Peer
 	for _, r := range rs {
 		if r.busID == "" {
 			continue
 		}
-		k := slices.IndexFunc(out, func(p Peer) bool { return p.BusID == r.busID })
+		k := slices.IndexFunc(out, func(p topology.Peer) bool { return p.BusID == r.busID })
 		if k < 0 {
 			gpu, ok := byBus[r.busID]
 			if !ok || r.isSwitch {
 				gpu = -1
 			}
-			out = append(out, Peer{BusID: r.busID, GPU: gpu, Switch: r.isSwitch})
+			out = append(out, topology.Peer{BusID: r.busID, GPU: gpu, Switch: r.isSwitch})
 			k = len(out) - 1
 		}
 		out[k].Links++
 	}
-	slices.SortFunc(out, func(a, b Peer) int { return strings.Compare(a.BusID, b.BusID) })
+	slices.SortFunc(out, func(a, b topology.Peer) int { return strings.Compare(a.BusID, b.BusID) })
 	return out
 }
 
 // nvlinksBetween counts the direct links between a and b plus the links through NVSwitches both
 // reach (the smaller of the two sides).
-func nvlinksBetween(a, b GPU) int {
-	direct := func(from GPU, to GPU) int {
+func nvlinksBetween(a, b topology.GPU) int {
+	direct := func(from topology.GPU, to topology.GPU) int {
 		for _, p := range from.Peers {
 			if to.PCIBusID != "" && p.BusID == to.PCIBusID && !p.Switch {
 				return p.Links
@@ -314,8 +315,8 @@ func nvlinksBetween(a, b GPU) int {
 	return n + min(viaA, viaB)
 }
 
-func readPair(i, j int, a, b nvml.Device) (Link, error) {
-	var l Link
+func readPair(i, j int, a, b nvml.Device) (topology.Link, error) {
+	var l topology.Link
 	lvl, ret := a.GetTopologyCommonAncestor(b)
 	switch ret {
 	case nvml.SUCCESS:
@@ -346,41 +347,55 @@ func readPair(i, j int, a, b nvml.Device) (Link, error) {
 	return l, nil
 }
 
-func levelOf(l nvml.GpuTopologyLevel) Level {
+func levelOf(l nvml.GpuTopologyLevel) topology.Level {
 	switch l {
 	case nvml.TOPOLOGY_INTERNAL, nvml.TOPOLOGY_SINGLE:
-		return LevelPIX
+		return topology.LevelPIX
 	case nvml.TOPOLOGY_MULTIPLE:
-		return LevelPXB
+		return topology.LevelPXB
 	case nvml.TOPOLOGY_HOSTBRIDGE:
-		return LevelPHB
+		return topology.LevelPHB
 	case nvml.TOPOLOGY_NODE:
-		return LevelNode
+		return topology.LevelNode
 	case nvml.TOPOLOGY_SYSTEM:
-		return LevelSys
+		return topology.LevelSys
 	}
-	return LevelUnknown
+	return topology.LevelUnknown
 }
 
 // domains groups the GPUs with a fabric by cluster and clique.
-func domains(gpus []GPU) []Domain {
-	var out []Domain
+func domains(gpus []topology.GPU) []topology.Domain {
+	var out []topology.Domain
 	for _, g := range gpus {
 		if g.Fabric == nil {
 			continue
 		}
-		k := slices.IndexFunc(out, func(d Domain) bool { return d.Fabric == *g.Fabric })
+		k := slices.IndexFunc(out, func(d topology.Domain) bool { return d.Fabric == *g.Fabric })
 		if k < 0 {
-			out = append(out, Domain{Fabric: *g.Fabric})
+			out = append(out, topology.Domain{Fabric: *g.Fabric})
 			k = len(out) - 1
 		}
 		out[k].GPUs = append(out[k].GPUs, g.Index)
 	}
-	slices.SortFunc(out, func(a, b Domain) int {
+	slices.SortFunc(out, func(a, b topology.Domain) int {
 		if c := strings.Compare(a.ClusterUUID, b.ClusterUUID); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.CliqueID, b.CliqueID)
 	})
 	return out
+}
+
+// canonicalBusID turns "00000000:07:00.0" or "0000:07:00.0" into "0000:07:00.0", as
+// topology.Topology.PCIeRoot reads bus IDs.
+func canonicalBusID(s string) (string, error) {
+	var dom, bus, dev, fn uint64
+	n, err := fmt.Sscanf(strings.TrimSpace(strings.ToLower(s)), "%x:%x:%x.%x", &dom, &bus, &dev, &fn)
+	if err != nil || n != 4 {
+		return "", fmt.Errorf("PCI bus ID %q is not DOMAIN:BUS:DEVICE.FUNCTION", s)
+	}
+	if dom > 0xffffffff || bus > 0xff || dev > 0x1f || fn > 7 {
+		return "", fmt.Errorf("PCI bus ID %q is out of range", s)
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.%x", dom, bus, dev, fn), nil
 }

@@ -1,4 +1,4 @@
-package gpu_test
+package nvmlgpu_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/resourcepool"
 )
 
@@ -76,7 +77,7 @@ func faultFreeEnumerations(f *testing.F) (calls [][]string, invs []*gpu.Inventor
 		if err != nil {
 			f.Fatal(err)
 		}
-		inv, err := gpu.Enumerate(context.Background(), m)
+		inv, err := nvmlgpu.Enumerate(context.Background(), m)
 		if err != nil {
 			f.Fatalf("%s: %v", fm.name, err)
 		}
@@ -136,7 +137,7 @@ func FuzzEnumerateFaults(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		inv, err := gpu.Enumerate(context.Background(), m, gpu.SkipFailedGPUs(skip))
+		inv, err := nvmlgpu.Enumerate(context.Background(), m, nvmlgpu.SkipFailedGPUs(skip))
 		want := clean[mi]
 		if err != nil {
 			checkEnumerationError(t, err, faults, len(want.GPUs))

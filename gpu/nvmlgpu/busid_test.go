@@ -1,4 +1,4 @@
-package gpu
+package nvmlgpu
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/mig"
 )
@@ -95,13 +96,13 @@ func TestEnumerateOptionalAttributes(t *testing.T) {
 	for _, tc := range []struct {
 		method string
 		// check says whether the attribute was left out; nil: the call is required.
-		check func(g GPU) bool
+		check func(g gpu.GPU) bool
 	}{
-		{"GetBrand", func(g GPU) bool { return g.Brand == "" }},
-		{"GetArchitecture", func(g GPU) bool { return g.Architecture == "" }},
-		{"GetMemoryInfo", func(g GPU) bool { return g.MemoryBytes == 0 }},
-		{"GetPciInfo", func(g GPU) bool { return g.PCIBusID == "" && g.PCIDeviceID == 0 }},
-		{"GetNumaNodeId", func(g GPU) bool { return g.NUMANode == -1 }},
+		{"GetBrand", func(g gpu.GPU) bool { return g.Brand == "" }},
+		{"GetArchitecture", func(g gpu.GPU) bool { return g.Architecture == "" }},
+		{"GetMemoryInfo", func(g gpu.GPU) bool { return g.MemoryBytes == 0 }},
+		{"GetPciInfo", func(g gpu.GPU) bool { return g.PCIBusID == "" && g.PCIDeviceID == 0 }},
+		{"GetNumaNodeId", func(g gpu.GPU) bool { return g.NUMANode == -1 }},
 		{"GetUUID", nil},
 		{"GetMinorNumber", nil},
 		{"GetName", nil},

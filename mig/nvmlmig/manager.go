@@ -1,4 +1,4 @@
-package mig
+package nvmlmig
 
 import (
 	"errors"
@@ -6,19 +6,21 @@ import (
 	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpudra/gpudra/mig"
 )
 
 // InstanceManager creates and destroys MIG instances on one GPU through NVML. It is not safe for
 // concurrent use on the same GPU; use one InstanceManager per GPU and serialise calls.
 type InstanceManager struct {
 	dev   nvml.Device
-	model *Model
+	model *mig.Model
 	label string
 }
 
 // NewInstanceManager returns an InstanceManager for dev. m is the GPU's model; when nil it is looked up from the
 // device's product name. The GPU is named in errors by its UUID when NVML reports one.
-func NewInstanceManager(dev nvml.Device, m *Model) (*InstanceManager, error) {
+func NewInstanceManager(dev nvml.Device, m *mig.Model) (*InstanceManager, error) {
 	if dev == nil {
 		return nil, errNilDevice("NewInstanceManager")
 	}
@@ -32,7 +34,7 @@ func NewInstanceManager(dev nvml.Device, m *Model) (*InstanceManager, error) {
 			return nil, fmt.Errorf("get name of GPU %s: %w", label, ret)
 		}
 		var err error
-		if m, err = Lookup(name); err != nil {
+		if m, err = mig.Lookup(name); err != nil {
 			return nil, fmt.Errorf("GPU %s: %w", label, err)
 		}
 	}
@@ -40,7 +42,7 @@ func NewInstanceManager(dev nvml.Device, m *Model) (*InstanceManager, error) {
 }
 
 // Model returns the model the InstanceManager validates layouts against.
-func (mg *InstanceManager) Model() *Model { return mg.model }
+func (mg *InstanceManager) Model() *mig.Model { return mg.model }
 
 // ResetRequiredError says MIG mode was requested but only takes effect after a GPU reset (or the
 // GPU is busy); no instance was created.
@@ -104,7 +106,7 @@ func (mg *InstanceManager) DisableMIG() (changed, resetRequired bool, err error)
 		return false, false, err
 	}
 	if len(current) > 0 {
-		return false, false, fmt.Errorf("disable MIG mode on GPU %s: GPU instances exist: %s", mg.label, FormatLayout(current))
+		return false, false, fmt.Errorf("disable MIG mode on GPU %s: GPU instances exist: %s", mg.label, mig.FormatLayout(current))
 	}
 	status, ret := mg.dev.SetMigMode(nvml.DEVICE_MIG_DISABLE)
 	if ret != nvml.SUCCESS {
@@ -123,19 +125,19 @@ func (mg *InstanceManager) DisableMIG() (changed, resetRequired bool, err error)
 // Current returns the GPU instances that exist now, as placed Instances sorted by placement. A
 // GPU instance whose profile the model does not know is an error: its slices would be invisible
 // to validation.
-func (mg *InstanceManager) Current() ([]Instance, error) {
+func (mg *InstanceManager) Current() ([]mig.Instance, error) {
 	states, err := mg.Instances()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Instance, 0, len(states))
+	out := make([]mig.Instance, 0, len(states))
 	for _, st := range states {
 		p, err := mg.profileOf(st)
 		if err != nil {
 			return nil, err
 		}
 		pl := st.Placement
-		out = append(out, Instance{Profile: p.Name, Placement: &pl})
+		out = append(out, mig.Instance{Profile: p.Name, Placement: &pl})
 	}
 	return out, nil
 }
@@ -150,7 +152,7 @@ func (mg *InstanceManager) Instances() ([]GPUInstanceState, error) {
 	return states, nil
 }
 
-func (mg *InstanceManager) profileOf(st GPUInstanceState) (*GIProfile, error) {
+func (mg *InstanceManager) profileOf(st GPUInstanceState) (*mig.GIProfile, error) {
 	p, ok := mg.model.ProfileByID(int(st.Profile.Id))
 	if !ok {
 		return nil, fmt.Errorf("GPU %s has a GPU instance %d at placement %d with profile Id %d, which the %s geometry does not know",
@@ -160,7 +162,7 @@ func (mg *InstanceManager) profileOf(st GPUInstanceState) (*GIProfile, error) {
 }
 
 // find returns the GPU instance of profile p at placement start, nil when there is none.
-func (mg *InstanceManager) find(p *GIProfile, start int) (*GPUInstanceState, error) {
+func (mg *InstanceManager) find(p *mig.GIProfile, start int) (*GPUInstanceState, error) {
 	states, err := mg.Instances()
 	if err != nil {
 		return nil, err
@@ -176,7 +178,7 @@ func (mg *InstanceManager) find(p *GIProfile, start int) (*GPUInstanceState, err
 // Created describes one instance Apply made or found.
 type Created struct {
 	// Instance is the profile and placement.
-	Instance Instance
+	Instance mig.Instance
 	// GPUInstanceID and ComputeInstanceID are NVML's ids.
 	GPUInstanceID, ComputeInstanceID int
 	// Reused is true when the GPU instance already existed at that placement (Apply is
@@ -192,13 +194,13 @@ type undo struct {
 
 // Apply makes the layout exist on the GPU: it enables MIG mode if needed (a *ResetRequiredError
 // when that needs a reset), validates the layout together with the instances that already exist
-// (placing unplaced instances as Plan does), then for each instance creates the GPU instance at its
-// placement (CreateGpuInstanceWithPlacement with the profile info NVML returns for the profile's
-// enum) and a compute instance spanning it. An instance whose profile already exists at that
-// placement is reused, not duplicated. On any failure everything this call created is destroyed
-// (compute instances first, in reverse order) and the NVML error is returned wrapped with the
-// step, profile, placement and GPU.
-func (mg *InstanceManager) Apply(layout []Instance) (_ []Created, err error) {
+// (placing unplaced instances as mig.Plan does), then for each instance creates the GPU instance at
+// its placement (CreateGpuInstanceWithPlacement with the profile info NVML returns for the
+// profile's enum) and a compute instance spanning it. An instance whose profile already exists at
+// that placement is reused, not duplicated. On any failure everything this call created is
+// destroyed (compute instances first, in reverse order) and the NVML error is returned wrapped with
+// the step, profile, placement and GPU.
+func (mg *InstanceManager) Apply(layout []mig.Instance) (_ []Created, err error) {
 	reset, err := mg.EnableMIG()
 	if err != nil {
 		return nil, err
@@ -210,7 +212,62 @@ func (mg *InstanceManager) Apply(layout []Instance) (_ []Created, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// Split the request into instances that already exist and new ones.
+	targets, reuse, err := mg.targets(layout, current)
+	if err != nil {
+		return nil, err
+	}
+	var undos []undo
+	defer func() {
+		if err != nil {
+			err = rollBack(err, undos)
+		}
+	}()
+	out := make([]Created, 0, len(layout))
+	for i, target := range targets {
+		c, u, err := mg.create(target, reuse[i])
+		if u.gi != nil || u.ci != nil {
+			undos = append(undos, u)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// targets returns, for each instance of the layout, the placed instance Apply makes exist, and
+// whether it already exists (reuse). New instances are validated together with current, the
+// instances on the GPU, and placed where the layout leaves them unplaced.
+func (mg *InstanceManager) targets(layout, current []mig.Instance) (targets []mig.Instance, reuse []bool, err error) {
+	reuse = mg.existing(layout, current)
+	var fresh []mig.Instance
+	for i, in := range layout {
+		if !reuse[i] {
+			fresh = append(fresh, in)
+		}
+	}
+	planned, err := mig.Validate(mg.model, append(slices.Clone(current), fresh...))
+	if err != nil {
+		return nil, nil, fmt.Errorf("apply %s on GPU %s: %w", mig.FormatLayout(layout), mg.label, err)
+	}
+	planned = planned[len(current):]
+	targets = make([]mig.Instance, len(layout))
+	for i, in := range layout {
+		if !reuse[i] {
+			targets[i], planned = planned[0], planned[1:]
+			continue
+		}
+		p, _ := mg.model.Profile(in.Profile)
+		pl := mig.Placement{Start: in.Placement.Start, Size: p.MemorySlices()}
+		targets[i] = mig.Instance{Profile: p.Name, Placement: &pl}
+	}
+	return targets, reuse, nil
+}
+
+// existing says which placed instances of the layout already exist among current, each existing
+// instance matching at most one.
+func (mg *InstanceManager) existing(layout, current []mig.Instance) []bool {
 	taken := make([]bool, len(current))
 	reuse := make([]bool, len(layout))
 	for i, in := range layout {
@@ -228,68 +285,33 @@ func (mg *InstanceManager) Apply(layout []Instance) (_ []Created, err error) {
 			}
 		}
 	}
-	var fresh []Instance
-	for i, in := range layout {
-		if !reuse[i] {
-			fresh = append(fresh, in)
-		}
-	}
-	planned, err := Validate(mg.model, append(slices.Clone(current), fresh...))
-	if err != nil {
-		return nil, fmt.Errorf("apply %s on GPU %s: %w", FormatLayout(layout), mg.label, err)
-	}
-	planned = planned[len(current):]
+	return reuse
+}
 
-	var undos []undo
-	defer func() {
-		if err == nil {
-			return
-		}
-		var rerrs []error
-		for i := len(undos) - 1; i >= 0; i-- {
-			u := undos[i]
-			if u.ci != nil {
-				if ret := u.ci.Destroy(); ret != nvml.SUCCESS {
-					rerrs = append(rerrs, fmt.Errorf("roll back: destroy compute instance: %w", ret))
-				}
-			}
-			if u.gi != nil {
-				if ret := u.gi.Destroy(); ret != nvml.SUCCESS {
-					rerrs = append(rerrs, fmt.Errorf("roll back: destroy GPU instance: %w", ret))
-				}
+// rollBack destroys what a failed Apply created, newest first (each compute instance before its
+// GPU instance), and returns err joined with every failure to destroy.
+func rollBack(err error, undos []undo) error {
+	errs := []error{err}
+	for _, u := range slices.Backward(undos) {
+		if u.ci != nil {
+			if ret := u.ci.Destroy(); ret != nvml.SUCCESS {
+				errs = append(errs, fmt.Errorf("roll back: destroy compute instance: %w", ret))
 			}
 		}
-		if len(rerrs) > 0 {
-			err = errors.Join(append([]error{err}, rerrs...)...)
+		if u.gi != nil {
+			if ret := u.gi.Destroy(); ret != nvml.SUCCESS {
+				errs = append(errs, fmt.Errorf("roll back: destroy GPU instance: %w", ret))
+			}
 		}
-	}()
-
-	out := make([]Created, 0, len(layout))
-	k := 0
-	for i, in := range layout {
-		var target Instance
-		if reuse[i] {
-			p, _ := mg.model.Profile(in.Profile)
-			pl := Placement{Start: in.Placement.Start, Size: p.MemorySlices()}
-			target = Instance{Profile: p.Name, Placement: &pl}
-		} else {
-			target = planned[k]
-			k++
-		}
-		c, u, err := mg.create(target, reuse[i])
-		if u.gi != nil || u.ci != nil {
-			undos = append(undos, u)
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
 	}
-	return out, nil
+	if len(errs) == 1 {
+		return err
+	}
+	return errors.Join(errs...)
 }
 
 // create makes (or finds) one GPU instance and its full compute instance.
-func (mg *InstanceManager) create(in Instance, reuse bool) (Created, undo, error) {
+func (mg *InstanceManager) create(in mig.Instance, reuse bool) (Created, undo, error) {
 	var u undo
 	p, _ := mg.model.Profile(in.Profile)
 	c := Created{Instance: in, Reused: reuse}
@@ -322,7 +344,7 @@ func (mg *InstanceManager) create(in Instance, reuse bool) (Created, undo, error
 		return c, u, fmt.Errorf("get GPU instance info for %s: %w", where, ret)
 	}
 	c.GPUInstanceID = int(gii.Id)
-	ciEnum := ciEnumFor(p.ComputeSlices)
+	ciEnum := fullComputeProfileEnum(p.ComputeSlices)
 	ciInfo, ret := gi.GetComputeInstanceProfileInfo(ciEnum, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
 	if ret != nvml.SUCCESS {
 		return c, u, fmt.Errorf("get compute instance profile info (%d slices) for %s: %w", p.ComputeSlices, where, ret)
@@ -347,7 +369,7 @@ func (mg *InstanceManager) create(in Instance, reuse bool) (Created, undo, error
 // Remove destroys the GPU instances of the layout (matched by profile and placement start; every
 // instance must be placed) and all their compute instances, compute instances first. Instances
 // that do not exist are skipped, so Remove is idempotent. It stops at the first NVML failure.
-func (mg *InstanceManager) Remove(layout []Instance) error {
+func (mg *InstanceManager) Remove(layout []mig.Instance) error {
 	for _, in := range layout {
 		if in.Placement == nil {
 			return fmt.Errorf("remove %s from GPU %s: no placement given", in.Profile, mg.label)
@@ -384,4 +406,26 @@ func (mg *InstanceManager) destroy(st *GPUInstanceState, where string) error {
 		return fmt.Errorf("destroy GPU instance %s: %w", where, ret)
 	}
 	return nil
+}
+
+// fullComputeProfileEnum is the COMPUTE_INSTANCE_PROFILE_* enum of a compute instance of c
+// compute slices, the one that spans a GPU instance of c slices; -1 for a count NVML has none for.
+func fullComputeProfileEnum(c int) int {
+	switch c {
+	case 1:
+		return nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE
+	case 2:
+		return nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE
+	case 3:
+		return nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE
+	case 4:
+		return nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE
+	case 6:
+		return nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE
+	case 7:
+		return nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE
+	case 8:
+		return nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE
+	}
+	return -1
 }

@@ -1,14 +1,16 @@
-package topology
+package nvmltopology
 
 import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/gpudra/gpudra/topology"
 )
 
 // assignRoots fills PCIeRoot and PCIeRootSource of every GPU with a bus ID: from sysfs where it
 // knows the device, else from the GPU's host-bridge group (see Discover).
-func assignRoots(t *Topology, c config) {
+func assignRoots(t *topology.Topology, c config) {
 	n := len(t.GPUs)
 	if c.sysfsRoot != "" {
 		for i := range t.GPUs {
@@ -17,7 +19,7 @@ func assignRoots(t *Topology, c config) {
 				continue
 			}
 			if r, ok := sysfsPCIeRoot(c.sysfsRoot, g.PCIBusID); ok {
-				g.PCIeRoot, g.PCIeRootSource = r, RootSysfs
+				g.PCIeRoot, g.PCIeRootSource = r, topology.RootSysfs
 			}
 		}
 	}
@@ -50,7 +52,7 @@ func assignRoots(t *Topology, c config) {
 	for _, members := range groups { // members ascend; each group is handled independently
 		name := ""
 		for _, i := range members {
-			if t.GPUs[i].PCIeRootSource == RootSysfs {
+			if t.GPUs[i].PCIeRootSource == topology.RootSysfs {
 				name = t.GPUs[i].PCIeRoot
 				break
 			}
@@ -59,20 +61,20 @@ func assignRoots(t *Topology, c config) {
 			name = synthesizedRoot(t.GPUs, members)
 		}
 		for _, i := range members {
-			if t.GPUs[i].PCIeRootSource != RootSysfs {
-				t.GPUs[i].PCIeRoot, t.GPUs[i].PCIeRootSource = name, RootDerived
+			if t.GPUs[i].PCIeRootSource != topology.RootSysfs {
+				t.GPUs[i].PCIeRoot, t.GPUs[i].PCIeRootSource = name, topology.RootDerived
 			}
 		}
 	}
 }
 
 // sharesHostBridge reports whether two GPUs at level l hang off the same host bridge.
-func sharesHostBridge(l Level) bool {
-	return l == LevelPIX || l == LevelPXB || l == LevelPHB
+func sharesHostBridge(l topology.Level) bool {
+	return l == topology.LevelPIX || l == topology.LevelPXB || l == topology.LevelPHB
 }
 
 // synthesizedRoot names a group "pci<domain>:<bus>" after its lowest (domain, bus).
-func synthesizedRoot(gpus []GPU, members []int) string {
+func synthesizedRoot(gpus []topology.GPU, members []int) string {
 	type db struct{ dom, bus uint64 }
 	var all []db
 	for _, i := range members {

@@ -1,4 +1,4 @@
-package gpu
+package nvmlgpu
 
 import (
 	"context"
@@ -10,8 +10,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
 
 func newMachine(t testing.TB, name string, opts ...gputest.Option) *gputest.Machine {
@@ -33,46 +35,46 @@ func uuidOf(t testing.TB, m *gputest.Machine, i int) string {
 }
 
 // ignoreMIGUUIDs leaves MIG UUIDs out of GPU diffs; TestEnumerateMIGUUIDs checks them.
-var ignoreMIGUUIDs = cmpopts.IgnoreFields(MIGDevice{}, "UUID")
+var ignoreMIGUUIDs = cmpopts.IgnoreFields(gpu.MIGDevice{}, "UUID")
 
 func TestEnumerateGPU(t *testing.T) {
 	tests := []struct {
 		machine string
 		opts    []gputest.Option
 		index   int
-		want    GPU
+		want    gpu.GPU
 	}{
 		{
 			machine: "l4x8", index: 5,
-			want: GPU{Index: 5, Minor: 5, ProductName: "NVIDIA L4", Brand: "NVIDIA", Architecture: "Ada Lovelace",
+			want: gpu.GPU{Index: 5, Minor: 5, ProductName: "NVIDIA L4", Brand: "NVIDIA", Architecture: "Ada Lovelace",
 				CudaComputeCapability: "8.9.0", MemoryBytes: 23034 << 20, Multiprocessors: 58,
 				PCIBusID: "0000:ba:00.0", PCIDeviceID: 0x27B810DE, NUMANode: 1},
 		},
 		{
 			machine: "a10gx4", index: 3,
-			want: GPU{Index: 3, Minor: 3, ProductName: "NVIDIA A10G", Brand: "NVIDIA", Architecture: "Ampere",
+			want: gpu.GPU{Index: 3, Minor: 3, ProductName: "NVIDIA A10G", Brand: "NVIDIA", Architecture: "Ampere",
 				CudaComputeCapability: "8.6.0", MemoryBytes: 23028 << 20, Multiprocessors: 72,
 				PCIBusID: "0000:00:1e.0", PCIDeviceID: 0x223710DE, NUMANode: 0},
 		},
 		{
 			machine: "dgx-h100", index: 7,
-			want: GPU{Index: 7, Minor: 7, ProductName: "NVIDIA H100 80GB HBM3", Brand: "NVIDIA", Architecture: "Hopper",
+			want: gpu.GPU{Index: 7, Minor: 7, ProductName: "NVIDIA H100 80GB HBM3", Brand: "NVIDIA", Architecture: "Hopper",
 				CudaComputeCapability: "9.0.0", MemoryBytes: 81559 << 20, Multiprocessors: 132,
 				PCIBusID: "0000:df:00.0", PCIDeviceID: 0x233010DE, NUMANode: 1, MIGCapable: true},
 		},
 		{
 			machine: "gb200-nvl4", index: 2, opts: []gputest.Option{gputest.WithMIG(2)},
-			want: GPU{Index: 2, Minor: 2, ProductName: "NVIDIA GB200", Brand: "NVIDIA", Architecture: "Blackwell",
+			want: gpu.GPU{Index: 2, Minor: 2, ProductName: "NVIDIA GB200", Brand: "NVIDIA", Architecture: "Blackwell",
 				CudaComputeCapability: "10.0.0", MemoryBytes: 189471 << 20, Multiprocessors: mustModel(t, "GB200").Multiprocessors,
 				PCIBusID: "0018:01:00.0", PCIDeviceID: 0x294110DE, NUMANode: 1, MIGCapable: true, MIGEnabled: true, MIGPending: true},
 		},
 		{
 			machine: "dgx-a100-40gb", index: 1,
 			opts: []gputest.Option{gputest.WithMIG(1, "1c.3g.20gb@4", "1g.5gb+me@1", "1g.10gb@2")},
-			want: GPU{Index: 1, Minor: 1, ProductName: "NVIDIA A100-SXM4-40GB", Brand: "NVIDIA", Architecture: "Ampere",
+			want: gpu.GPU{Index: 1, Minor: 1, ProductName: "NVIDIA A100-SXM4-40GB", Brand: "NVIDIA", Architecture: "Ampere",
 				CudaComputeCapability: "8.0.0", MemoryBytes: 40960 << 20, Multiprocessors: 108,
 				PCIBusID: "0000:0f:00.0", PCIDeviceID: 0x20B010DE, NUMANode: 3, MIGCapable: true, MIGEnabled: true, MIGPending: true,
-				MIGDevices: []MIGDevice{
+				MIGDevices: []gpu.MIGDevice{
 					{ParentIndex: 1, ParentMinor: 1, Profile: "1g.5gb+me", GIProfileID: 20, CIProfileID: 0, GIID: 13, CIID: 0,
 						Placement: mig.Placement{Start: 1, Size: 1}, MemoryBytes: 4864 << 20, Multiprocessors: 14,
 						CopyEngines: 1, Decoders: 1, JpegEngines: 1, OfaEngines: 1},
@@ -100,7 +102,7 @@ func TestEnumerateGPU(t *testing.T) {
 			for i := range want.MIGDevices {
 				want.MIGDevices[i].ParentUUID = want.UUID
 			}
-			if diff := cmp.Diff(want, inv.GPUs[tt.index], ignoreMIGUUIDs, cmpopts.IgnoreFields(GPU{}, "MIGGeometry")); diff != "" {
+			if diff := cmp.Diff(want, inv.GPUs[tt.index], ignoreMIGUUIDs, cmpopts.IgnoreFields(gpu.GPU{}, "MIGGeometry")); diff != "" {
 				t.Errorf("GPU %d (-want +got):\n%s", tt.index, diff)
 			}
 		})
@@ -217,25 +219,25 @@ func TestEnumerateFailures(t *testing.T) {
 		name    string
 		machine string
 		opts    []gputest.Option
-		want    *DeviceError
+		want    *gpu.DeviceError
 		// uuidRead says the GPU's UUID was read before the failure, so the error names it.
 		uuidRead bool
 	}{
 		{"GetUUID of GPU 2", "dgx-h100", []gputest.Option{gputest.WithFault("GetUUID", 3, nvml.ERROR_GPU_IS_LOST)},
-			&DeviceError{Index: 2, MIGIndex: -1, Op: "GetUUID", Return: nvml.ERROR_GPU_IS_LOST}, false},
+			&gpu.DeviceError{Index: 2, MIGIndex: -1, Op: "GetUUID", Return: nvml.ERROR_GPU_IS_LOST}, false},
 		{"handle of GPU 0", "l4x8", []gputest.Option{gputest.WithFault("DeviceGetHandleByIndex", 1, nvml.ERROR_UNKNOWN)},
-			&DeviceError{Index: 0, MIGIndex: -1, Op: "DeviceGetHandleByIndex", Return: nvml.ERROR_UNKNOWN}, false},
+			&gpu.DeviceError{Index: 0, MIGIndex: -1, Op: "DeviceGetHandleByIndex", Return: nvml.ERROR_UNKNOWN}, false},
 		{"MIG mode of GPU 1", "a30x4", []gputest.Option{gputest.WithFault("GetMigMode", 2, nvml.ERROR_NO_PERMISSION)},
-			&DeviceError{Index: 1, MIGIndex: -1, Op: "GetMigMode", Return: nvml.ERROR_NO_PERMISSION}, true},
+			&gpu.DeviceError{Index: 1, MIGIndex: -1, Op: "GetMigMode", Return: nvml.ERROR_NO_PERMISSION}, true},
 		{"second MIG device of GPU 0", "dgx-a100-40gb",
 			[]gputest.Option{gputest.WithMIG(0, "3g.20gb", "3g.20gb"), gputest.WithFault("MIGDeviceHandle.GetUUID", 2, nvml.ERROR_GPU_IS_LOST)},
-			&DeviceError{Index: 0, MIGIndex: 1, Op: "GetUUID", Return: nvml.ERROR_GPU_IS_LOST}, true},
+			&gpu.DeviceError{Index: 0, MIGIndex: 1, Op: "GetUUID", Return: nvml.ERROR_GPU_IS_LOST}, true},
 		{"GPU instance of GPU 0", "dgx-a100-40gb",
 			[]gputest.Option{gputest.WithMIG(0, "7g.40gb"), gputest.WithFault("GetGpuInstanceById", 1, nvml.ERROR_UNKNOWN)},
-			&DeviceError{Index: 0, MIGIndex: 0, Op: "GetGpuInstanceById", Return: nvml.ERROR_UNKNOWN}, true},
+			&gpu.DeviceError{Index: 0, MIGIndex: 0, Op: "GetGpuInstanceById", Return: nvml.ERROR_UNKNOWN}, true},
 		{"MIG devices of GPU 0 without handles", "dgx-a100-40gb",
 			[]gputest.Option{gputest.WithMIG(0, "3g.20gb"), gputest.WithFaultAfter("GetMaxMigDeviceCount", 0, nvml.ERROR_NOT_SUPPORTED)},
-			&DeviceError{Index: 0, MIGIndex: -1, Op: "GetMaxMigDeviceCount", Return: nvml.ERROR_NOT_SUPPORTED}, true},
+			&gpu.DeviceError{Index: 0, MIGIndex: -1, Op: "GetMaxMigDeviceCount", Return: nvml.ERROR_NOT_SUPPORTED}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -245,7 +247,7 @@ func TestEnumerateFailures(t *testing.T) {
 			tt.want.Message = tt.want.Error()
 			// Fail (the default).
 			inv, err := Enumerate(context.Background(), newMachine(t, tt.machine, tt.opts...))
-			var de *DeviceError
+			var de *gpu.DeviceError
 			if inv != nil || !errors.As(err, &de) {
 				t.Fatalf("Enumerate = %v, %v; want a *DeviceError", inv, err)
 			}
@@ -261,7 +263,7 @@ func TestEnumerateFailures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff([]*DeviceError{tt.want}, inv.Errors); diff != "" {
+			if diff := cmp.Diff([]*gpu.DeviceError{tt.want}, inv.Errors); diff != "" {
 				t.Errorf("Inventory.Errors (-want +got):\n%s", diff)
 			}
 			if len(inv.GPUs) != m.NumGPUs()-1 {
@@ -375,12 +377,12 @@ func TestNormalizers(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
 		{"580.126.09", "580.126.9"}, {"550.54.15", "550.54.15"}, {"470", "470.0.0"}, {" 535.104.05 ", "535.104.5"},
 	} {
-		if got, err := NormalizeDriverVersion(tt.in); err != nil || got != tt.want {
+		if got, err := gpu.NormalizeDriverVersion(tt.in); err != nil || got != tt.want {
 			t.Errorf("NormalizeDriverVersion(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
 	}
 	for _, bad := range []string{"", "1.2.3.4", "580..1", "-1.0", "v580"} {
-		if got, err := NormalizeDriverVersion(bad); err == nil {
+		if got, err := gpu.NormalizeDriverVersion(bad); err == nil {
 			t.Errorf("NormalizeDriverVersion(%q) = %q, want an error", bad, got)
 		}
 	}
@@ -388,29 +390,29 @@ func TestNormalizers(t *testing.T) {
 		in   int
 		want string
 	}{{13000, "13.0.0"}, {12040, "12.4.0"}, {11080, "11.8.0"}, {12090, "12.9.0"}} {
-		if got, _ := CUDADriverVersion(tt.in); got != tt.want {
+		if got, _ := gpu.CUDADriverVersion(tt.in); got != tt.want {
 			t.Errorf("CUDADriverVersion(%d) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
-	if _, err := CUDADriverVersion(0); err == nil {
+	if _, err := gpu.CUDADriverVersion(0); err == nil {
 		t.Error("CUDADriverVersion(0) succeeded")
 	}
 	for _, tt := range []struct{ in, want string }{
 		{"00000000:B7:00.0", "0000:b7:00.0"}, {"0000:07:00.0", "0000:07:00.0"}, {"00000019:01:00.0", "0019:01:00.0"},
 	} {
-		if got, err := CanonicalPCIBusID(tt.in); err != nil || got != tt.want {
+		if got, err := gpu.CanonicalPCIBusID(tt.in); err != nil || got != tt.want {
 			t.Errorf("CanonicalPCIBusID(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
 	}
 	for _, bad := range []string{"", "07:00.0", "0000:07:00", "0000:100:00.0"} {
-		if got, err := CanonicalPCIBusID(bad); err == nil {
+		if got, err := gpu.CanonicalPCIBusID(bad); err == nil {
 			t.Errorf("CanonicalPCIBusID(%q) = %q, want an error", bad, got)
 		}
 	}
 	if BrandName(nvml.BRAND_TESLA) != "Tesla" || BrandName(nvml.BRAND_NVIDIA) != "NVIDIA" || BrandName(99) != "Unknown" {
 		t.Error("BrandName")
 	}
-	if ArchitectureName(nvml.DEVICE_ARCH_KEPLER) != "Kepler" || ArchitectureName(nvml.DEVICE_ARCH_BLACKWELL) != "Blackwell" || ArchitectureName(nvml.DEVICE_ARCH_UNKNOWN) != "Unknown" {
+	if nvmlmig.ArchitectureName(nvml.DEVICE_ARCH_KEPLER) != "Kepler" || nvmlmig.ArchitectureName(nvml.DEVICE_ARCH_BLACKWELL) != "Blackwell" || nvmlmig.ArchitectureName(nvml.DEVICE_ARCH_UNKNOWN) != "Unknown" {
 		t.Error("ArchitectureName")
 	}
 }

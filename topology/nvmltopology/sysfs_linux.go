@@ -1,4 +1,4 @@
-package topology
+package nvmltopology
 
 import "k8s.io/dynamic-resource-allocation/deviceattribute"
 

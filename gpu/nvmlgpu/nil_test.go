@@ -1,10 +1,10 @@
-package gpu_test
+package nvmlgpu_test
 
 import (
 	"context"
 	"testing"
 
-	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/internal/nilcheck"
 )
 
@@ -12,8 +12,8 @@ import (
 // panicking.
 func TestNilArguments(t *testing.T) {
 	calls := map[string]func() error{
-		"Enumerate": func() error { _, err := gpu.Enumerate(context.Background(), nil); return err },
-		"Open":      func() error { _, err := gpu.Open(nil); return err },
+		"Enumerate": func() error { _, err := nvmlgpu.Enumerate(context.Background(), nil); return err },
+		"Open":      func() error { _, err := nvmlgpu.Open(nil); return err },
 	}
 	nilcheck.ErrorsOnly(t, calls)
 }

@@ -1,4 +1,4 @@
-package gpu
+package nvmlgpu
 
 import (
 	"cmp"
@@ -11,7 +11,9 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
 
 // Option configures Enumerate.
@@ -24,7 +26,7 @@ type enumConfig struct {
 }
 
 // SkipFailedGPUs decides what Enumerate does when one GPU fails: with skip true the GPU is left
-// out and its *DeviceError recorded in Inventory.Errors; with skip false (the default)
+// out and its *gpu.DeviceError recorded in Inventory.Errors; with skip false (the default)
 // Enumerate returns that error and no inventory.
 func SkipFailedGPUs(skip bool) Option {
 	return func(c *enumConfig) { c.skipFailed = skip }
@@ -46,7 +48,7 @@ func ReadMIGGeometry(read bool) Option {
 // Enumerate reads every GPU and existing MIG device through lib into plain Go values. lib must
 // already be initialized (see Open); Enumerate neither initializes nor shuts it down. The
 // context is checked between GPUs.
-func Enumerate(ctx context.Context, lib nvml.Interface, opts ...Option) (*Inventory, error) {
+func Enumerate(ctx context.Context, lib nvml.Interface, opts ...Option) (*gpu.Inventory, error) {
 	if lib == nil {
 		return nil, errors.New("gpu: Enumerate: nil nvml.Interface (use Open or OpenReal)")
 	}
@@ -59,7 +61,7 @@ func Enumerate(ctx context.Context, lib nvml.Interface, opts ...Option) (*Invent
 }
 
 // Enumerate is Enumerate on the session's library.
-func (s *Session) Enumerate(ctx context.Context, opts ...Option) (*Inventory, error) {
+func (s *Session) Enumerate(ctx context.Context, opts ...Option) (*gpu.Inventory, error) {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
@@ -77,17 +79,17 @@ type enumerator struct {
 
 // modelInfo caches what the catalog and the device say about one product.
 type modelInfo struct {
-	catalog  *mig.Model   // nil if the catalog does not know the product
-	geometry *MIGGeometry // read from the first MIG-capable GPU of the product
+	catalog  *mig.Model       // nil if the catalog does not know the product
+	geometry *gpu.MIGGeometry // read from the first MIG-capable GPU of the product
 }
 
-func (e *enumerator) run(ctx context.Context) (*Inventory, error) {
-	inv := &Inventory{}
+func (e *enumerator) run(ctx context.Context) (*gpu.Inventory, error) {
+	inv := &gpu.Inventory{}
 	v, ret := e.lib.SystemGetDriverVersion()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("gpu: SystemGetDriverVersion: %w", ret)
 	}
-	dv, err := NormalizeDriverVersion(v)
+	dv, err := gpu.NormalizeDriverVersion(v)
 	if err != nil {
 		return nil, fmt.Errorf("gpu: SystemGetDriverVersion: %w", err)
 	}
@@ -96,14 +98,14 @@ func (e *enumerator) run(ctx context.Context) (*Inventory, error) {
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("gpu: SystemGetCudaDriverVersion: %w", ret)
 	}
-	if inv.CUDADriverVersion, err = CUDADriverVersion(cv); err != nil {
+	if inv.CUDADriverVersion, err = gpu.CUDADriverVersion(cv); err != nil {
 		return nil, fmt.Errorf("gpu: SystemGetCudaDriverVersion: %w", err)
 	}
 	n, ret := e.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("gpu: DeviceGetCount: %w", ret)
 	}
-	inv.GPUs = make([]GPU, 0, n)
+	inv.GPUs = make([]gpu.GPU, 0, n)
 	for i := range n {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("gpu: enumeration stopped before GPU %d: %w", i, err)
@@ -127,7 +129,7 @@ func (e *enumerator) run(ctx context.Context) (*Inventory, error) {
 // PciInfo spells, is a host bridge, never a GPU).
 func pciBusID(pci nvml.PciInfo) string {
 	for _, s := range []string{cString(pci.BusId[:]), cString(pci.BusIdLegacy[:])} {
-		if id, err := CanonicalPCIBusID(s); err == nil {
+		if id, err := gpu.CanonicalPCIBusID(s); err == nil {
 			return id
 		}
 	}
@@ -139,7 +141,7 @@ func pciBusID(pci nvml.PciInfo) string {
 
 // dropSharedBusIDs clears the PCI bus ID of GPUs that report the same one: an address that
 // names two GPUs names neither, and resource.kubernetes.io/pciBusID must identify one device.
-func dropSharedBusIDs(gpus []GPU) {
+func dropSharedBusIDs(gpus []gpu.GPU) {
 	count := map[string]int{}
 	for _, g := range gpus {
 		count[g.PCIBusID]++
@@ -155,10 +157,10 @@ func dropSharedBusIDs(gpus []GPU) {
 // (docs/hardware.md): a call for identity the GPU cannot be served without fails the GPU; a
 // call for an optional attribute that answers NOT_SUPPORTED (or FUNCTION_NOT_FOUND, an older
 // driver) leaves the attribute out; any other error fails the GPU.
-func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
-	g := GPU{Index: i, NUMANode: -1}
-	fail := func(op string, ret nvml.Return) (GPU, *DeviceError) {
-		return GPU{}, newDeviceError(i, -1, g.UUID, op, ret)
+func (e *enumerator) gpu(i int) (gpu.GPU, *gpu.DeviceError) {
+	g := gpu.GPU{Index: i, NUMANode: -1}
+	fail := func(op string, ret nvml.Return) (gpu.GPU, *gpu.DeviceError) {
+		return gpu.GPU{}, newDeviceError(i, -1, g.UUID, op, ret)
 	}
 	d, ret := e.lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
@@ -187,7 +189,7 @@ func (e *enumerator) gpu(i int) (GPU, *DeviceError) {
 		return g, nil
 	}
 	if derr := e.migState(d, &g, model); derr != nil {
-		return GPU{}, derr
+		return gpu.GPU{}, derr
 	}
 	return g, nil
 }
@@ -199,7 +201,7 @@ func unsupported(ret nvml.Return) bool {
 
 // identity reads what a GPU cannot be served without: UUID, minor number (its device node),
 // product name (its MIG model) and compute capability. It returns the failed call, if any.
-func identity(d nvml.Device, g *GPU) (major, minor int, op string, ret nvml.Return) {
+func identity(d nvml.Device, g *gpu.GPU) (major, minor int, op string, ret nvml.Return) {
 	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
 		return 0, 0, "GetUUID", ret
 	}
@@ -218,7 +220,7 @@ func identity(d nvml.Device, g *GPU) (major, minor int, op string, ret nvml.Retu
 
 // attributes reads the optional attributes: brand, architecture, memory, PCI address and NUMA
 // node. One the GPU does not support is left out; another error is returned with its call.
-func attributes(d nvml.Device, g *GPU) (string, nvml.Return) {
+func attributes(d nvml.Device, g *gpu.GPU) (string, nvml.Return) {
 	brand, ret := d.GetBrand()
 	if ret == nvml.SUCCESS {
 		g.Brand = BrandName(brand)
@@ -227,7 +229,7 @@ func attributes(d nvml.Device, g *GPU) (string, nvml.Return) {
 	}
 	arch, ret := d.GetArchitecture()
 	if ret == nvml.SUCCESS {
-		g.Architecture = ArchitectureName(arch)
+		g.Architecture = nvmlmig.ArchitectureName(arch)
 	} else if !unsupported(ret) {
 		return "GetArchitecture", ret
 	}
@@ -255,7 +257,7 @@ func attributes(d nvml.Device, g *GPU) (string, nvml.Return) {
 // migState reads the MIG mode of a GPU of compute capability 8.0 or more, its geometry and its MIG
 // devices. A GPU that does not support MIG is served whole; one whose MIG mode cannot be read
 // fails (it may be in MIG mode, where the whole GPU cannot be used).
-func (e *enumerator) migState(d nvml.Device, g *GPU, model *modelInfo) *DeviceError {
+func (e *enumerator) migState(d nvml.Device, g *gpu.GPU, model *modelInfo) *gpu.DeviceError {
 	cur, pending, ret := d.GetMigMode()
 	switch {
 	case unsupported(ret):
@@ -291,18 +293,18 @@ func (e *enumerator) model(product string) *modelInfo {
 }
 
 // readGeometry reads the product's MIG geometry from d the first time it is asked.
-func (mi *modelInfo) readGeometry(d nvml.Device) *MIGGeometry {
+func (mi *modelInfo) readGeometry(d nvml.Device) *gpu.MIGGeometry {
 	if mi.geometry == nil {
-		m, diffs, err := mig.DeviceModel(d)
-		mi.geometry = &MIGGeometry{Model: m, CatalogDifferences: diffs, Err: err}
+		m, diffs, err := nvmlmig.DeviceModel(d)
+		mi.geometry = &gpu.MIGGeometry{Model: m, CatalogDifferences: diffs, Err: err}
 	}
 	return mi.geometry
 }
 
-func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceError {
-	states, err := mig.ListEnabledInstances(d) // migState read the mode as enabled
+func (e *enumerator) migDevices(d nvml.Device, g *gpu.GPU, mi *modelInfo) *gpu.DeviceError {
+	states, err := nvmlmig.ListEnabledInstances(d) // migState read the mode as enabled
 	if err != nil {
-		var we *mig.WalkError
+		var we *nvmlmig.WalkError
 		if errors.As(err, &we) {
 			return newDeviceError(g.Index, we.MIGIndex, g.UUID, we.Op, we.Return)
 		}
@@ -316,7 +318,7 @@ func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceErr
 				// cannot be named to a container, so it is not served at all.
 				return newDeviceError(g.Index, -1, g.UUID, "GetMaxMigDeviceCount", nvml.ERROR_NOT_SUPPORTED)
 			}
-			g.MIGDevices = append(g.MIGDevices, MIGDevice{
+			g.MIGDevices = append(g.MIGDevices, gpu.MIGDevice{
 				ParentUUID: g.UUID, ParentIndex: g.Index, ParentMinor: g.Minor,
 				UUID: ci.UUID, GIID: gi.ID, CIID: ci.ID,
 				GIProfileID: int(gi.Profile.Id), CIProfileID: int(ci.Profile.Id),
@@ -332,7 +334,7 @@ func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceErr
 			})
 		}
 	}
-	slices.SortFunc(g.MIGDevices, func(a, b MIGDevice) int {
+	slices.SortFunc(g.MIGDevices, func(a, b gpu.MIGDevice) int {
 		return cmp.Or(cmp.Compare(a.Placement.Start, b.Placement.Start), cmp.Compare(a.GIID, b.GIID), cmp.Compare(a.CIID, b.CIID))
 	})
 	return nil
@@ -344,7 +346,7 @@ func (e *enumerator) migDevices(d nvml.Device, g *GPU, mi *modelInfo) *DeviceErr
 // instance's slice count and, within 1 GiB, its memory; otherwise mig.ProfileName of the live
 // profile info, with collisions told apart as mig.DisambiguateProfileNames does. A catalog entry
 // whose Id means another profile on this driver never names an instance.
-func (mi *modelInfo) giProfileNames(states []mig.GPUInstanceState, gpuMiB uint64) map[uint32]string {
+func (mi *modelInfo) giProfileNames(states []nvmlmig.GPUInstanceState, gpuMiB uint64) map[uint32]string {
 	var derived []mig.GIProfile
 	names := map[uint32]string{}
 	for _, gi := range states {
@@ -423,4 +425,11 @@ func cString(b []int8) string {
 		sb.WriteByte(byte(c))
 	}
 	return sb.String()
+}
+
+// newDeviceError is GPU index (MIG device migIndex, -1 for the GPU itself) failing in NVML call op.
+func newDeviceError(index, migIndex int, uuid, op string, ret nvml.Return) *gpu.DeviceError {
+	e := &gpu.DeviceError{Index: index, UUID: uuid, MIGIndex: migIndex, Op: op, Return: ret}
+	e.Message = e.Error()
+	return e
 }

@@ -1,4 +1,4 @@
-package mig_test
+package nvmlmig_test
 
 import (
 	"strings"
@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpudra/gpudra/gpu/gputest"
-	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
 
 // noHandles are the answers of an NVML that lists no MIG device handles.
@@ -22,14 +22,14 @@ func TestListInstancesWithoutMIGDeviceHandles(t *testing.T) {
 	for _, ret := range noHandles {
 		t.Run(ret.String(), func(t *testing.T) {
 			m, mg := newManager(t, gputest.WithMIG(0, "3g.20gb@4", "2g.10gb@0", "1g.5gb@2", "1c.1g.5gb@3"))
-			want, err := mig.ListInstances(m.Device(0))
+			want, err := nvmlmig.ListInstances(m.Device(0))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := m.InjectFaultAfter("GetMaxMigDeviceCount", 0, ret); err != nil {
 				t.Fatal(err)
 			}
-			got, err := mig.ListInstances(m.Device(0))
+			got, err := nvmlmig.ListInstances(m.Device(0))
 			if err != nil {
 				t.Fatalf("ListInstances: %v", err)
 			}
@@ -38,7 +38,7 @@ func TestListInstancesWithoutMIGDeviceHandles(t *testing.T) {
 					want[i].ComputeInstances[j].UUID = ""
 				}
 			}
-			ignore := cmp.Options{cmpopts.IgnoreFields(mig.GPUInstanceState{}, "Handle"), cmpopts.IgnoreFields(mig.ComputeInstanceState{}, "Handle"), cmpopts.IgnoreUnexported(nvml.GpuInstanceProfileInfo{})}
+			ignore := cmp.Options{cmpopts.IgnoreFields(nvmlmig.GPUInstanceState{}, "Handle"), cmpopts.IgnoreFields(nvmlmig.ComputeInstanceState{}, "Handle"), cmpopts.IgnoreUnexported(nvml.GpuInstanceProfileInfo{})}
 			if diff := cmp.Diff(want, got, ignore); diff != "" {
 				t.Errorf("instances without MIG device handles (-want +got):\n%s", diff)
 			}
@@ -81,21 +81,21 @@ func TestDisableMIGWithoutMIGDeviceHandles(t *testing.T) {
 // NOT_SUPPORTED does not make the instances vanish.
 func TestListEnabledInstances(t *testing.T) {
 	m, _ := newManager(t, gputest.WithMIG(0, "3g.20gb@4", "2g.10gb@0"))
-	want, err := mig.ListInstances(m.Device(0))
+	want, err := nvmlmig.ListInstances(m.Device(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := m.InjectFaultAfter("GetMigMode", 0, nvml.ERROR_NOT_SUPPORTED); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := mig.ListInstances(m.Device(0)); err != nil || len(got) != 0 {
+	if got, err := nvmlmig.ListInstances(m.Device(0)); err != nil || len(got) != 0 {
 		t.Fatalf("ListInstances with GetMigMode NOT_SUPPORTED = %v, %v; want no instances", got, err)
 	}
-	got, err := mig.ListEnabledInstances(m.Device(0))
+	got, err := nvmlmig.ListEnabledInstances(m.Device(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ignore := cmp.Options{cmpopts.IgnoreFields(mig.GPUInstanceState{}, "Handle"), cmpopts.IgnoreFields(mig.ComputeInstanceState{}, "Handle"), cmpopts.IgnoreUnexported(nvml.GpuInstanceProfileInfo{})}
+	ignore := cmp.Options{cmpopts.IgnoreFields(nvmlmig.GPUInstanceState{}, "Handle"), cmpopts.IgnoreFields(nvmlmig.ComputeInstanceState{}, "Handle"), cmpopts.IgnoreUnexported(nvml.GpuInstanceProfileInfo{})}
 	if diff := cmp.Diff(want, got, ignore); diff != "" {
 		t.Errorf("ListEnabledInstances (-want +got):\n%s", diff)
 	}

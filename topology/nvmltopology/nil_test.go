@@ -1,0 +1,15 @@
+package nvmltopology_test
+
+import (
+	"testing"
+
+	"github.com/gpudra/gpudra/internal/nilcheck"
+	"github.com/gpudra/gpudra/topology/nvmltopology"
+)
+
+// TestNilArguments: Discover given a nil NVML returns an error instead of panicking.
+func TestNilArguments(t *testing.T) {
+	nilcheck.ErrorsOnly(t, map[string]func() error{
+		"Discover": func() error { _, err := nvmltopology.Discover(nil); return err },
+	})
+}
