@@ -27,7 +27,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/deviceplugin"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/sharing"
@@ -479,7 +479,7 @@ func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("reset the fake driver root %s: %w", dir, err)
 	}
-	root, err := cdifake.Build(dir, cdifake.Layout{GPUs: len(n.inv.GPUs)})
+	root, err := cditest.Build(dir, cditest.Layout{GPUs: len(n.inv.GPUs)})
 	if err != nil {
 		return nil, fmt.Errorf("lay out a fake driver root in %s: %w", dir, err)
 	}

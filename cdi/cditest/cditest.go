@@ -1,4 +1,4 @@
-package cdifake
+package cditest
 
 import (
 	"fmt"
