@@ -177,6 +177,17 @@ func (s *serveFlags) validate() error {
 	if err := oneOf("health-taint-effect", s.taintEffect, string(resourceapi.DeviceTaintEffectNoSchedule), string(resourceapi.DeviceTaintEffectNoExecute), string(resourceapi.DeviceTaintEffectNone)); err != nil {
 		return err
 	}
+	if err := s.validateAddrs(); err != nil {
+		return err
+	}
+	if !(s.qps > 0) || math.IsInf(s.qps, 0) || s.burst <= 0 { // !(> 0) also refuses NaN
+		return fmt.Errorf("--kube-api-qps=%v --kube-api-burst=%d: both must be positive numbers", s.qps, s.burst)
+	}
+	return s.validateDirs()
+}
+
+// validateAddrs checks the addresses serve listens on: the fake control endpoint and metrics.
+func (s *serveFlags) validateAddrs() error {
 	if s.fakeControl != "" {
 		if err := loopbackAddr(s.fakeControl); err != nil {
 			return fmt.Errorf("--fake-control=%q: %w", s.fakeControl, err)
@@ -191,9 +202,11 @@ func (s *serveFlags) validate() error {
 			return fmt.Errorf("--metrics-addr=%q: want HOST:PORT or :PORT, the port a number up to 65535 or a service name: %w", s.metricsAddr, err)
 		}
 	}
-	if !(s.qps > 0) || math.IsInf(s.qps, 0) || s.burst <= 0 { // !(> 0) also refuses NaN
-		return fmt.Errorf("--kube-api-qps=%v --kube-api-burst=%d: both must be positive numbers", s.qps, s.burst)
-	}
+	return nil
+}
+
+// validateDirs checks that the directory flags are absolute paths; the optional ones may be empty.
+func (s *serveFlags) validateDirs() error {
 	for _, name := range []string{"plugin-dir", "registrar-dir", "cdi-root", "driver-root", "state-dir", "host-driver-root", "dev-root"} {
 		dir := s.fs.Lookup(name).Value.String()
 		optional := name == "state-dir" || name == "host-driver-root" || name == "dev-root"
