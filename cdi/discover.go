@@ -139,26 +139,47 @@ func Discover(root DriverRoot, opts ...DiscoverOption) (*Installation, error) {
 	}
 	inst := &Installation{root: root, DriverVersion: c.version}
 	if inst.DriverVersion == "" {
-		data, err := root.ReadFile(DriverVersionPath)
+		v, err := readDriverVersion(root)
 		if err != nil {
-			return nil, fmt.Errorf("driver version: %w (is the NVIDIA kernel module loaded?)", err)
+			return nil, err
 		}
-		m := versionRE.FindSubmatch(data)
-		if m == nil {
-			return nil, fmt.Errorf("driver version: no \"Kernel Module <version>\" in %s: %q", DriverVersionPath, firstLine(data))
-		}
-		inst.DriverVersion = string(m[1])
+		inst.DriverVersion = v
 	}
+	if err := inst.findLibraries(c.libPaths); err != nil {
+		return nil, err
+	}
+	inst.findBinaries(c.binaries, c.binPaths)
+	if err := inst.findFirmware(); err != nil {
+		return nil, err
+	}
+	return inst, nil
+}
 
+// readDriverVersion reads the kernel module's version from DriverVersionPath.
+func readDriverVersion(root DriverRoot) (string, error) {
+	data, err := root.ReadFile(DriverVersionPath)
+	if err != nil {
+		return "", fmt.Errorf("driver version: %w (is the NVIDIA kernel module loaded?)", err)
+	}
+	m := versionRE.FindSubmatch(data)
+	if m == nil {
+		return "", fmt.Errorf("driver version: no \"Kernel Module <version>\" in %s: %q", DriverVersionPath, firstLine(data))
+	}
+	return string(m[1]), nil
+}
+
+// findLibraries collects the lib*.so.<version> files of the search paths, the first of each
+// name, sorted by path; libcuda must be among them.
+func (inst *Installation) findLibraries(libPaths []string) error {
 	suffix := ".so." + inst.DriverVersion
 	seen := map[string]bool{}
-	for _, dir := range c.libPaths {
-		entries, err := root.ReadDir(dir)
+	for _, dir := range libPaths {
+		entries, err := inst.root.ReadDir(dir)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
-			return nil, fmt.Errorf("library directory %s: %w", dir, err)
+			return fmt.Errorf("library directory %s: %w", dir, err)
 		}
 		for _, e := range entries {
 			name := e.Name()
@@ -170,14 +191,18 @@ func Discover(root DriverRoot, opts ...DiscoverOption) (*Installation, error) {
 		}
 	}
 	if !seen["libcuda"+suffix] {
-		return nil, fmt.Errorf("driver %s: libcuda%s not found in library search paths %v", inst.DriverVersion, suffix, c.libPaths)
+		return fmt.Errorf("driver %s: libcuda%s not found in library search paths %v", inst.DriverVersion, suffix, libPaths)
 	}
 	slices.SortFunc(inst.Libraries, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	return nil
+}
 
-	for _, name := range c.binaries {
-		for _, dir := range c.binPaths {
+// findBinaries collects each named binary from the first search path that has it.
+func (inst *Installation) findBinaries(names, binPaths []string) {
+	for _, name := range names {
+		for _, dir := range binPaths {
 			p := path.Join(dir, name)
-			st, err := root.Stat(p)
+			st, err := inst.root.Stat(p)
 			if err != nil || st.IsDir() {
 				continue
 			}
@@ -185,18 +210,21 @@ func Discover(root DriverRoot, opts ...DiscoverOption) (*Installation, error) {
 			break
 		}
 	}
+}
 
+// findFirmware collects the files of the driver version's firmware directory, if it has one.
+func (inst *Installation) findFirmware() error {
 	fwDir := path.Join(FirmwareDir, inst.DriverVersion)
-	entries, err := root.ReadDir(fwDir)
+	entries, err := inst.root.ReadDir(fwDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("firmware directory %s: %w", fwDir, err)
+		return fmt.Errorf("firmware directory %s: %w", fwDir, err)
 	}
 	for _, e := range entries {
 		if !e.IsDir() {
 			inst.Firmware = append(inst.Firmware, inst.file(path.Join(fwDir, e.Name())))
 		}
 	}
-	return inst, nil
+	return nil
 }
 
 func (inst *Installation) file(p string) File { return File{Path: p, HostPath: inst.root.HostPath(p)} }

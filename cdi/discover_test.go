@@ -12,11 +12,11 @@ import (
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 )
 
 func TestDiscover(t *testing.T) {
-	root := newRoot(t, cdifake.Layout{GPUs: 3, Binaries: []string{cdi.NvidiaSMI, cdi.MPSControl}, Firmware: []string{}})
+	root := newRoot(t, cditest.Layout{GPUs: 3, Binaries: []string{cdi.NvidiaSMI, cdi.MPSControl}, Firmware: []string{}})
 	// A library of another driver version and a lookalike are not this driver's.
 	for _, p := range []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", "/usr/lib64/libnvidia-ml.so.580.95.05", "/usr/lib64/notalib.so.580.95.05"} {
 		if err := root.WriteFile(p, "x"); err != nil {
@@ -63,8 +63,8 @@ func TestDiscover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if caps.Major != cdifake.CapsMajor {
-		t.Errorf("MIGCaps major = %d, want %d", caps.Major, cdifake.CapsMajor)
+	if caps.Major != cditest.CapsMajor {
+		t.Errorf("MIGCaps major = %d, want %d", caps.Major, cditest.CapsMajor)
 	}
 	if m, ok, err := caps.Minor(cdi.CIKey(2, 14, 7)); err != nil || !ok || m != 3+270+126+8 {
 		t.Errorf("Minor(gpu2/gi14/ci7) = %d, %v, %v; want %d", m, ok, err, 3+270+126+8)
@@ -84,7 +84,7 @@ func TestDiscoverVersion(t *testing.T) {
 		{name: "other version", content: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  date\n", err: "libcuda.so.550.54.15 not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := newRoot(t, cdifake.Layout{GPUs: 1})
+			root := newRoot(t, cditest.Layout{GPUs: 1})
 			if err := root.WriteFile(cdi.DriverVersionPath, tc.content); err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +100,7 @@ func TestDiscoverVersion(t *testing.T) {
 			}
 		})
 	}
-	root := newRoot(t, cdifake.Layout{GPUs: 1})
+	root := newRoot(t, cditest.Layout{GPUs: 1})
 	if err := root.RemoveFile(cdi.DriverVersionPath); err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +113,8 @@ func TestGenerateErrors(t *testing.T) {
 	gpu0 := []cdi.Device{{Name: "gpu-0", GPUMinor: 0}}
 	for _, tc := range []struct {
 		name   string
-		layout cdifake.Layout
-		breaks func(*cdifake.DriverRoot) error
+		layout cditest.Layout
+		breaks func(*cditest.DriverRoot) error
 		claim  cdi.ClaimDevices
 		want   string
 	}{
@@ -128,21 +128,21 @@ func TestGenerateErrors(t *testing.T) {
 		},
 		{name: "minor out of range", claim: cdi.ClaimDevices{ClaimUID: uidGPU, Devices: []cdi.Device{{Name: "gpu-x", GPUMinor: 255}}}, want: "must be in [0, 254]"},
 		{
-			name: "missing nvidiactl", breaks: func(r *cdifake.DriverRoot) error { return r.RemoveDeviceNode(cdi.NvidiaCtlPath) },
+			name: "missing nvidiactl", breaks: func(r *cditest.DriverRoot) error { return r.RemoveDeviceNode(cdi.NvidiaCtlPath) },
 			claim: cdi.ClaimDevices{ClaimUID: uidGPU, Devices: gpu0}, want: "control device node: stat",
 		},
 		{
-			name: "no MIG support", layout: cdifake.Layout{NoMIG: true},
+			name: "no MIG support", layout: cditest.Layout{NoMIG: true},
 			claim: cdi.ClaimDevices{ClaimUID: uidMIG, Devices: []cdi.Device{{Name: "mig", MIG: &cdi.MIGInstanceIDs{GI: 1}}}},
 			want:  `device "mig": MIG capabilities: /proc/devices: no character device "nvidia-caps"`,
 		},
 		{
-			name: "mig-minors missing", breaks: func(r *cdifake.DriverRoot) error { return r.RemoveFile(cdi.MIGMinorsPath) },
+			name: "mig-minors missing", breaks: func(r *cditest.DriverRoot) error { return r.RemoveFile(cdi.MIGMinorsPath) },
 			claim: cdi.ClaimDevices{ClaimUID: uidMIG, Devices: []cdi.Device{{Name: "mig", MIG: &cdi.MIGInstanceIDs{GI: 1}}}},
 			want:  "MIG capabilities: open",
 		},
 		{
-			name: "mig-minors corrupt", breaks: func(r *cdifake.DriverRoot) error { return r.WriteFile(cdi.MIGMinorsPath, "gpu0/gi0/access x\n") },
+			name: "mig-minors corrupt", breaks: func(r *cditest.DriverRoot) error { return r.WriteFile(cdi.MIGMinorsPath, "gpu0/gi0/access x\n") },
 			claim: cdi.ClaimDevices{ClaimUID: uidMIG, Devices: []cdi.Device{{Name: "mig", MIG: &cdi.MIGInstanceIDs{GI: 0}}}},
 			want:  `line 1: "gpu0/gi0/access x": minor must be a non-negative integer`,
 		},
@@ -206,7 +206,7 @@ func TestGenerateErrors(t *testing.T) {
 // TestGenerateSeesLateNodes checks that device nodes are read per call: a node that appears after
 // the generator was built is used, and one that disappears fails the claim.
 func TestGenerateSeesLateNodes(t *testing.T) {
-	g, root := generator(t, cdifake.Layout{GPUs: 1, NoUVM: true})
+	g, root := generator(t, cditest.Layout{GPUs: 1, NoUVM: true})
 	if err := root.SetDeviceNode(cdi.NvidiaUVMPath, cdi.NodeInfo{Type: "c", Major: 511, Minor: 0}); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestGenerateSeesLateNodes(t *testing.T) {
 }
 
 func TestGeneratorOptions(t *testing.T) {
-	inst, err := cdi.Discover(newRoot(t, cdifake.Layout{GPUs: 1}))
+	inst, err := cdi.Discover(newRoot(t, cditest.Layout{GPUs: 1}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func TestHostRoot(t *testing.T) {
 }
 
 func TestDiscoverSearchPaths(t *testing.T) {
-	root := newRoot(t, cdifake.Layout{GPUs: 1, LibDir: "/opt/nvidia/lib", Firmware: []string{}})
+	root := newRoot(t, cditest.Layout{GPUs: 1, LibDir: "/opt/nvidia/lib", Firmware: []string{}})
 	if _, err := cdi.Discover(root); err == nil || !strings.Contains(err.Error(), "libcuda.so.580.95.05 not found in library search paths") {
 		t.Fatalf("Discover with the driver outside the default paths = %v", err)
 	}
@@ -348,7 +348,7 @@ func TestDiscoverSearchPaths(t *testing.T) {
 	if diff := cmp.Diff([]string{"/opt/nvidia/bin/nvidia-smi", "/usr/bin/nvidia-cuda-mps-server"}, bins); diff != "" {
 		t.Errorf("binaries (-want +got):\n%s", diff)
 	}
-	if len(inst.Libraries) != len(cdifake.DefaultLibraries()) || inst.Root() != cdi.DriverRoot(root) {
+	if len(inst.Libraries) != len(cditest.DefaultLibraries()) || inst.Root() != cdi.DriverRoot(root) {
 		t.Errorf("libraries %v, root %v", inst.Libraries, inst.Root())
 	}
 }
@@ -357,7 +357,7 @@ func TestDiscoverSearchPaths(t *testing.T) {
 // requests. The spec has one CDI device for it, with the edits of both entries, and both
 // entries map to the same device ID.
 func TestGenerateSameDeviceTwice(t *testing.T) {
-	g, _ := generator(t, cdifake.Layout{GPUs: 2})
+	g, _ := generator(t, cditest.Layout{GPUs: 2})
 	env := func(e ...string) *specs.ContainerEdits { return &specs.ContainerEdits{Env: e} }
 	spec, err := g.Generate(cdi.ClaimDevices{ClaimUID: uidGPU, Devices: []cdi.Device{
 		{Name: "gpu-1", GPUMinor: 1, Edits: env("CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps")},

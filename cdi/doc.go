@@ -6,7 +6,7 @@
 //   - DriverRoot is a read-only view of the node's NVIDIA driver installation. HostRoot is the
 //     real one, for a driver installed at "/" or in a driver container ("/run/nvidia/driver"),
 //     with separate dev, proc and host-side roots when the plugin sees them at other paths.
-//     cdi/cdifake lays out a fake one in a directory (for tests, demos and trials).
+//     cdi/cditest lays out a fake one in a directory (for tests, demos and trials).
 //   - Discover reads the driver version and finds the driver libraries (lib*.so.<version>),
 //     the utility and MPS binaries and the GSP firmware: an Installation. Device nodes and MIG
 //     capabilities (nvidia-caps major from /proc/devices, minors from

@@ -16,6 +16,17 @@ func mergeEdits(dst, src *specs.ContainerEdits) error {
 	if src == nil {
 		return nil
 	}
+	for _, merge := range []func(dst, src *specs.ContainerEdits) error{
+		mergeEnv, mergeDeviceNodes, mergeMounts, mergeHooks, mergeNetDevices, mergeIntelRdt, mergeGIDs,
+	} {
+		if err := merge(dst, src); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func mergeEnv(dst, src *specs.ContainerEdits) error {
 	for _, e := range src.Env {
 		key, _, ok := strings.Cut(e, "=")
 		if !ok || key == "" {
@@ -29,6 +40,10 @@ func mergeEdits(dst, src *specs.ContainerEdits) error {
 			return fmt.Errorf("env %s: set to both %q and %q", key, dst.Env[i], e)
 		}
 	}
+	return nil
+}
+
+func mergeDeviceNodes(dst, src *specs.ContainerEdits) error {
 	for _, n := range src.DeviceNodes {
 		if n == nil {
 			continue
@@ -41,6 +56,10 @@ func mergeEdits(dst, src *specs.ContainerEdits) error {
 			return fmt.Errorf("device node %s: given twice with different content", n.Path)
 		}
 	}
+	return nil
+}
+
+func mergeMounts(dst, src *specs.ContainerEdits) error {
 	for _, m := range src.Mounts {
 		if m == nil {
 			continue
@@ -55,6 +74,11 @@ func mergeEdits(dst, src *specs.ContainerEdits) error {
 			return fmt.Errorf("mount at %s: given twice, from %s and from %s", m.ContainerPath, dst.Mounts[i].HostPath, m.HostPath)
 		}
 	}
+	return nil
+}
+
+// mergeHooks adds the hooks dst does not have yet; hooks never conflict.
+func mergeHooks(dst, src *specs.ContainerEdits) error {
 	for _, h := range src.Hooks {
 		if h == nil || slices.ContainsFunc(dst.Hooks, func(d *specs.Hook) bool { return reflect.DeepEqual(d, h) }) {
 			continue
@@ -67,6 +91,10 @@ func mergeEdits(dst, src *specs.ContainerEdits) error {
 		}
 		dst.Hooks = append(dst.Hooks, &c)
 	}
+	return nil
+}
+
+func mergeNetDevices(dst, src *specs.ContainerEdits) error {
 	for _, n := range src.NetDevices {
 		if n == nil {
 			continue
@@ -80,14 +108,25 @@ func mergeEdits(dst, src *specs.ContainerEdits) error {
 			return fmt.Errorf("network device %s: given twice with different names", n.HostInterfaceName)
 		}
 	}
-	if r := src.IntelRdt; r != nil {
-		if dst.IntelRdt != nil && !reflect.DeepEqual(dst.IntelRdt, r) {
-			return fmt.Errorf("intelRdt: given twice with different content")
-		}
-		c := *r
-		c.Schemata = slices.Clone(r.Schemata)
-		dst.IntelRdt = &c
+	return nil
+}
+
+func mergeIntelRdt(dst, src *specs.ContainerEdits) error {
+	r := src.IntelRdt
+	if r == nil {
+		return nil
 	}
+	if dst.IntelRdt != nil && !reflect.DeepEqual(dst.IntelRdt, r) {
+		return fmt.Errorf("intelRdt: given twice with different content")
+	}
+	c := *r
+	c.Schemata = slices.Clone(r.Schemata)
+	dst.IntelRdt = &c
+	return nil
+}
+
+// mergeGIDs adds the additional group IDs dst does not have yet.
+func mergeGIDs(dst, src *specs.ContainerEdits) error {
 	for _, g := range src.AdditionalGIDs {
 		if !slices.Contains(dst.AdditionalGIDs, g) {
 			dst.AdditionalGIDs = append(dst.AdditionalGIDs, g)

@@ -7,7 +7,7 @@ import (
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 )
 
 // Example generates the spec of a claim with one full GPU and one MIG device on a fake driver
@@ -18,7 +18,7 @@ func Example() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	root, err := cdifake.Build(dir+"/driver", cdifake.Layout{GPUs: 2})
+	root, err := cditest.Build(dir+"/driver", cditest.Layout{GPUs: 2})
 	if err != nil {
 		panic(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -37,7 +37,7 @@ func mpsEdits(threads, memLimit string) *specs.ContainerEdits {
 
 type claimCase struct {
 	name   string
-	layout cdifake.Layout
+	layout cditest.Layout
 	opts   []cdi.GeneratorOption
 	claim  cdi.ClaimDevices
 }
@@ -76,7 +76,7 @@ func claimCases() []claimCase {
 			// The GPU operator's driver container: files below /run/nvidia/driver on the host, no
 			// UVM and modeset nodes yet, hooks through nvidia-ctk, no void env.
 			name:   "driver-container-hooks",
-			layout: cdifake.Layout{HostDriverRoot: "/run/nvidia/driver", NoUVM: true, NoModeset: true, CapsNodes: true},
+			layout: cditest.Layout{HostDriverRoot: "/run/nvidia/driver", NoUVM: true, NoModeset: true, CapsNodes: true},
 			opts: []cdi.GeneratorOption{
 				cdi.WithHooks(cdi.Hooks{Path: "/usr/local/nvidia/toolkit/nvidia-ctk", CreateSymlinks: true, UpdateLdcache: true, LdconfigPath: "@/sbin/ldconfig"}),
 				cdi.WithVisibleDevicesVoid(false),
@@ -89,7 +89,7 @@ func claimCases() []claimCase {
 }
 
 // generator builds a Generator on a fresh fake root.
-func generator(t testing.TB, layout cdifake.Layout, opts ...cdi.GeneratorOption) (*cdi.Generator, *cdifake.DriverRoot) {
+func generator(t testing.TB, layout cditest.Layout, opts ...cdi.GeneratorOption) (*cdi.Generator, *cditest.DriverRoot) {
 	t.Helper()
 	root := newRoot(t, layout)
 	inst, err := cdi.Discover(root)
@@ -115,9 +115,9 @@ func writer(t testing.TB, dir string) *cdi.Writer {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // newRoot lays out a fake driver root in a temporary directory of t.
-func newRoot(t testing.TB, l cdifake.Layout) *cdifake.DriverRoot {
+func newRoot(t testing.TB, l cditest.Layout) *cditest.DriverRoot {
 	t.Helper()
-	r, err := cdifake.Build(t.TempDir(), l)
+	r, err := cditest.Build(t.TempDir(), l)
 	if err != nil {
 		t.Fatalf("fake driver root: %v", err)
 	}

@@ -9,7 +9,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -30,14 +30,14 @@ func allow(major, minor int64) oci.LinuxDeviceCgroup {
 // CDI library's cache, exactly as a container runtime does, then checks what the container gets.
 func TestInjection(t *testing.T) {
 	ctl := []oci.LinuxDevice{
-		charDev("/dev/nvidiactl", cdifake.NvidiaMajor, cdifake.NvidiactlMinor, 0o666),
-		charDev("/dev/nvidia-uvm", cdifake.UVMMajor, 0, 0o666),
-		charDev("/dev/nvidia-uvm-tools", cdifake.UVMMajor, 1, 0o666),
-		charDev("/dev/nvidia-modeset", cdifake.NvidiaMajor, cdifake.ModesetMinor, 0o666),
+		charDev("/dev/nvidiactl", cditest.NvidiaMajor, cditest.NvidiactlMinor, 0o666),
+		charDev("/dev/nvidia-uvm", cditest.UVMMajor, 0, 0o666),
+		charDev("/dev/nvidia-uvm-tools", cditest.UVMMajor, 1, 0o666),
+		charDev("/dev/nvidia-modeset", cditest.NvidiaMajor, cditest.ModesetMinor, 0o666),
 	}
 	ctlRules := []oci.LinuxDeviceCgroup{
-		allow(cdifake.NvidiaMajor, cdifake.NvidiactlMinor), allow(cdifake.UVMMajor, 0),
-		allow(cdifake.UVMMajor, 1), allow(cdifake.NvidiaMajor, cdifake.ModesetMinor),
+		allow(cditest.NvidiaMajor, cditest.NvidiactlMinor), allow(cditest.UVMMajor, 0),
+		allow(cditest.UVMMajor, 1), allow(cditest.NvidiaMajor, cditest.ModesetMinor),
 	}
 	driverMounts := []string{
 		"/lib/firmware/nvidia/580.95.05/gsp_ga10x.bin", "/lib/firmware/nvidia/580.95.05/gsp_tu10x.bin",
@@ -49,10 +49,10 @@ func TestInjection(t *testing.T) {
 	}
 	baseEnv := []string{"PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=all"}
 	caps := func(gpu, gi, ci int) []oci.LinuxDevice {
-		g, c := cdifake.GIMinor(gpu, gi), cdifake.CIMinor(gpu, gi, ci)
+		g, c := cditest.GIMinor(gpu, gi), cditest.CIMinor(gpu, gi, ci)
 		return []oci.LinuxDevice{
-			charDev("/dev/nvidia-caps/nvidia-cap"+itoa(g), cdifake.CapsMajor, g, 0),
-			charDev("/dev/nvidia-caps/nvidia-cap"+itoa(c), cdifake.CapsMajor, c, 0),
+			charDev("/dev/nvidia-caps/nvidia-cap"+itoa(g), cditest.CapsMajor, g, 0),
+			charDev("/dev/nvidia-caps/nvidia-cap"+itoa(c), cditest.CapsMajor, c, 0),
 		}
 	}
 
@@ -65,8 +65,8 @@ func TestInjection(t *testing.T) {
 	}
 	wants := map[string]want{
 		"full-gpu": {
-			devices: append(slices.Clone(ctl), charDev("/dev/nvidia0", cdifake.NvidiaMajor, 0, 0o666)),
-			rules:   append(slices.Clone(ctlRules), allow(cdifake.NvidiaMajor, 0)),
+			devices: append(slices.Clone(ctl), charDev("/dev/nvidia0", cditest.NvidiaMajor, 0, 0o666)),
+			rules:   append(slices.Clone(ctlRules), allow(cditest.NvidiaMajor, 0)),
 			mounts:  driverMounts,
 			env:     []string{"PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=void"},
 		},
@@ -74,38 +74,38 @@ func TestInjection(t *testing.T) {
 			// The runtime replaces a node with the same path, so the second device's parent
 			// node moves behind the first device's capability nodes.
 			devices: slices.Concat(ctl, caps(1, 7, 0),
-				[]oci.LinuxDevice{charDev("/dev/nvidia1", cdifake.NvidiaMajor, 1, 0o666)}, caps(1, 2, 0)),
+				[]oci.LinuxDevice{charDev("/dev/nvidia1", cditest.NvidiaMajor, 1, 0o666)}, caps(1, 2, 0)),
 			rules: slices.Concat(ctlRules, []oci.LinuxDeviceCgroup{
-				allow(cdifake.NvidiaMajor, 1), allow(cdifake.CapsMajor, cdifake.GIMinor(1, 7)), allow(cdifake.CapsMajor, cdifake.CIMinor(1, 7, 0)),
-				allow(cdifake.NvidiaMajor, 1), allow(cdifake.CapsMajor, cdifake.GIMinor(1, 2)), allow(cdifake.CapsMajor, cdifake.CIMinor(1, 2, 0)),
+				allow(cditest.NvidiaMajor, 1), allow(cditest.CapsMajor, cditest.GIMinor(1, 7)), allow(cditest.CapsMajor, cditest.CIMinor(1, 7, 0)),
+				allow(cditest.NvidiaMajor, 1), allow(cditest.CapsMajor, cditest.GIMinor(1, 2)), allow(cditest.CapsMajor, cditest.CIMinor(1, 2, 0)),
 			}),
 			mounts: driverMounts,
 			env:    []string{"PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=void"},
 		},
 		"mps": {
-			devices: append(slices.Clone(ctl), charDev("/dev/nvidia2", cdifake.NvidiaMajor, 2, 0o666), charDev("/dev/nvidia3", cdifake.NvidiaMajor, 3, 0o666)),
-			rules:   append(slices.Clone(ctlRules), allow(cdifake.NvidiaMajor, 2), allow(cdifake.NvidiaMajor, 3)),
+			devices: append(slices.Clone(ctl), charDev("/dev/nvidia2", cditest.NvidiaMajor, 2, 0o666), charDev("/dev/nvidia3", cditest.NvidiaMajor, 3, 0o666)),
+			rules:   append(slices.Clone(ctlRules), allow(cditest.NvidiaMajor, 2), allow(cditest.NvidiaMajor, 3)),
 			mounts:  append(slices.Clone(driverMounts), "/tmp/nvidia-mps"),
 			env: []string{"PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=void", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
 				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20G"},
 		},
 		"time-slicing": {
-			devices: append(slices.Clone(ctl), charDev("/dev/nvidia4", cdifake.NvidiaMajor, 4, 0o666), charDev("/dev/nvidia5", cdifake.NvidiaMajor, 5, 0o666)),
-			rules:   append(slices.Clone(ctlRules), allow(cdifake.NvidiaMajor, 4), allow(cdifake.NvidiaMajor, 5)),
+			devices: append(slices.Clone(ctl), charDev("/dev/nvidia4", cditest.NvidiaMajor, 4, 0o666), charDev("/dev/nvidia5", cditest.NvidiaMajor, 5, 0o666)),
+			rules:   append(slices.Clone(ctlRules), allow(cditest.NvidiaMajor, 4), allow(cditest.NvidiaMajor, 5)),
 			mounts:  driverMounts,
 			env:     []string{"PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=void"},
 		},
 		"driver-container-hooks": {
 			devices: slices.Concat([]oci.LinuxDevice{
-				charDev("/dev/nvidiactl", cdifake.NvidiaMajor, cdifake.NvidiactlMinor, 0o666),
-				charDev("/dev/nvidia6", cdifake.NvidiaMajor, 6, 0o666),
+				charDev("/dev/nvidiactl", cditest.NvidiaMajor, cditest.NvidiactlMinor, 0o666),
+				charDev("/dev/nvidia6", cditest.NvidiaMajor, 6, 0o666),
 			}, []oci.LinuxDevice{
-				charDev("/dev/nvidia-caps/nvidia-cap"+itoa(cdifake.GIMinor(6, 3)), cdifake.CapsMajor, cdifake.GIMinor(6, 3), 0o444),
-				charDev("/dev/nvidia-caps/nvidia-cap"+itoa(cdifake.CIMinor(6, 3, 1)), cdifake.CapsMajor, cdifake.CIMinor(6, 3, 1), 0o444),
+				charDev("/dev/nvidia-caps/nvidia-cap"+itoa(cditest.GIMinor(6, 3)), cditest.CapsMajor, cditest.GIMinor(6, 3), 0o444),
+				charDev("/dev/nvidia-caps/nvidia-cap"+itoa(cditest.CIMinor(6, 3, 1)), cditest.CapsMajor, cditest.CIMinor(6, 3, 1), 0o444),
 			}),
 			rules: []oci.LinuxDeviceCgroup{
-				allow(cdifake.NvidiaMajor, cdifake.NvidiactlMinor), allow(cdifake.NvidiaMajor, 6),
-				allow(cdifake.CapsMajor, cdifake.GIMinor(6, 3)), allow(cdifake.CapsMajor, cdifake.CIMinor(6, 3, 1)),
+				allow(cditest.NvidiaMajor, cditest.NvidiactlMinor), allow(cditest.NvidiaMajor, 6),
+				allow(cditest.CapsMajor, cditest.GIMinor(6, 3)), allow(cditest.CapsMajor, cditest.CIMinor(6, 3, 1)),
 			},
 			mounts: driverMounts,
 			env:    []string{"PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=all", "GPUDRA_CLAIM=" + uidHook},

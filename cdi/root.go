@@ -27,7 +27,7 @@ type NodeInfo struct {
 // path a container sees. The implementation decides where the file really is.
 //
 // Implementations must be safe for concurrent use. HostRoot is the real one;
-// cdi/cdifake provides a fake laid out in a directory.
+// cdi/cditest provides a fake laid out in a directory.
 type DriverRoot interface {
 	// ReadFile returns the content of a file, for example "/proc/driver/nvidia-caps/mig-minors".
 	ReadFile(path string) ([]byte, error)

@@ -15,7 +15,7 @@ import (
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/internal/atomicfile"
 )
 
@@ -28,7 +28,7 @@ func TestClaimUIDRejectedBeforeAnyPath(t *testing.T) {
 	}
 	dir := t.TempDir()
 	w := writer(t, dir)
-	g, _ := generator(t, cdifake.Layout{GPUs: 1})
+	g, _ := generator(t, cditest.Layout{GPUs: 1})
 	for _, uid := range bad {
 		t.Run(uid, func(t *testing.T) {
 			checks := map[string]error{"ValidateClaimUID": cdi.ValidateClaimUID(uid), "Remove": w.Remove(uid)}
@@ -90,7 +90,7 @@ func visible(t *testing.T, w *cdi.Writer) (devices []string, cacheErrs map[strin
 }
 
 func TestWriteListReadRemove(t *testing.T) {
-	g, _ := generator(t, cdifake.Layout{})
+	g, _ := generator(t, cditest.Layout{})
 	w := writer(t, filepath.Join(t.TempDir(), "not", "yet", "there"))
 	if uids, err := w.List(); err != nil || uids != nil {
 		t.Fatalf("List of a missing directory = %v, %v; want nothing", uids, err)
@@ -158,7 +158,7 @@ func TestWriteListReadRemove(t *testing.T) {
 }
 
 func TestWriteRejectsForeignSpecs(t *testing.T) {
-	g, _ := generator(t, cdifake.Layout{GPUs: 2})
+	g, _ := generator(t, cditest.Layout{GPUs: 2})
 	cs, err := g.Generate(cdi.ClaimDevices{ClaimUID: uidGPU, Devices: []cdi.Device{{Name: "gpu-0"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +203,7 @@ func TestWriteRejectsForeignSpecs(t *testing.T) {
 // the rename: neither the CDI cache nor List may see a partial spec, an earlier version stays
 // intact, and CleanTemp removes the leftover.
 func TestCrashMidWrite(t *testing.T) {
-	g, _ := generator(t, cdifake.Layout{})
+	g, _ := generator(t, cditest.Layout{})
 	w := writer(t, t.TempDir())
 	old := writeClaim(t, g, w, uidMPS, 2)
 	oldID := old.DeviceIDs["gpu-2"]
@@ -267,7 +267,7 @@ func TestCrashMidWrite(t *testing.T) {
 // TestWriteFailureKeepsTarget makes the real atomic write fail at the rename (a directory in the
 // way) and checks nothing partial is left.
 func TestWriteFailureKeepsTarget(t *testing.T) {
-	g, _ := generator(t, cdifake.Layout{})
+	g, _ := generator(t, cditest.Layout{})
 	w := writer(t, t.TempDir())
 	p, _ := w.SpecPath(uidGPU)
 	if err := os.MkdirAll(filepath.Join(p, "child"), 0o755); err != nil {
@@ -290,7 +290,7 @@ func TestWriteFailureKeepsTarget(t *testing.T) {
 }
 
 func TestConcurrentGenerateWrite(t *testing.T) {
-	g, _ := generator(t, cdifake.Layout{})
+	g, _ := generator(t, cditest.Layout{})
 	w := writer(t, t.TempDir())
 	uids := []string{uidGPU, uidMIG, uidMPS, uidTS, uidHook}
 	var wg sync.WaitGroup
@@ -336,7 +336,7 @@ func (c *syncCounter) SyncDir(string) error    { c.mu.Lock(); c.n++; c.mu.Unlock
 // removals, pruning and cleaning make no fsync. A sync added here would be paid on every
 // prepare and unprepare.
 func TestWriterNeverSyncs(t *testing.T) {
-	g, _ := generator(t, cdifake.Layout{})
+	g, _ := generator(t, cditest.Layout{})
 	w := writer(t, t.TempDir())
 	c := &syncCounter{}
 	cdi.SetSyncer(w, c)

@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/gpu/gputest"
@@ -308,7 +308,7 @@ func checkGrantsCurrentInstance(t *testing.T, e *env, c *resourceapi.ResourceCla
 	for _, g := range inv.GPUs {
 		for i := range g.MIGDevices {
 			if m := &g.MIGDevices[i]; gpudra.MIGDeviceNameOf(m) == dev {
-				giPath := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", cdifake.GIMinor(g.Minor, m.GIID))
+				giPath := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", cditest.GIMinor(g.Minor, m.GIID))
 				if !strings.Contains(string(spec), giPath) {
 					t.Errorf("spec of %s does not grant the GPU instance that exists now (%s):\n%s", dev, giPath, spec)
 				}

@@ -20,7 +20,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
@@ -349,7 +349,7 @@ func checkComplete(t *testing.T, e *env, c *resourceapi.ResourceClaim, devs []ku
 			t.Errorf("claim %s: MIG device %s does not exist on the machine", c.Name, r.Device)
 			continue
 		}
-		gi := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d\"", cdifake.GIMinor(g.Minor, m.GIID))
+		gi := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d\"", cditest.GIMinor(g.Minor, m.GIID))
 		if !strings.Contains(string(spec), gi) {
 			t.Errorf("claim %s: the spec does not grant the GPU instance of %s that exists (%s)", c.Name, r.Device, gi)
 		}

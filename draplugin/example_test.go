@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu/gputest"
 )
@@ -36,7 +36,7 @@ func ExampleNew() {
 		panic(err)
 	}
 	machine := must(gputest.New("dgx-a100-40gb"))
-	root := must(cdifake.Build(filepath.Join(dir, "driver-root"), cdifake.Layout{}))
+	root := must(cditest.Build(filepath.Join(dir, "driver-root"), cditest.Layout{}))
 	gen := must(cdi.NewGenerator(must(cdi.Discover(root))))
 	writer := must(cdi.NewWriter(cdi.WithSpecDir(filepath.Join(dir, "cdi"))))
 

@@ -378,60 +378,83 @@ func (p *Plugin) reconcileMIG(ctx context.Context, rep *ReconcileReport) error {
 	if err != nil {
 		return err
 	}
-	inBase := map[migBaselineItem]bool{}
+	r := &migReconciler{p: p, ctx: ctx, rep: rep, base: &base, fresh: fresh,
+		inBase: map[migBaselineItem]bool{}, referenced: p.referencedPlacements()}
 	for _, it := range base.Instances {
-		inBase[it] = true
+		r.inBase[it] = true
 	}
-	referenced := p.referencedPlacements()
-	changed := false
-	var errs []error
 	for _, g := range p.inv.GPUs {
 		if !p.devices.partitioned[g.UUID] {
 			continue // published statically: its instances are not ours
 		}
-		insts, err := p.mig.Instances(ctx, g.UUID)
-		if err != nil {
-			// Not covered: the next start takes this GPU's baseline.
-			errs = append(errs, fmt.Errorf("list MIG instances of GPU %s: %w", g.UUID, err))
-			continue
-		}
-		gpuFresh := fresh || !base.covers(g.UUID)
-		if gpuFresh && base.GPUs != nil && !base.covers(g.UUID) {
-			base.GPUs, changed = append(base.GPUs, g.UUID), true
-		}
-		for _, in := range insts {
-			if referenced[placementKey{g.UUID, in.Placement.Start}] {
-				continue
-			}
-			item := migBaselineItem{GPUUUID: g.UUID, GIProfileID: in.GIProfileID, Start: in.Placement.Start}
-			name := instanceName(g.UUID, in.Profile, in.Placement.Start)
-			if gpuFresh || inBase[item] {
-				rep.MIGBaseline = append(rep.MIGBaseline, name)
-			}
-			if (gpuFresh || !p.trusted()) && !inBase[item] {
-				base.Instances = append(base.Instances, item)
-				inBase[item], changed = true, true
-				if !gpuFresh {
-					rep.MIGUnowned = append(rep.MIGUnowned, name)
-					klog.FromContext(ctx).Info("Keeping a MIG instance no claim records: the checkpoint was lost, so it may be in use; remove it by hand if it is not",
-						"gpu", g.UUID, "profile", in.Profile, "placement", in.Placement.Start)
-				}
-			}
-			if inBase[item] {
-				continue
-			}
-			if err := p.mig.Destroy(ctx, g.UUID, in.Profile, in.Placement); err != nil {
-				errs = append(errs, fmt.Errorf("destroy unowned MIG instance %s: %w", name, err))
-				continue
-			}
-			rep.MIGDestroyed = append(rep.MIGDestroyed, name)
-			klog.FromContext(ctx).Info("Destroyed MIG instance no claim owns", "gpu", g.UUID, "profile", in.Profile, "placement", in.Placement.Start)
+		r.gpu(g.UUID)
+	}
+	if r.changed || fresh {
+		r.errs = append(r.errs, p.saveBaseline(base))
+	}
+	return errors.Join(r.errs...)
+}
+
+// migReconciler is one pass of reconcileMIG over the partitioned GPUs.
+type migReconciler struct {
+	p          *Plugin
+	ctx        context.Context
+	rep        *ReconcileReport
+	base       *migBaseline
+	fresh      bool // no baseline of this boot yet
+	inBase     map[migBaselineItem]bool
+	referenced map[placementKey]bool
+	changed    bool // base needs saving
+	errs       []error
+}
+
+// gpu reconciles the MIG instances of one GPU. A GPU the baseline does not cover yet takes its
+// instances into the baseline.
+func (r *migReconciler) gpu(gpuUUID string) {
+	insts, err := r.p.mig.Instances(r.ctx, gpuUUID)
+	if err != nil {
+		// Not covered: the next start takes this GPU's baseline.
+		r.errs = append(r.errs, fmt.Errorf("list MIG instances of GPU %s: %w", gpuUUID, err))
+		return
+	}
+	gpuFresh := r.fresh || !r.base.covers(gpuUUID)
+	if gpuFresh && r.base.GPUs != nil && !r.base.covers(gpuUUID) {
+		r.base.GPUs, r.changed = append(r.base.GPUs, gpuUUID), true
+	}
+	for _, in := range insts {
+		if !r.referenced[placementKey{gpuUUID, in.Placement.Start}] {
+			r.unreferenced(gpuUUID, gpuFresh, in)
 		}
 	}
-	if changed || fresh {
-		errs = append(errs, p.saveBaseline(base))
+}
+
+// unreferenced handles an instance no claim records: kept when it is in the baseline, taken
+// into it when the GPU is fresh or the checkpoint is not trusted, destroyed otherwise.
+func (r *migReconciler) unreferenced(gpuUUID string, gpuFresh bool, in MIGInstance) {
+	logger := klog.FromContext(r.ctx)
+	item := migBaselineItem{GPUUUID: gpuUUID, GIProfileID: in.GIProfileID, Start: in.Placement.Start}
+	name := instanceName(gpuUUID, in.Profile, in.Placement.Start)
+	if gpuFresh || r.inBase[item] {
+		r.rep.MIGBaseline = append(r.rep.MIGBaseline, name)
 	}
-	return errors.Join(errs...)
+	if (gpuFresh || !r.p.trusted()) && !r.inBase[item] {
+		r.base.Instances = append(r.base.Instances, item)
+		r.inBase[item], r.changed = true, true
+		if !gpuFresh {
+			r.rep.MIGUnowned = append(r.rep.MIGUnowned, name)
+			logger.Info("Keeping a MIG instance no claim records: the checkpoint was lost, so it may be in use; remove it by hand if it is not",
+				"gpu", gpuUUID, "profile", in.Profile, "placement", in.Placement.Start)
+		}
+	}
+	if r.inBase[item] {
+		return
+	}
+	if err := r.p.mig.Destroy(r.ctx, gpuUUID, in.Profile, in.Placement); err != nil {
+		r.errs = append(r.errs, fmt.Errorf("destroy unowned MIG instance %s: %w", name, err))
+		return
+	}
+	r.rep.MIGDestroyed = append(r.rep.MIGDestroyed, name)
+	logger.Info("Destroyed MIG instance no claim owns", "gpu", gpuUUID, "profile", in.Profile, "placement", in.Placement.Start)
 }
 
 type placementKey struct {

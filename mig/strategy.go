@@ -55,72 +55,93 @@ func CheckStrategy(s Strategy, gpus []NodeGPU) (StrategyReport, error) {
 	r := StrategyReport{Strategy: s, Valid: true, Resources: map[string]int{}}
 	switch s {
 	case StrategyNone:
-		if len(gpus) > 0 {
-			r.Resources["nvidia.com/gpu"] = len(gpus)
-		}
-		return r, nil
-	case StrategySingle, StrategyMixed:
+		r.wholeGPUs(gpus)
+	case StrategySingle:
+		r.single(gpus, countMIG(gpus))
+	case StrategyMixed:
+		r.mixed(gpus, countMIG(gpus))
 	default:
 		return r, fmt.Errorf("unknown MIG strategy %q (allowed: none, single, mixed)", s)
 	}
-	var migOn, migOff, empty []string
-	var profiles []string
-	devices := 0
+	return r, nil
+}
+
+// migCensus is what a MIG strategy looks at on a node: the GPU indexes with MIG on, off, and on
+// without MIG devices, the sorted distinct MIG profiles and the number of MIG devices.
+type migCensus struct {
+	on, off, empty []string
+	profiles       []string
+	devices        int
+}
+
+func countMIG(gpus []NodeGPU) migCensus {
+	var c migCensus
 	for _, g := range gpus {
 		if !g.MigEnabled {
-			migOff = append(migOff, fmt.Sprint(g.Index))
+			c.off = append(c.off, fmt.Sprint(g.Index))
 			continue
 		}
-		migOn = append(migOn, fmt.Sprint(g.Index))
+		c.on = append(c.on, fmt.Sprint(g.Index))
 		if len(g.MigDevices) == 0 {
-			empty = append(empty, fmt.Sprint(g.Index))
+			c.empty = append(c.empty, fmt.Sprint(g.Index))
 		}
 		for _, p := range g.MigDevices {
-			devices++
-			if !slices.Contains(profiles, p) {
-				profiles = append(profiles, p)
+			c.devices++
+			if !slices.Contains(c.profiles, p) {
+				c.profiles = append(c.profiles, p)
 			}
 		}
 	}
-	slices.Sort(profiles)
-	if s == StrategyMixed {
-		if len(empty) > 0 {
-			r.Warnings = append(r.Warnings, fmt.Sprintf("MIG is enabled but no MIG devices are configured on GPU %s; ignored", strings.Join(empty, ", ")))
-		}
-		if len(migOff) > 0 {
-			r.Resources["nvidia.com/gpu"] = len(migOff)
-		}
-		for _, g := range gpus {
-			if g.MigEnabled {
-				for _, p := range g.MigDevices {
-					r.Resources["nvidia.com/mig-"+p]++
-				}
+	slices.Sort(c.profiles)
+	return c
+}
+
+// wholeGPUs advertises every GPU as nvidia.com/gpu, as the none strategy does.
+func (r *StrategyReport) wholeGPUs(gpus []NodeGPU) {
+	if len(gpus) > 0 {
+		r.Resources["nvidia.com/gpu"] = len(gpus)
+	}
+}
+
+// mixed advertises the MIG-disabled GPUs as nvidia.com/gpu and each MIG profile as its own
+// resource; MIG-enabled GPUs without MIG devices are only a warning.
+func (r *StrategyReport) mixed(gpus []NodeGPU, c migCensus) {
+	if len(c.empty) > 0 {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("MIG is enabled but no MIG devices are configured on GPU %s; ignored", strings.Join(c.empty, ", ")))
+	}
+	if len(c.off) > 0 {
+		r.Resources["nvidia.com/gpu"] = len(c.off)
+	}
+	for _, g := range gpus {
+		if g.MigEnabled {
+			for _, p := range g.MigDevices {
+				r.Resources["nvidia.com/mig-"+p]++
 			}
 		}
-		return r, nil
 	}
-	// single
-	if len(migOn) == 0 {
-		if len(gpus) > 0 {
-			r.Resources["nvidia.com/gpu"] = len(gpus)
-		}
-		return r, nil
+}
+
+// single advertises the MIG devices of a node with one MIG profile as nvidia.com/gpu, whole
+// GPUs when none has MIG enabled, and nothing on an INVALID node.
+func (r *StrategyReport) single(gpus []NodeGPU, c migCensus) {
+	if len(c.on) == 0 {
+		r.wholeGPUs(gpus)
+		return
 	}
-	if len(empty) > 0 {
-		r.Reasons = append(r.Reasons, fmt.Sprintf("at least one MIG-enabled GPU has no MIG devices (GPU %s)", strings.Join(empty, ", ")))
+	if len(c.empty) > 0 {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("at least one MIG-enabled GPU has no MIG devices (GPU %s)", strings.Join(c.empty, ", ")))
 	}
-	if len(migOff) > 0 {
-		r.Reasons = append(r.Reasons, fmt.Sprintf("GPUs with MIG enabled (%s) and disabled (%s) on the same node", strings.Join(migOn, ", "), strings.Join(migOff, ", ")))
+	if len(c.off) > 0 {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("GPUs with MIG enabled (%s) and disabled (%s) on the same node", strings.Join(c.on, ", "), strings.Join(c.off, ", ")))
 	}
-	if len(profiles) > 1 {
-		r.Reasons = append(r.Reasons, fmt.Sprintf("more than one MIG device type on the node: %s", strings.Join(profiles, ", ")))
+	if len(c.profiles) > 1 {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("more than one MIG device type on the node: %s", strings.Join(c.profiles, ", ")))
 	}
 	if len(r.Reasons) > 0 {
 		r.Valid = false
 		r.Resources = map[string]int{}
-		return r, nil
+		return
 	}
-	r.Profile = profiles[0]
-	r.Resources["nvidia.com/gpu"] = devices
-	return r, nil
+	r.Profile = c.profiles[0]
+	r.Resources["nvidia.com/gpu"] = c.devices
 }

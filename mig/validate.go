@@ -211,64 +211,95 @@ func allowedPlacements(p *GIProfile) string {
 // resolve checks the layout statically: known profiles, allowed placements, counts, media rules,
 // compute slices and overlaps among placed instances. It returns the items and the joined errors.
 func (g *geometry) resolve(layout []Instance) ([]item, error) {
-	var errs []error
-	mk := func(kind ConflictKind, idx []int, slices []int, allowed, format string, args ...any) {
-		e := &ValidationError{Model: g.m.Name, Kind: kind, Instances: idx, Slices: slices, Allowed: allowed, msg: fmt.Sprintf(format, args...)}
-		for _, i := range idx {
-			e.Profiles = append(e.Profiles, layout[i].Profile)
-		}
-		errs = append(errs, e)
-	}
+	r := &resolver{g: g, layout: layout}
 	items := make([]item, 0, len(layout))
 	for i, in := range layout {
-		if p, err := ParseProfile(in.Profile); err == nil && p.IsComputeInstance() {
-			mk(ConflictUnknownProfile, []int{i}, nil, "", "instance #%d: %q is a compute-instance profile; a layout lists GPU-instance profiles such as %q", i, in.Profile, p.GPUInstance().String())
-			continue
+		if it, ok := r.item(i, in); ok {
+			items = append(items, it)
 		}
-		pi := g.profileIndex(in.Profile)
-		if pi < 0 {
-			mk(ConflictUnknownProfile, []int{i}, nil, strings.Join(g.m.ProfileNames(), ", "), "instance #%d: unknown profile %q", i, in.Profile)
-			continue
-		}
-		it := item{idx: i, prof: pi, placement: -1}
-		if in.Placement != nil {
-			p := g.profiles[pi]
-			want := Placement{Start: in.Placement.Start, Size: in.Placement.Size}
-			if want.Size == 0 {
-				want.Size = p.MemorySlices()
-			}
-			for j, pl := range p.Placements {
-				if pl == want {
-					it.placement = j
-				}
-			}
-			if it.placement < 0 {
-				mk(ConflictPlacement, []int{i}, nil, allowedPlacements(p), "instance #%d %s: placement %d:%d is not allowed", i, p.Name, want.Start, want.Size)
-				continue
-			}
-		}
-		items = append(items, it)
 	}
-	// Counts.
-	counts := make([]int, len(g.profiles))
+	r.checkCounts(items)
+	r.checkMedia(items)
+	r.checkComputeSlices(items)
+	r.checkOverlaps(items)
+	return items, errors.Join(r.errs...)
+}
+
+// resolver collects the validation errors of one layout on a geometry.
+type resolver struct {
+	g      *geometry
+	layout []Instance
+	errs   []error
+}
+
+// fail records a conflict among the layout's instances idx.
+func (r *resolver) fail(kind ConflictKind, idx []int, slices []int, allowed, format string, args ...any) {
+	e := &ValidationError{Model: r.g.m.Name, Kind: kind, Instances: idx, Slices: slices, Allowed: allowed, msg: fmt.Sprintf(format, args...)}
+	for _, i := range idx {
+		e.Profiles = append(e.Profiles, r.layout[i].Profile)
+	}
+	r.errs = append(r.errs, e)
+}
+
+// item resolves instance #i to its profile and placement; false when it names no GPU-instance
+// profile of the model or a placement the profile does not allow.
+func (r *resolver) item(i int, in Instance) (item, bool) {
+	g := r.g
+	if p, err := ParseProfile(in.Profile); err == nil && p.IsComputeInstance() {
+		r.fail(ConflictUnknownProfile, []int{i}, nil, "", "instance #%d: %q is a compute-instance profile; a layout lists GPU-instance profiles such as %q", i, in.Profile, p.GPUInstance().String())
+		return item{}, false
+	}
+	pi := g.profileIndex(in.Profile)
+	if pi < 0 {
+		r.fail(ConflictUnknownProfile, []int{i}, nil, strings.Join(g.m.ProfileNames(), ", "), "instance #%d: unknown profile %q", i, in.Profile)
+		return item{}, false
+	}
+	it := item{idx: i, prof: pi, placement: -1}
+	if in.Placement == nil {
+		return it, true
+	}
+	p := g.profiles[pi]
+	want := Placement{Start: in.Placement.Start, Size: in.Placement.Size}
+	if want.Size == 0 {
+		want.Size = p.MemorySlices()
+	}
+	for j, pl := range p.Placements {
+		if pl == want {
+			it.placement = j
+		}
+	}
+	if it.placement < 0 {
+		r.fail(ConflictPlacement, []int{i}, nil, allowedPlacements(p), "instance #%d %s: placement %d:%d is not allowed", i, p.Name, want.Start, want.Size)
+		return item{}, false
+	}
+	return it, true
+}
+
+// checkCounts fails a profile with more instances than it allows.
+func (r *resolver) checkCounts(items []item) {
+	counts := make([]int, len(r.g.profiles))
 	for _, it := range items {
 		counts[it.prof]++
 	}
 	for pi, c := range counts {
-		if p := g.profiles[pi]; c > p.InstanceCount {
+		if p := r.g.profiles[pi]; c > p.InstanceCount {
 			var idx []int
 			for _, it := range items {
 				if it.prof == pi {
 					idx = append(idx, it.idx)
 				}
 			}
-			mk(ConflictCount, idx, nil, fmt.Sprintf("at most %d", p.InstanceCount), "%d instances of %s", c, p.Name)
+			r.fail(ConflictCount, idx, nil, fmt.Sprintf("at most %d", p.InstanceCount), "%d instances of %s", c, p.Name)
 		}
 	}
-	// Media-engine exclusivity.
+}
+
+// checkMedia enforces media-engine exclusivity: one +me instance, one +me.all instance and only
+// -me instances beside it.
+func (r *resolver) checkMedia(items []item) {
 	var me, all, other []int
 	for _, it := range items {
-		switch g.parsed[it.prof].mediaClass() {
+		switch r.g.parsed[it.prof].mediaClass() {
 		case mediaME:
 			me = append(me, it.idx)
 		case mediaAllME:
@@ -278,28 +309,35 @@ func (g *geometry) resolve(layout []Instance) ([]item, error) {
 		}
 	}
 	if len(me) > 1 {
-		mk(ConflictMedia, me, nil, "one +me instance per GPU", "%d instances with media extensions (+me) share the GPU's single set of JPEG/OFA engines", len(me))
+		r.fail(ConflictMedia, me, nil, "one +me instance per GPU", "%d instances with media extensions (+me) share the GPU's single set of JPEG/OFA engines", len(me))
 	}
 	if len(all) > 1 {
-		mk(ConflictMedia, all, nil, "one +me.all instance per GPU", "%d instances take all media engines (+me.all)", len(all))
+		r.fail(ConflictMedia, all, nil, "one +me.all instance per GPU", "%d instances take all media engines (+me.all)", len(all))
 	}
 	if len(all) > 0 && len(me)+len(other) > 0 {
-		mk(ConflictMedia, append(append(append([]int{}, all...), me...), other...), nil, "only -me profiles beside a +me.all instance",
+		r.fail(ConflictMedia, append(append(append([]int{}, all...), me...), other...), nil, "only -me profiles beside a +me.all instance",
 			"a +me.all instance takes every media engine, so only -me instances may share the GPU")
 	}
-	// Compute slices.
+}
+
+// checkComputeSlices fails a layout that needs more compute slices than the GPU has.
+func (r *resolver) checkComputeSlices(items []item) {
 	total := 0
 	for _, it := range items {
-		total += g.profiles[it.prof].ComputeSlices
+		total += r.g.profiles[it.prof].ComputeSlices
 	}
-	if g.m.ComputeSlices > 0 && total > g.m.ComputeSlices {
+	if r.g.m.ComputeSlices > 0 && total > r.g.m.ComputeSlices {
 		idx := make([]int, len(items))
 		for i, it := range items {
 			idx[i] = it.idx
 		}
-		mk(ConflictComputeSlices, idx, nil, fmt.Sprintf("%d compute slices", g.m.ComputeSlices), "the instances need %d compute slices", total)
+		r.fail(ConflictComputeSlices, idx, nil, fmt.Sprintf("%d compute slices", r.g.m.ComputeSlices), "the instances need %d compute slices", total)
 	}
-	// Overlaps among placed instances.
+}
+
+// checkOverlaps fails every pair of placed instances that share memory slices.
+func (r *resolver) checkOverlaps(items []item) {
+	g := r.g
 	for a := 0; a < len(items); a++ {
 		if items[a].placement < 0 {
 			continue
@@ -310,12 +348,11 @@ func (g *geometry) resolve(layout []Instance) ([]item, error) {
 				continue
 			}
 			if ov := ma & g.masks[items[b].prof][items[b].placement]; ov != 0 {
-				mk(ConflictOverlap, []int{items[a].idx, items[b].idx}, maskSlices(ov), "",
+				r.fail(ConflictOverlap, []int{items[a].idx, items[b].idx}, maskSlices(ov), "",
 					"instance %s overlaps instance %s on memory slices %s", g.describe(items[a]), g.describe(items[b]), joinInts(maskSlices(ov)))
 			}
 		}
 	}
-	return items, errors.Join(errs...)
 }
 
 func joinInts(xs []int) string {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
@@ -148,7 +148,7 @@ func (n *Node) build() error {
 		return fmt.Errorf("enumerate %s: %w", n.machineName, err)
 	}
 	n.Inventory = inv
-	root, err := cdifake.Build(filepath.Join(n.Dir, "driver"), cdifake.Layout{GPUs: len(inv.GPUs)})
+	root, err := cditest.Build(filepath.Join(n.Dir, "driver"), cditest.Layout{GPUs: len(inv.GPUs)})
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 )
 
 // cliCase is one command line and what it must do.
@@ -412,11 +412,11 @@ func TestServeRefusesANodeWithADevicePlugin(t *testing.T) {
 func TestNVMLLoadedByPathInTheDriverRoot(t *testing.T) {
 	dir := t.TempDir()
 	root := filepath.Join(dir, "driver-root")
-	if _, err := cdifake.Build(root, cdifake.Layout{}); err != nil {
+	if _, err := cditest.Build(root, cditest.Layout{}); err != nil {
 		t.Fatal(err)
 	}
-	lib := filepath.Join(cdifake.DefaultLibDir, "libnvidia-ml.so."+cdifake.DefaultVersion)
-	if err := os.Symlink(lib, filepath.Join(root, cdifake.DefaultLibDir, "libnvidia-ml.so.1")); err != nil {
+	lib := filepath.Join(cditest.DefaultLibDir, "libnvidia-ml.so."+cditest.DefaultVersion)
+	if err := os.Symlink(lib, filepath.Join(root, cditest.DefaultLibDir, "libnvidia-ml.so.1")); err != nil {
 		t.Fatal(err)
 	}
 	empty := filepath.Join(dir, "empty")

@@ -25,7 +25,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/examples/deploy"
@@ -175,7 +175,7 @@ func newDemo(ctx context.Context, nf *nodeFlags, dir string) (*demo, error) {
 // newPlugin builds the plugin core on a fake driver installation and an in-memory host.
 func (d *demo) newPlugin(ctx context.Context, dir string) error {
 	// A fake NVIDIA driver installation (device nodes, libraries) stands in for the host's.
-	root, err := cdifake.Build(filepath.Join(dir, "driver"), cdifake.Layout{GPUs: len(d.node.inv.GPUs)})
+	root, err := cditest.Build(filepath.Join(dir, "driver"), cditest.Layout{GPUs: len(d.node.inv.GPUs)})
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 )
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
@@ -192,8 +192,8 @@ func TestServeNeedsNoDriverWithAFakeMachine(t *testing.T) {
 	if err != nil {
 		t.Fatalf("driver discovery on the fake machine's driver root: %v", err)
 	}
-	if inst.DriverVersion != cdifake.DefaultVersion {
-		t.Errorf("discovered driver %q, want the fake installation's %q", inst.DriverVersion, cdifake.DefaultVersion)
+	if inst.DriverVersion != cditest.DefaultVersion {
+		t.Errorf("discovered driver %q, want the fake installation's %q", inst.DriverVersion, cditest.DefaultVersion)
 	}
 }
 

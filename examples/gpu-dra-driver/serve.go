@@ -27,7 +27,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/deviceplugin"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/sharing"
@@ -177,6 +177,17 @@ func (s *serveFlags) validate() error {
 	if err := oneOf("health-taint-effect", s.taintEffect, string(resourceapi.DeviceTaintEffectNoSchedule), string(resourceapi.DeviceTaintEffectNoExecute), string(resourceapi.DeviceTaintEffectNone)); err != nil {
 		return err
 	}
+	if err := s.validateAddrs(); err != nil {
+		return err
+	}
+	if !(s.qps > 0) || math.IsInf(s.qps, 0) || s.burst <= 0 { // !(> 0) also refuses NaN
+		return fmt.Errorf("--kube-api-qps=%v --kube-api-burst=%d: both must be positive numbers", s.qps, s.burst)
+	}
+	return s.validateDirs()
+}
+
+// validateAddrs checks the addresses serve listens on: the fake control endpoint and metrics.
+func (s *serveFlags) validateAddrs() error {
 	if s.fakeControl != "" {
 		if err := loopbackAddr(s.fakeControl); err != nil {
 			return fmt.Errorf("--fake-control=%q: %w", s.fakeControl, err)
@@ -191,9 +202,11 @@ func (s *serveFlags) validate() error {
 			return fmt.Errorf("--metrics-addr=%q: want HOST:PORT or :PORT, the port a number up to 65535 or a service name: %w", s.metricsAddr, err)
 		}
 	}
-	if !(s.qps > 0) || math.IsInf(s.qps, 0) || s.burst <= 0 { // !(> 0) also refuses NaN
-		return fmt.Errorf("--kube-api-qps=%v --kube-api-burst=%d: both must be positive numbers", s.qps, s.burst)
-	}
+	return nil
+}
+
+// validateDirs checks that the directory flags are absolute paths; the optional ones may be empty.
+func (s *serveFlags) validateDirs() error {
 	for _, name := range []string{"plugin-dir", "registrar-dir", "cdi-root", "driver-root", "state-dir", "host-driver-root", "dev-root"} {
 		dir := s.fs.Lookup(name).Value.String()
 		optional := name == "state-dir" || name == "host-driver-root" || name == "dev-root"
@@ -479,7 +492,7 @@ func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("reset the fake driver root %s: %w", dir, err)
 	}
-	root, err := cdifake.Build(dir, cdifake.Layout{GPUs: len(n.inv.GPUs)})
+	root, err := cditest.Build(dir, cditest.Layout{GPUs: len(n.inv.GPUs)})
 	if err != nil {
 		return nil, fmt.Errorf("lay out a fake driver root in %s: %w", dir, err)
 	}

@@ -179,257 +179,171 @@ func (d *Device) nvlinked(o *Device) bool {
 
 const switchPCIDeviceID = 0x22A310DE // NVSwitch (third generation) PCI device id
 
+// gate lets a call on the GPU through unless a fault is injected for it or the GPU is lost.
+func (d *Device) gate() gate { return gate{mu: &d.m.mu, enter: d.enter} }
+
 func (d *Device) setFuncs() {
-	m := d.m
-	d.GetIndexFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetIndex"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return d.index, nvml.SUCCESS
-	}
-	d.GetMinorNumberFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetMinorNumber"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return d.index, nvml.SUCCESS
-	}
-	d.GetUUIDFunc = func() (string, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetUUID"); ret != nvml.SUCCESS {
-			return "", ret
-		}
-		return d.uuid, nvml.SUCCESS
-	}
-	d.GetNameFunc = func() (string, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetName"); ret != nvml.SUCCESS {
-			return "", ret
-		}
-		return d.model.productName, nvml.SUCCESS
-	}
-	d.GetSerialFunc = func() (string, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetSerial"); ret != nvml.SUCCESS {
-			return "", ret
-		}
-		id := uuid.MustParse(strings.TrimPrefix(d.uuid, "GPU-"))
-		return fmt.Sprintf("1%012d", uint64(id[0])<<32|uint64(id[1])<<24|uint64(id[2])<<16|uint64(id[3])<<8|uint64(id[4])), nvml.SUCCESS
-	}
-	d.GetBrandFunc = func() (nvml.BrandType, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetBrand"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return d.model.brand, nvml.SUCCESS
-	}
-	d.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetArchitecture"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return d.model.arch, nvml.SUCCESS
-	}
-	d.GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetCudaComputeCapability"); ret != nvml.SUCCESS {
-			return 0, 0, ret
-		}
-		return d.model.ccMajor, d.model.ccMinor, nvml.SUCCESS
-	}
-	d.GetNumGpuCoresFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetNumGpuCores"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return d.multiprocessors() * coresPerSM(d.model.ccMajor, d.model.ccMinor), nvml.SUCCESS
-	}
-	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetMemoryInfo"); ret != nvml.SUCCESS {
-			return nvml.Memory{}, ret
-		}
-		total := d.model.memoryMiB << 20
-		return nvml.Memory{Total: total, Free: total}, nvml.SUCCESS
-	}
-	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetMemoryInfo_v2"); ret != nvml.SUCCESS {
-			return nvml.Memory_v2{}, ret
-		}
-		total := d.model.memoryMiB << 20
-		return nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: total, Free: total}, nvml.SUCCESS
-	}
-	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetPciInfo"); ret != nvml.SUCCESS {
-			return nvml.PciInfo{}, ret
-		}
-		return pciInfo(d.slot.busID, d.model.pciDeviceID, d.model.pciSubsystemID), nvml.SUCCESS
-	}
-	d.GetNumaNodeIdFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetNumaNodeId"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		if d.slot.numa < 0 {
-			return 0, nvml.ERROR_NOT_SUPPORTED
-		}
-		return d.slot.numa, nvml.SUCCESS
-	}
-	d.GetPersistenceModeFunc = func() (nvml.EnableState, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetPersistenceMode"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return nvml.FEATURE_ENABLED, nvml.SUCCESS
-	}
-	d.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetComputeMode"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return d.computeMode, nvml.SUCCESS
-	}
-	d.SetComputeModeFunc = func(mode nvml.ComputeMode) nvml.Return {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("SetComputeMode"); ret != nvml.SUCCESS {
-			return ret
-		}
-		if ret := validComputeMode(mode); ret != nvml.SUCCESS {
-			return ret
-		}
-		d.computeMode = mode
-		d.changed()
-		return nvml.SUCCESS
-	}
-	d.GetTopologyCommonAncestorFunc = func(other nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetTopologyCommonAncestor"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		o := d.peer(other)
-		if o == nil {
-			return 0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return d.topologyLevel(o), nvml.SUCCESS
-	}
-	d.GetP2PStatusFunc = func(other nvml.Device, idx nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetP2PStatus"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		o := d.peer(other)
-		if o == nil || idx >= nvml.P2P_CAPS_INDEX_UNKNOWN {
-			return 0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		nvlink := d.nvlinked(o)
-		switch {
-		case o == d:
-			return nvml.P2P_STATUS_NOT_SUPPORTED, nvml.SUCCESS
-		case idx == nvml.P2P_CAPS_INDEX_NVLINK && !nvlink:
-			return nvml.P2P_STATUS_NOT_SUPPORTED, nvml.SUCCESS
-		case nvlink:
-			return nvml.P2P_STATUS_OK, nvml.SUCCESS
-		case d.topologyLevel(o) <= nvml.TOPOLOGY_HOSTBRIDGE:
-			return nvml.P2P_STATUS_OK, nvml.SUCCESS
-		default:
-			return nvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED, nvml.SUCCESS
-		}
-	}
-	// A GPU without NVLink answers NOT_SUPPORTED; an A30 without a bridge has its links, all
-	// inactive, and NVML says nothing about their far end.
-	nvlinkCheck := func(link int, needActive bool) nvml.Return {
-		switch {
-		case d.model.nvLinks == 0 || m.spec.nvlink == nvlinkNone:
-			return nvml.ERROR_NOT_SUPPORTED
-		case link < 0 || link >= d.model.nvLinks:
-			return nvml.ERROR_INVALID_ARGUMENT
-		case needActive && m.spec.nvlink == nvlinkBridge && d.bridgePartner() == nil:
-			return nvml.ERROR_NOT_SUPPORTED
-		}
-		return nvml.SUCCESS
-	}
-	d.GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetNvLinkState"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		if ret := nvlinkCheck(link, false); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		if m.spec.nvlink == nvlinkBridge && d.bridgePartner() == nil {
-			return nvml.FEATURE_DISABLED, nvml.SUCCESS
-		}
-		return nvml.FEATURE_ENABLED, nvml.SUCCESS
-	}
-	d.GetNvLinkRemotePciInfoFunc = func(link int) (nvml.PciInfo, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetNvLinkRemotePciInfo"); ret != nvml.SUCCESS {
-			return nvml.PciInfo{}, ret
-		}
-		if ret := nvlinkCheck(link, true); ret != nvml.SUCCESS {
-			return nvml.PciInfo{}, ret
-		}
-		bus, p := d.nvlinkRemote(link)
-		if p != nil {
-			return pciInfo(bus, p.model.pciDeviceID, p.model.pciSubsystemID), nvml.SUCCESS
-		}
-		return pciInfo(bus, switchPCIDeviceID, 0), nvml.SUCCESS
-	}
-	d.GetNvLinkRemoteDeviceTypeFunc = func(link int) (nvml.IntNvLinkDeviceType, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetNvLinkRemoteDeviceType"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		if ret := nvlinkCheck(link, true); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		if _, p := d.nvlinkRemote(link); p != nil {
-			return nvml.NVLINK_DEVICE_TYPE_GPU, nvml.SUCCESS
-		}
-		return nvml.NVLINK_DEVICE_TYPE_SWITCH, nvml.SUCCESS
-	}
-	d.GetGpuFabricInfoFunc = func() (nvml.GpuFabricInfo, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetGpuFabricInfo"); ret != nvml.SUCCESS {
-			return nvml.GpuFabricInfo{}, ret
-		}
-		if !m.spec.fabric {
-			return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED
-		}
-		return nvml.GpuFabricInfo{
-			ClusterUuid: uuid.NewSHA1(uuidNamespace, []byte(m.spec.name+"/fabric")),
-			Status:      uint32(nvml.SUCCESS),
-			CliqueId:    1,
-			State:       nvml.GPU_FABRIC_STATE_COMPLETED,
-		}, nvml.SUCCESS
-	}
+	g := d.gate()
+	d.GetIndexFunc = get(g, "GetIndex", func() int { return d.index })
+	d.GetMinorNumberFunc = get(g, "GetMinorNumber", func() int { return d.index })
+	d.GetUUIDFunc = get(g, "GetUUID", func() string { return d.uuid })
+	d.GetNameFunc = get(g, "GetName", func() string { return d.model.productName })
+	d.GetSerialFunc = get(g, "GetSerial", d.serial)
+	d.GetBrandFunc = get(g, "GetBrand", func() nvml.BrandType { return d.model.brand })
+	d.GetArchitectureFunc = get(g, "GetArchitecture", func() nvml.DeviceArchitecture { return d.model.arch })
+	d.GetCudaComputeCapabilityFunc = guardPair(g, "GetCudaComputeCapability", d.computeCapability)
+	d.GetNumGpuCoresFunc = get(g, "GetNumGpuCores", d.cudaCores)
+	d.GetMemoryInfoFunc = get(g, "GetMemoryInfo", func() nvml.Memory { return memoryInfo(d.model.memoryMiB) })
+	d.GetMemoryInfo_v2Func = get(g, "GetMemoryInfo_v2", func() nvml.Memory_v2 { return memoryInfoV2(d.model.memoryMiB) })
+	d.GetPciInfoFunc = get(g, "GetPciInfo", d.pciInfo)
+	d.GetNumaNodeIdFunc = guard(g, "GetNumaNodeId", d.numaNode)
+	d.GetPersistenceModeFunc = get(g, "GetPersistenceMode", func() nvml.EnableState { return nvml.FEATURE_ENABLED })
+	d.GetComputeModeFunc = get(g, "GetComputeMode", func() nvml.ComputeMode { return d.computeMode })
+	d.SetComputeModeFunc = guardRet1(g, "SetComputeMode", d.setComputeMode)
+	d.GetTopologyCommonAncestorFunc = guard1(g, "GetTopologyCommonAncestor", d.commonAncestor)
+	d.GetP2PStatusFunc = guard2(g, "GetP2PStatus", d.p2pStatus)
+	d.GetNvLinkStateFunc = guard1(g, "GetNvLinkState", d.nvlinkState)
+	d.GetNvLinkRemotePciInfoFunc = guard1(g, "GetNvLinkRemotePciInfo", d.nvlinkRemotePciInfo)
+	d.GetNvLinkRemoteDeviceTypeFunc = guard1(g, "GetNvLinkRemoteDeviceType", d.nvlinkRemoteDeviceType)
+	d.GetGpuFabricInfoFunc = guard(g, "GetGpuFabricInfo", d.fabricInfo)
 	d.setMIGFuncs()
 	d.setEventFuncs()
+}
+
+// The methods below are the bodies of the NVML calls setFuncs models; each runs behind the
+// device's gate, with m.mu held.
+
+// serial is the board serial number: 13 digits derived from the UUID.
+func (d *Device) serial() string {
+	id := uuid.MustParse(strings.TrimPrefix(d.uuid, "GPU-"))
+	return fmt.Sprintf("1%012d", uint64(id[0])<<32|uint64(id[1])<<24|uint64(id[2])<<16|uint64(id[3])<<8|uint64(id[4]))
+}
+
+func (d *Device) computeCapability() (major, minor int, ret nvml.Return) {
+	return d.model.ccMajor, d.model.ccMinor, nvml.SUCCESS
+}
+
+func (d *Device) cudaCores() int {
+	return d.multiprocessors() * coresPerSM(d.model.ccMajor, d.model.ccMinor)
+}
+
+// memoryInfo is GetMemoryInfo's answer for mib MiB of memory, all free.
+func memoryInfo(mib uint64) nvml.Memory {
+	total := mib << 20
+	return nvml.Memory{Total: total, Free: total}
+}
+
+// memoryInfoV2 is GetMemoryInfo_v2's answer for mib MiB of memory, all free.
+func memoryInfoV2(mib uint64) nvml.Memory_v2 {
+	total := mib << 20
+	return nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: total, Free: total}
+}
+
+func (d *Device) pciInfo() nvml.PciInfo {
+	return pciInfo(d.slot.busID, d.model.pciDeviceID, d.model.pciSubsystemID)
+}
+
+func (d *Device) numaNode() (int, nvml.Return) {
+	if d.slot.numa < 0 {
+		return 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	return d.slot.numa, nvml.SUCCESS
+}
+
+func (d *Device) setComputeMode(mode nvml.ComputeMode) nvml.Return {
+	if ret := validComputeMode(mode); ret != nvml.SUCCESS {
+		return ret
+	}
+	d.computeMode = mode
+	d.changed()
+	return nvml.SUCCESS
+}
+
+func (d *Device) commonAncestor(other nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
+	o := d.peer(other)
+	if o == nil {
+		return 0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return d.topologyLevel(o), nvml.SUCCESS
+}
+
+func (d *Device) p2pStatus(other nvml.Device, idx nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
+	o := d.peer(other)
+	if o == nil || idx >= nvml.P2P_CAPS_INDEX_UNKNOWN {
+		return 0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	nvlink := d.nvlinked(o)
+	switch {
+	case o == d:
+		return nvml.P2P_STATUS_NOT_SUPPORTED, nvml.SUCCESS
+	case idx == nvml.P2P_CAPS_INDEX_NVLINK && !nvlink:
+		return nvml.P2P_STATUS_NOT_SUPPORTED, nvml.SUCCESS
+	case nvlink:
+		return nvml.P2P_STATUS_OK, nvml.SUCCESS
+	case d.topologyLevel(o) <= nvml.TOPOLOGY_HOSTBRIDGE:
+		return nvml.P2P_STATUS_OK, nvml.SUCCESS
+	default:
+		return nvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED, nvml.SUCCESS
+	}
+}
+
+// nvlinkCheck answers the NVLink calls on link: a GPU without NVLink answers NOT_SUPPORTED; an
+// A30 without a bridge has its links, all inactive, and NVML says nothing about their far end
+// (needActive).
+func (d *Device) nvlinkCheck(link int, needActive bool) nvml.Return {
+	switch {
+	case d.model.nvLinks == 0 || d.m.spec.nvlink == nvlinkNone:
+		return nvml.ERROR_NOT_SUPPORTED
+	case link < 0 || link >= d.model.nvLinks:
+		return nvml.ERROR_INVALID_ARGUMENT
+	case needActive && d.m.spec.nvlink == nvlinkBridge && d.bridgePartner() == nil:
+		return nvml.ERROR_NOT_SUPPORTED
+	}
+	return nvml.SUCCESS
+}
+
+func (d *Device) nvlinkState(link int) (nvml.EnableState, nvml.Return) {
+	if ret := d.nvlinkCheck(link, false); ret != nvml.SUCCESS {
+		return 0, ret
+	}
+	if d.m.spec.nvlink == nvlinkBridge && d.bridgePartner() == nil {
+		return nvml.FEATURE_DISABLED, nvml.SUCCESS
+	}
+	return nvml.FEATURE_ENABLED, nvml.SUCCESS
+}
+
+func (d *Device) nvlinkRemotePciInfo(link int) (nvml.PciInfo, nvml.Return) {
+	if ret := d.nvlinkCheck(link, true); ret != nvml.SUCCESS {
+		return nvml.PciInfo{}, ret
+	}
+	bus, p := d.nvlinkRemote(link)
+	if p != nil {
+		return pciInfo(bus, p.model.pciDeviceID, p.model.pciSubsystemID), nvml.SUCCESS
+	}
+	return pciInfo(bus, switchPCIDeviceID, 0), nvml.SUCCESS
+}
+
+func (d *Device) nvlinkRemoteDeviceType(link int) (nvml.IntNvLinkDeviceType, nvml.Return) {
+	if ret := d.nvlinkCheck(link, true); ret != nvml.SUCCESS {
+		return 0, ret
+	}
+	if _, p := d.nvlinkRemote(link); p != nil {
+		return nvml.NVLINK_DEVICE_TYPE_GPU, nvml.SUCCESS
+	}
+	return nvml.NVLINK_DEVICE_TYPE_SWITCH, nvml.SUCCESS
+}
+
+func (d *Device) fabricInfo() (nvml.GpuFabricInfo, nvml.Return) {
+	m := d.m
+	if !m.spec.fabric {
+		return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	return nvml.GpuFabricInfo{
+		ClusterUuid: uuid.NewSHA1(uuidNamespace, []byte(m.spec.name+"/fabric")),
+		Status:      uint32(nvml.SUCCESS),
+		CliqueId:    1,
+		State:       nvml.GPU_FABRIC_STATE_COMPLETED,
+	}, nvml.SUCCESS
 }
 
 // validComputeMode answers as NVML's SetComputeMode does for a mode it cannot set.

@@ -40,20 +40,18 @@ type queuedEvent struct {
 func newEventSet(m *Machine) *EventSet {
 	s := &EventSet{m: m, wake: make(chan struct{}, 1), reg: map[*Device]uint64{}, closed: make(chan struct{})}
 	s.WaitFunc = s.wait
-	s.FreeFunc = func() nvml.Return {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.enter("EventSet", "Free"); ret != nvml.SUCCESS {
-			return ret
-		}
-		if s.freed {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		s.freed = true
-		close(s.closed)
-		return nvml.SUCCESS
-	}
+	s.FreeFunc = guardRet(m.gate("EventSet"), "Free", s.free)
 	return s
+}
+
+// free implements EventSet.Free behind the EventSet gate, with m.mu held.
+func (s *EventSet) free() nvml.Return {
+	if s.freed {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	s.freed = true
+	close(s.closed)
+	return nvml.SUCCESS
 }
 
 // wait implements EventSet.Wait: it returns the oldest pending event, or ERROR_TIMEOUT after
@@ -125,31 +123,22 @@ func (s *EventSet) push(d *Device, e queuedEvent) {
 }
 
 func (d *Device) setEventFuncs() {
-	m := d.m
-	d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetSupportedEventTypes"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return supportedEvents, nvml.SUCCESS
+	g := d.gate()
+	d.GetSupportedEventTypesFunc = get(g, "GetSupportedEventTypes", func() uint64 { return supportedEvents })
+	d.RegisterEventsFunc = guardRet2(g, "RegisterEvents", d.registerEvents)
+}
+
+// registerEvents runs behind the device's gate, with m.mu held.
+func (d *Device) registerEvents(types uint64, set nvml.EventSet) nvml.Return {
+	s, ok := set.(*EventSet)
+	if !ok || s.m != d.m || s.freed {
+		return nvml.ERROR_INVALID_ARGUMENT
 	}
-	d.RegisterEventsFunc = func(types uint64, set nvml.EventSet) nvml.Return {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("RegisterEvents"); ret != nvml.SUCCESS {
-			return ret
-		}
-		s, ok := set.(*EventSet)
-		if !ok || s.m != m || s.freed {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		if types&^uint64(supportedEvents) != 0 {
-			return nvml.ERROR_NOT_SUPPORTED
-		}
-		s.reg[d] |= types
-		return nvml.SUCCESS
+	if types&^uint64(supportedEvents) != 0 {
+		return nvml.ERROR_NOT_SUPPORTED
 	}
+	s.reg[d] |= types
+	return nvml.SUCCESS
 }
 
 // InjectXID delivers an XID critical-error event for GPU gpuIndex to every event set registered

@@ -303,131 +303,88 @@ func migUUID(parent string, gi, ci uint32, gen uint64) string {
 	return "MIG-" + uuid.NewSHA1(uuidNamespace, fmt.Appendf(nil, "%s/gi/%d/ci/%d/%d", parent, gi, ci, gen)).String()
 }
 
+// gate lets a call on an object of kind ("Interface", "EventSet") through unless a fault is
+// injected for it.
+func (m *Machine) gate(kind string) gate {
+	return gate{mu: &m.mu, enter: func(method string) nvml.Return { return m.enter(kind, method) }}
+}
+
 func (m *Machine) setInterfaceFuncs() {
-	m.InitFunc = func() nvml.Return {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.enter("Interface", "Init"); ret != nvml.SUCCESS {
-			return ret
-		}
-		m.initCount++
-		return nvml.SUCCESS
-	}
-	m.InitWithFlagsFunc = func(uint32) nvml.Return {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.enter("Interface", "InitWithFlags"); ret != nvml.SUCCESS {
-			return ret
-		}
-		m.initCount++
-		return nvml.SUCCESS
-	}
-	m.ShutdownFunc = func() nvml.Return {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.enter("Interface", "Shutdown"); ret != nvml.SUCCESS {
-			return ret
-		}
-		if m.initCount == 0 {
-			return nvml.ERROR_UNINITIALIZED
-		}
-		m.initCount--
-		return nvml.SUCCESS
-	}
-	m.SystemGetDriverVersionFunc = func() (string, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.enter("Interface", "SystemGetDriverVersion"); ret != nvml.SUCCESS {
-			return "", ret
-		}
-		return m.driverVersion, nvml.SUCCESS
-	}
-	m.SystemGetCudaDriverVersionFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.enter("Interface", "SystemGetCudaDriverVersion"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return m.cudaVersion, nvml.SUCCESS
-	}
+	g := m.gate("Interface")
+	m.InitFunc = guardRet(g, "Init", m.initLocked)
+	m.InitWithFlagsFunc = guardRet1(g, "InitWithFlags", func(uint32) nvml.Return { return m.initLocked() })
+	m.ShutdownFunc = guardRet(g, "Shutdown", m.shutdownLocked)
+	m.SystemGetDriverVersionFunc = get(g, "SystemGetDriverVersion", func() string { return m.driverVersion })
+	m.SystemGetCudaDriverVersionFunc = get(g, "SystemGetCudaDriverVersion", func() int { return m.cudaVersion })
 	m.SystemGetCudaDriverVersion_v2Func = m.SystemGetCudaDriverVersionFunc
-	m.SystemGetNVMLVersionFunc = func() (string, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.enter("Interface", "SystemGetNVMLVersion"); ret != nvml.SUCCESS {
-			return "", ret
-		}
-		return fmt.Sprintf("%d.%s", m.cudaVersion/1000, m.driverVersion), nvml.SUCCESS
-	}
-	m.DeviceGetCountFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.enter("Interface", "DeviceGetCount"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return len(m.devices), nvml.SUCCESS
-	}
-	m.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.enter("Interface", "DeviceGetHandleByIndex"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		if i < 0 || i >= len(m.devices) {
-			return nil, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return m.devices[i], nvml.SUCCESS
-	}
-	m.DeviceGetHandleByUUIDFunc = func(u string) (nvml.Device, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.enter("Interface", "DeviceGetHandleByUUID"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		for _, d := range m.devices {
-			if d.uuid == u {
-				return d, nvml.SUCCESS
-			}
-			for _, md := range d.migDevicesLocked() {
-				if md.uuid == u {
-					return md, nvml.SUCCESS
-				}
-			}
-		}
-		return nil, nvml.ERROR_NOT_FOUND
-	}
-	m.DeviceGetHandleByPciBusIdFunc = func(busID string) (nvml.Device, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.enter("Interface", "DeviceGetHandleByPciBusId"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		want, ok := parseBusID(busID)
-		if !ok {
-			return nil, nvml.ERROR_INVALID_ARGUMENT
-		}
-		for _, d := range m.devices {
-			if got, _ := parseBusID(d.slot.busID); got == want {
-				return d, nvml.SUCCESS
-			}
-		}
-		return nil, nvml.ERROR_NOT_FOUND
-	}
+	m.SystemGetNVMLVersionFunc = get(g, "SystemGetNVMLVersion", func() string { return fmt.Sprintf("%d.%s", m.cudaVersion/1000, m.driverVersion) })
+	m.DeviceGetCountFunc = get(g, "DeviceGetCount", func() int { return len(m.devices) })
+	m.DeviceGetHandleByIndexFunc = guard1(g, "DeviceGetHandleByIndex", m.deviceByIndex)
+	m.DeviceGetHandleByUUIDFunc = guard1(g, "DeviceGetHandleByUUID", m.deviceByUUID)
+	m.DeviceGetHandleByPciBusIdFunc = guard1(g, "DeviceGetHandleByPciBusId", m.deviceByBusID)
 	m.ErrorStringFunc = func(r nvml.Return) string { return r.Error() }
-	m.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.enter("Interface", "EventSetCreate"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		s := newEventSet(m)
-		m.eventSets = append(m.eventSets, s)
-		return s, nvml.SUCCESS
-	}
+	m.EventSetCreateFunc = get(g, "EventSetCreate", m.createEventSet)
 	m.ExtensionsFunc = func() nvml.ExtendedInterface {
 		return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }}
 	}
 	fillDefaults(m, &m.Interface, "Interface", nil)
+}
+
+// The methods below are the bodies of the calls setInterfaceFuncs models; each runs behind the
+// Interface gate, with m.mu held.
+
+func (m *Machine) initLocked() nvml.Return {
+	m.initCount++
+	return nvml.SUCCESS
+}
+
+func (m *Machine) shutdownLocked() nvml.Return {
+	if m.initCount == 0 {
+		return nvml.ERROR_UNINITIALIZED
+	}
+	m.initCount--
+	return nvml.SUCCESS
+}
+
+func (m *Machine) deviceByIndex(i int) (nvml.Device, nvml.Return) {
+	if i < 0 || i >= len(m.devices) {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return m.devices[i], nvml.SUCCESS
+}
+
+// deviceByUUID finds a GPU or a MIG device by its UUID.
+func (m *Machine) deviceByUUID(u string) (nvml.Device, nvml.Return) {
+	for _, d := range m.devices {
+		if d.uuid == u {
+			return d, nvml.SUCCESS
+		}
+		for _, md := range d.migDevicesLocked() {
+			if md.uuid == u {
+				return md, nvml.SUCCESS
+			}
+		}
+	}
+	return nil, nvml.ERROR_NOT_FOUND
+}
+
+func (m *Machine) deviceByBusID(busID string) (nvml.Device, nvml.Return) {
+	want, ok := parseBusID(busID)
+	if !ok {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	for _, d := range m.devices {
+		if got, _ := parseBusID(d.slot.busID); got == want {
+			return d, nvml.SUCCESS
+		}
+	}
+	return nil, nvml.ERROR_NOT_FOUND
+}
+
+func (m *Machine) createEventSet() nvml.EventSet {
+	s := newEventSet(m)
+	m.eventSets = append(m.eventSets, s)
+	return s
 }
 
 // parseBusID turns any of NVML's bus ID spellings ("00000000:07:00.0", "0000:07:00.0",

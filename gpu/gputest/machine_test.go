@@ -351,6 +351,34 @@ func TestNonMIGGPUs(t *testing.T) {
 	}
 }
 
+// A MIG-capable GPU with MIG mode off answers the calls that need MIG mode with NOT_SUPPORTED
+// (the profiles and their placements stay readable), as NVML does.
+func TestMIGModeOff(t *testing.T) {
+	m := mustNew(t, "dgx-a100-40gb")
+	d := dev(t, m, 0)
+	if cur, _, ret := d.GetMigMode(); ret != nvml.SUCCESS || cur != nvml.DEVICE_MIG_DISABLE {
+		t.Fatalf("GetMigMode: %d, %v; want MIG disabled", cur, ret)
+	}
+	info := giInfo(t, d, nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	if _, ret := d.GetGpuInstancePossiblePlacements(&info); ret != nvml.SUCCESS {
+		t.Errorf("GetGpuInstancePossiblePlacements: %v, want SUCCESS", ret)
+	}
+	for call, ret := range map[string]nvml.Return{
+		"GetGpuInstanceRemainingCapacity": func() nvml.Return { _, ret := d.GetGpuInstanceRemainingCapacity(&info); return ret }(),
+		"GetGpuInstances":                 func() nvml.Return { _, ret := d.GetGpuInstances(&info); return ret }(),
+		"GetGpuInstanceById":              func() nvml.Return { _, ret := d.GetGpuInstanceById(1); return ret }(),
+		"GetMigDeviceHandleByIndex":       func() nvml.Return { _, ret := d.GetMigDeviceHandleByIndex(0); return ret }(),
+		"CreateGpuInstance":               func() nvml.Return { _, ret := d.CreateGpuInstance(&info); return ret }(),
+	} {
+		if ret != nvml.ERROR_NOT_SUPPORTED {
+			t.Errorf("%s with MIG mode off: %v, want ERROR_NOT_SUPPORTED", call, ret)
+		}
+	}
+	if n, ret := d.GetMaxMigDeviceCount(); n != 0 || ret != nvml.SUCCESS {
+		t.Errorf("GetMaxMigDeviceCount: %d, %v; want 0, SUCCESS (nvml.h)", n, ret)
+	}
+}
+
 func TestRemainingCapacity(t *testing.T) {
 	m := mustNew(t, "dgx-a100-40gb", WithMIG(0, "3g.20gb@4", "1g.5gb@1"))
 	d := dev(t, m, 0)

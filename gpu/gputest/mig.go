@@ -349,246 +349,167 @@ func (gi *GpuInstance) remainingCIs(c *mig.ComputeProfile) int {
 	return max(0, min(n, left))
 }
 
-func (d *Device) setMIGFuncs() {
-	m := d.m
-	d.GetMigModeFunc = func() (int, int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetMigMode"); ret != nvml.SUCCESS {
-			return 0, 0, ret
-		}
-		if ret := d.migCheck(false); ret != nvml.SUCCESS {
-			return 0, 0, ret
-		}
-		return d.migMode, d.migMode, nvml.SUCCESS
-	}
-	// SetMigMode returns (activation status, return) as go-nvml does; a failed call leaves the
-	// activation status unset (SUCCESS).
-	d.SetMigModeFunc = func(mode int) (nvml.Return, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("SetMigMode"); ret != nvml.SUCCESS {
-			return nvml.SUCCESS, ret
-		}
-		if ret := d.migCheck(false); ret != nvml.SUCCESS {
-			return nvml.SUCCESS, ret
-		}
-		if mode != nvml.DEVICE_MIG_ENABLE && mode != nvml.DEVICE_MIG_DISABLE {
-			return nvml.SUCCESS, nvml.ERROR_INVALID_ARGUMENT
-		}
-		if mode != d.migMode && len(d.gis) > 0 {
-			return nvml.SUCCESS, nvml.ERROR_IN_USE
-		}
-		d.migMode = mode
-		d.changed()
-		return nvml.SUCCESS, nvml.SUCCESS
-	}
-	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetMaxMigDeviceCount"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		// nvml.h: "Returns zero if MIG is not supported or enabled."
-		if d.migCheck(true) != nvml.SUCCESS || d.geometry == nil {
-			return 0, nvml.SUCCESS
-		}
-		return d.geometry.ComputeSlices, nvml.SUCCESS
-	}
-	d.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetMigDeviceHandleByIndex"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		if ret := d.migCheck(true); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		if d.geometry == nil || i < 0 || i >= d.geometry.ComputeSlices {
-			return nil, nvml.ERROR_INVALID_ARGUMENT
-		}
-		devs := d.migDevicesLocked()
-		if i >= len(devs) {
-			return nil, nvml.ERROR_NOT_FOUND
-		}
-		return devs[i], nvml.SUCCESS
-	}
-	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("IsMigDeviceHandle"); ret != nvml.SUCCESS {
-			return false, ret
-		}
-		return false, nvml.SUCCESS
-	}
-	notMIGHandle := func(method string) nvml.Return {
+// migGate is the device's gate that also refuses, as NVML does, a MIG call on a GPU without MIG,
+// and with needEnabled one on a GPU whose MIG mode is off.
+func (d *Device) migGate(needEnabled bool) gate {
+	return gate{mu: &d.m.mu, enter: func(method string) nvml.Return {
 		if ret := d.enter(method); ret != nvml.SUCCESS {
 			return ret
 		}
-		if ret := d.migCheck(false); ret != nvml.SUCCESS {
-			return ret
-		}
-		return nvml.ERROR_INVALID_ARGUMENT
+		return d.migCheck(needEnabled)
+	}}
+}
+
+// fails is the body of a call that, once through its gate, fails with ret.
+func fails[T any](ret nvml.Return) func() (T, nvml.Return) {
+	return func() (T, nvml.Return) {
+		var zero T
+		return zero, ret
 	}
-	d.GetDeviceHandleFromMigDeviceHandleFunc = func() (nvml.Device, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return nil, notMIGHandle("GetDeviceHandleFromMigDeviceHandle")
+}
+
+func (d *Device) setMIGFuncs() {
+	g, capable, enabled := d.gate(), d.migGate(false), d.migGate(true)
+	d.GetMigModeFunc = guardPair(capable, "GetMigMode", func() (int, int, nvml.Return) { return d.migMode, d.migMode, nvml.SUCCESS })
+	d.SetMigModeFunc = guard1(capable, "SetMigMode", d.setMigMode)
+	d.GetMaxMigDeviceCountFunc = get(g, "GetMaxMigDeviceCount", d.maxMigDeviceCount)
+	d.GetMigDeviceHandleByIndexFunc = guard1(enabled, "GetMigDeviceHandleByIndex", d.migDeviceHandleByIndex)
+	d.IsMigDeviceHandleFunc = get(g, "IsMigDeviceHandle", func() bool { return false })
+	// A whole GPU's handle is not a MIG device handle.
+	d.GetDeviceHandleFromMigDeviceHandleFunc = guard(capable, "GetDeviceHandleFromMigDeviceHandle", fails[nvml.Device](nvml.ERROR_INVALID_ARGUMENT))
+	d.GetGpuInstanceIdFunc = guard(capable, "GetGpuInstanceId", fails[int](nvml.ERROR_INVALID_ARGUMENT))
+	d.GetComputeInstanceIdFunc = guard(capable, "GetComputeInstanceId", fails[int](nvml.ERROR_INVALID_ARGUMENT))
+	// nvml.h: "This API currently only supports MIG device handles."
+	d.GetAttributesFunc = guard(g, "GetAttributes", fails[nvml.DeviceAttributes](nvml.ERROR_NOT_SUPPORTED))
+	d.GetGpuInstanceProfileInfoFunc = guard1(capable, "GetGpuInstanceProfileInfo", d.gpuInstanceProfileInfo)
+	d.GetGpuInstancePossiblePlacementsFunc = guard1(capable, "GetGpuInstancePossiblePlacements", d.gpuInstancePlacements)
+	d.GetGpuInstanceRemainingCapacityFunc = guard1(enabled, "GetGpuInstanceRemainingCapacity", d.gpuInstanceRemainingCapacity)
+	d.CreateGpuInstanceFunc = guard1(enabled, "CreateGpuInstance", d.createGpuInstance)
+	d.CreateGpuInstanceWithPlacementFunc = guard2(enabled, "CreateGpuInstanceWithPlacement", d.createGpuInstanceWithPlacement)
+	d.GetGpuInstancesFunc = guard1(enabled, "GetGpuInstances", d.gpuInstances)
+	d.GetGpuInstanceByIdFunc = guard1(enabled, "GetGpuInstanceById", d.gpuInstanceByID)
+}
+
+// The methods below are the bodies of the MIG calls setMIGFuncs models; each runs behind its
+// gate, with m.mu held.
+
+// setMigMode returns (activation status, return) as go-nvml's SetMigMode does; a failed call
+// leaves the activation status unset (SUCCESS).
+func (d *Device) setMigMode(mode int) (nvml.Return, nvml.Return) {
+	if mode != nvml.DEVICE_MIG_ENABLE && mode != nvml.DEVICE_MIG_DISABLE {
+		return nvml.SUCCESS, nvml.ERROR_INVALID_ARGUMENT
 	}
-	d.GetGpuInstanceIdFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return 0, notMIGHandle("GetGpuInstanceId")
+	if mode != d.migMode && len(d.gis) > 0 {
+		return nvml.SUCCESS, nvml.ERROR_IN_USE
 	}
-	d.GetComputeInstanceIdFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return 0, notMIGHandle("GetComputeInstanceId")
+	d.migMode = mode
+	d.changed()
+	return nvml.SUCCESS, nvml.SUCCESS
+}
+
+// maxMigDeviceCount follows nvml.h: "Returns zero if MIG is not supported or enabled."
+func (d *Device) maxMigDeviceCount() int {
+	if d.migCheck(true) != nvml.SUCCESS || d.geometry == nil {
+		return 0
 	}
-	d.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetAttributes"); ret != nvml.SUCCESS {
-			return nvml.DeviceAttributes{}, ret
-		}
-		// nvml.h: "This API currently only supports MIG device handles."
-		return nvml.DeviceAttributes{}, nvml.ERROR_NOT_SUPPORTED
+	return d.geometry.ComputeSlices
+}
+
+func (d *Device) migDeviceHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	if d.geometry == nil || i < 0 || i >= d.geometry.ComputeSlices {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
-	d.GetGpuInstanceProfileInfoFunc = func(enum int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetGpuInstanceProfileInfo"); ret != nvml.SUCCESS {
-			return nvml.GpuInstanceProfileInfo{}, ret
-		}
-		if ret := d.migCheck(false); ret != nvml.SUCCESS {
-			return nvml.GpuInstanceProfileInfo{}, ret
-		}
-		if enum < 0 || enum >= nvml.GPU_INSTANCE_PROFILE_COUNT {
-			return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
-		}
-		if d.geometry == nil {
-			return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
-		}
-		p, ok := d.geometry.ProfileByEnum(enum)
-		if !ok {
-			return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
-		}
-		return giProfileInfo(p), nvml.SUCCESS
+	devs := d.migDevicesLocked()
+	if i >= len(devs) {
+		return nil, nvml.ERROR_NOT_FOUND
 	}
-	d.GetGpuInstancePossiblePlacementsFunc = func(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetGpuInstancePossiblePlacements"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		if ret := d.migCheck(false); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		p, ret := d.giProfileByInfo(info)
-		if ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		out := make([]nvml.GpuInstancePlacement, len(p.Placements))
-		for i, pl := range p.Placements {
-			out[i] = nvml.GpuInstancePlacement{Start: uint32(pl.Start), Size: uint32(pl.Size)}
-		}
-		return out, nvml.SUCCESS
+	return devs[i], nvml.SUCCESS
+}
+
+func (d *Device) gpuInstanceProfileInfo(enum int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+	if enum < 0 || enum >= nvml.GPU_INSTANCE_PROFILE_COUNT {
+		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
 	}
-	d.GetGpuInstanceRemainingCapacityFunc = func(info *nvml.GpuInstanceProfileInfo) (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetGpuInstanceRemainingCapacity"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		if ret := d.migCheck(true); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		p, ret := d.giProfileByInfo(info)
-		if ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return d.remainingGIs(p), nvml.SUCCESS
+	if d.geometry == nil {
+		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
 	}
-	d.CreateGpuInstanceFunc = func(info *nvml.GpuInstanceProfileInfo) (nvml.GpuInstance, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("CreateGpuInstance"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		if ret := d.migCheck(true); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		p, ret := d.giProfileByInfo(info)
-		if ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		gi, ret := d.createGI(p, nil)
-		if ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		return gi, nvml.SUCCESS
+	p, ok := d.geometry.ProfileByEnum(enum)
+	if !ok {
+		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
 	}
-	d.CreateGpuInstanceWithPlacementFunc = func(info *nvml.GpuInstanceProfileInfo, pl *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("CreateGpuInstanceWithPlacement"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		if ret := d.migCheck(true); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		p, ret := d.giProfileByInfo(info)
-		if ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		if pl == nil {
-			return nil, nvml.ERROR_INVALID_ARGUMENT
-		}
-		gi, ret := d.createGI(p, &mig.Placement{Start: int(pl.Start), Size: int(pl.Size)})
-		if ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		return gi, nvml.SUCCESS
+	return giProfileInfo(p), nvml.SUCCESS
+}
+
+func (d *Device) gpuInstancePlacements(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
+	p, ret := d.giProfileByInfo(info)
+	if ret != nvml.SUCCESS {
+		return nil, ret
 	}
-	d.GetGpuInstancesFunc = func(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstance, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetGpuInstances"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		if ret := d.migCheck(true); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		p, ret := d.giProfileByInfo(info)
-		if ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		var out []nvml.GpuInstance
-		for _, gi := range d.sortedGIs() {
-			if gi.profile.ID == p.ID {
-				out = append(out, gi)
-			}
-		}
-		return out, nvml.SUCCESS
+	out := make([]nvml.GpuInstancePlacement, len(p.Placements))
+	for i, pl := range p.Placements {
+		out[i] = nvml.GpuInstancePlacement{Start: uint32(pl.Start), Size: uint32(pl.Size)}
 	}
-	d.GetGpuInstanceByIdFunc = func(id int) (nvml.GpuInstance, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := d.enter("GetGpuInstanceById"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		if ret := d.migCheck(true); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		if id < 0 {
-			return nil, nvml.ERROR_INVALID_ARGUMENT
-		}
-		gi, ok := d.gis[uint32(id)]
-		if !ok {
-			return nil, nvml.ERROR_NOT_FOUND
-		}
-		return gi, nvml.SUCCESS
+	return out, nvml.SUCCESS
+}
+
+func (d *Device) gpuInstanceRemainingCapacity(info *nvml.GpuInstanceProfileInfo) (int, nvml.Return) {
+	p, ret := d.giProfileByInfo(info)
+	if ret != nvml.SUCCESS {
+		return 0, ret
 	}
+	return d.remainingGIs(p), nvml.SUCCESS
+}
+
+func (d *Device) createGpuInstance(info *nvml.GpuInstanceProfileInfo) (nvml.GpuInstance, nvml.Return) {
+	p, ret := d.giProfileByInfo(info)
+	if ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	return asGpuInstance(d.createGI(p, nil))
+}
+
+func (d *Device) createGpuInstanceWithPlacement(info *nvml.GpuInstanceProfileInfo, pl *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
+	p, ret := d.giProfileByInfo(info)
+	if ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	if pl == nil {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return asGpuInstance(d.createGI(p, &mig.Placement{Start: int(pl.Start), Size: int(pl.Size)}))
+}
+
+// asGpuInstance returns a created GPU instance as NVML does: a nil interface when it failed.
+func asGpuInstance(gi *GpuInstance, ret nvml.Return) (nvml.GpuInstance, nvml.Return) {
+	if ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	return gi, nvml.SUCCESS
+}
+
+func (d *Device) gpuInstances(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstance, nvml.Return) {
+	p, ret := d.giProfileByInfo(info)
+	if ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	var out []nvml.GpuInstance
+	for _, gi := range d.sortedGIs() {
+		if gi.profile.ID == p.ID {
+			out = append(out, gi)
+		}
+	}
+	return out, nvml.SUCCESS
+}
+
+func (d *Device) gpuInstanceByID(id int) (nvml.GpuInstance, nvml.Return) {
+	if id < 0 {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	gi, ok := d.gis[uint32(id)]
+	if !ok {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	return gi, nvml.SUCCESS
 }
 
 // enter counts a call on the GPU instance and checks that it still exists.
@@ -617,144 +538,117 @@ func (gi *GpuInstance) info() nvml.GpuInstanceInfo {
 }
 
 func (gi *GpuInstance) setFuncs() {
-	m := gi.d.m
-	gi.GetInfoFunc = func() (nvml.GpuInstanceInfo, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := gi.enter("GetInfo"); ret != nvml.SUCCESS {
-			return nvml.GpuInstanceInfo{}, ret
-		}
-		return gi.info(), nvml.SUCCESS
+	g := gate{mu: &gi.d.m.mu, enter: gi.enter}
+	gi.GetInfoFunc = get(g, "GetInfo", gi.info)
+	gi.GetComputeInstanceProfileInfoFunc = guard2(g, "GetComputeInstanceProfileInfo", gi.computeInstanceProfileInfo)
+	gi.GetComputeInstancePossiblePlacementsFunc = guard1(g, "GetComputeInstancePossiblePlacements", gi.computeInstancePlacements)
+	gi.GetComputeInstanceRemainingCapacityFunc = guard1(g, "GetComputeInstanceRemainingCapacity", gi.computeInstanceRemainingCapacity)
+	gi.CreateComputeInstanceFunc = guard1(g, "CreateComputeInstance", gi.createComputeInstance)
+	gi.CreateComputeInstanceWithPlacementFunc = guard2(g, "CreateComputeInstanceWithPlacement", gi.createComputeInstanceWithPlacement)
+	gi.GetComputeInstancesFunc = guard1(g, "GetComputeInstances", gi.computeInstances)
+	gi.GetComputeInstanceByIdFunc = guard1(g, "GetComputeInstanceById", gi.computeInstanceByID)
+	gi.DestroyFunc = guardRet(g, "Destroy", gi.destroy)
+	fillDefaults(gi.d.m, &gi.GpuInstance, "GpuInstance", func() bool { return gi.d.lost })
+}
+
+// The methods below are the bodies of the calls GpuInstance.setFuncs models; each runs behind
+// the GPU instance's gate, with m.mu held.
+
+func (gi *GpuInstance) computeInstanceProfileInfo(enum, engine int) (nvml.ComputeInstanceProfileInfo, nvml.Return) {
+	if enum < 0 || enum >= nvml.COMPUTE_INSTANCE_PROFILE_COUNT || engine < 0 || engine >= nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT {
+		return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
 	}
-	gi.GetComputeInstanceProfileInfoFunc = func(enum, engine int) (nvml.ComputeInstanceProfileInfo, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := gi.enter("GetComputeInstanceProfileInfo"); ret != nvml.SUCCESS {
-			return nvml.ComputeInstanceProfileInfo{}, ret
+	for i := range gi.profile.ComputeProfiles {
+		if c := &gi.profile.ComputeProfiles[i]; c.Enum == enum {
+			return ciProfileInfo(gi.profile, c), nvml.SUCCESS
 		}
-		if enum < 0 || enum >= nvml.COMPUTE_INSTANCE_PROFILE_COUNT || engine < 0 || engine >= nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT {
-			return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
-		}
-		for i := range gi.profile.ComputeProfiles {
-			if c := &gi.profile.ComputeProfiles[i]; c.Enum == enum {
-				return ciProfileInfo(gi.profile, c), nvml.SUCCESS
-			}
-		}
-		return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
 	}
-	gi.GetComputeInstancePossiblePlacementsFunc = func(info *nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstancePlacement, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := gi.enter("GetComputeInstancePossiblePlacements"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		c, ret := gi.ciProfileByInfo(info)
-		if ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		starts := ciStarts(gi.profile, c)
-		out := make([]nvml.ComputeInstancePlacement, len(starts))
-		for i, s := range starts {
-			out[i] = nvml.ComputeInstancePlacement{Start: uint32(s), Size: uint32(c.Slices)}
-		}
-		return out, nvml.SUCCESS
+	return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (gi *GpuInstance) computeInstancePlacements(info *nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstancePlacement, nvml.Return) {
+	c, ret := gi.ciProfileByInfo(info)
+	if ret != nvml.SUCCESS {
+		return nil, ret
 	}
-	gi.GetComputeInstanceRemainingCapacityFunc = func(info *nvml.ComputeInstanceProfileInfo) (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := gi.enter("GetComputeInstanceRemainingCapacity"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		c, ret := gi.ciProfileByInfo(info)
-		if ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return gi.remainingCIs(c), nvml.SUCCESS
+	starts := ciStarts(gi.profile, c)
+	out := make([]nvml.ComputeInstancePlacement, len(starts))
+	for i, s := range starts {
+		out[i] = nvml.ComputeInstancePlacement{Start: uint32(s), Size: uint32(c.Slices)}
 	}
-	gi.CreateComputeInstanceFunc = func(info *nvml.ComputeInstanceProfileInfo) (nvml.ComputeInstance, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := gi.enter("CreateComputeInstance"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		c, ret := gi.ciProfileByInfo(info)
-		if ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		ci, ret := gi.createCI(c, nil)
-		if ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		return ci, nvml.SUCCESS
+	return out, nvml.SUCCESS
+}
+
+func (gi *GpuInstance) computeInstanceRemainingCapacity(info *nvml.ComputeInstanceProfileInfo) (int, nvml.Return) {
+	c, ret := gi.ciProfileByInfo(info)
+	if ret != nvml.SUCCESS {
+		return 0, ret
 	}
-	gi.CreateComputeInstanceWithPlacementFunc = func(info *nvml.ComputeInstanceProfileInfo, pl *nvml.ComputeInstancePlacement) (nvml.ComputeInstance, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := gi.enter("CreateComputeInstanceWithPlacement"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		c, ret := gi.ciProfileByInfo(info)
-		if ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		if pl == nil || int(pl.Size) != c.Slices {
-			return nil, nvml.ERROR_INVALID_ARGUMENT
-		}
-		start := int(pl.Start)
-		ci, ret := gi.createCI(c, &start)
-		if ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		return ci, nvml.SUCCESS
+	return gi.remainingCIs(c), nvml.SUCCESS
+}
+
+func (gi *GpuInstance) createComputeInstance(info *nvml.ComputeInstanceProfileInfo) (nvml.ComputeInstance, nvml.Return) {
+	c, ret := gi.ciProfileByInfo(info)
+	if ret != nvml.SUCCESS {
+		return nil, ret
 	}
-	gi.GetComputeInstancesFunc = func(info *nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstance, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := gi.enter("GetComputeInstances"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		c, ret := gi.ciProfileByInfo(info)
-		if ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		var out []nvml.ComputeInstance
-		for _, id := range sortedKeys(gi.cis) {
-			if ci := gi.cis[id]; ci.profile.ID == c.ID {
-				out = append(out, ci)
-			}
-		}
-		return out, nvml.SUCCESS
+	return asComputeInstance(gi.createCI(c, nil))
+}
+
+func (gi *GpuInstance) createComputeInstanceWithPlacement(info *nvml.ComputeInstanceProfileInfo, pl *nvml.ComputeInstancePlacement) (nvml.ComputeInstance, nvml.Return) {
+	c, ret := gi.ciProfileByInfo(info)
+	if ret != nvml.SUCCESS {
+		return nil, ret
 	}
-	gi.GetComputeInstanceByIdFunc = func(id int) (nvml.ComputeInstance, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := gi.enter("GetComputeInstanceById"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		if id < 0 {
-			return nil, nvml.ERROR_INVALID_ARGUMENT
-		}
-		ci, ok := gi.cis[uint32(id)]
-		if !ok {
-			return nil, nvml.ERROR_NOT_FOUND
-		}
-		return ci, nvml.SUCCESS
+	if pl == nil || int(pl.Size) != c.Slices {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
-	gi.DestroyFunc = func() nvml.Return {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := gi.enter("Destroy"); ret != nvml.SUCCESS {
-			return ret
-		}
-		if len(gi.cis) > 0 {
-			return nvml.ERROR_IN_USE
-		}
-		gi.destroyed = true
-		delete(gi.d.gis, gi.id)
-		gi.d.changed()
-		return nvml.SUCCESS
+	start := int(pl.Start)
+	return asComputeInstance(gi.createCI(c, &start))
+}
+
+// asComputeInstance returns a created compute instance as NVML does: a nil interface when it
+// failed.
+func asComputeInstance(ci *ComputeInstance, ret nvml.Return) (nvml.ComputeInstance, nvml.Return) {
+	if ret != nvml.SUCCESS {
+		return nil, ret
 	}
-	fillDefaults(m, &gi.GpuInstance, "GpuInstance", func() bool { return gi.d.lost })
+	return ci, nvml.SUCCESS
+}
+
+func (gi *GpuInstance) computeInstances(info *nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstance, nvml.Return) {
+	c, ret := gi.ciProfileByInfo(info)
+	if ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	var out []nvml.ComputeInstance
+	for _, id := range sortedKeys(gi.cis) {
+		if ci := gi.cis[id]; ci.profile.ID == c.ID {
+			out = append(out, ci)
+		}
+	}
+	return out, nvml.SUCCESS
+}
+
+func (gi *GpuInstance) computeInstanceByID(id int) (nvml.ComputeInstance, nvml.Return) {
+	if id < 0 {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	ci, ok := gi.cis[uint32(id)]
+	if !ok {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	return ci, nvml.SUCCESS
+}
+
+func (gi *GpuInstance) destroy() nvml.Return {
+	if len(gi.cis) > 0 {
+		return nvml.ERROR_IN_USE
+	}
+	gi.destroyed = true
+	delete(gi.d.gis, gi.id)
+	gi.d.changed()
+	return nvml.SUCCESS
 }
 
 // enter counts a call on the compute instance and checks that it still exists.
@@ -774,33 +668,28 @@ func (ci *ComputeInstance) enter(method string) nvml.Return {
 }
 
 func (ci *ComputeInstance) setFuncs() {
-	m := ci.gi.d.m
-	ci.GetInfoFunc = func() (nvml.ComputeInstanceInfo, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := ci.enter("GetInfo"); ret != nvml.SUCCESS {
-			return nvml.ComputeInstanceInfo{}, ret
-		}
-		return nvml.ComputeInstanceInfo{
-			Device:      ci.gi.d,
-			GpuInstance: ci.gi,
-			Id:          ci.id,
-			ProfileId:   uint32(ci.profile.ID),
-			Placement:   nvml.ComputeInstancePlacement{Start: uint32(ci.start), Size: uint32(ci.profile.Slices)},
-		}, nvml.SUCCESS
+	g := gate{mu: &ci.gi.d.m.mu, enter: ci.enter}
+	ci.GetInfoFunc = get(g, "GetInfo", ci.info)
+	ci.DestroyFunc = guardRet(g, "Destroy", ci.destroy)
+	fillDefaults(ci.gi.d.m, &ci.ComputeInstance, "ComputeInstance", func() bool { return ci.gi.d.lost })
+}
+
+func (ci *ComputeInstance) info() nvml.ComputeInstanceInfo {
+	return nvml.ComputeInstanceInfo{
+		Device:      ci.gi.d,
+		GpuInstance: ci.gi,
+		Id:          ci.id,
+		ProfileId:   uint32(ci.profile.ID),
+		Placement:   nvml.ComputeInstancePlacement{Start: uint32(ci.start), Size: uint32(ci.profile.Slices)},
 	}
-	ci.DestroyFunc = func() nvml.Return {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := ci.enter("Destroy"); ret != nvml.SUCCESS {
-			return ret
-		}
-		ci.destroyed = true
-		delete(ci.gi.cis, ci.id)
-		ci.gi.d.changed()
-		return nvml.SUCCESS
-	}
-	fillDefaults(m, &ci.ComputeInstance, "ComputeInstance", func() bool { return ci.gi.d.lost })
+}
+
+// destroy runs behind the compute instance's gate, with m.mu held.
+func (ci *ComputeInstance) destroy() nvml.Return {
+	ci.destroyed = true
+	delete(ci.gi.cis, ci.id)
+	ci.gi.d.changed()
+	return nvml.SUCCESS
 }
 
 // enter counts a call on the MIG device handle and checks that its compute instance still exists.
@@ -833,161 +722,50 @@ func (md *MIGDeviceHandle) setFuncs() {
 	ci := md.ci
 	gi := ci.gi
 	d := gi.d
-	m := d.m
-	simple := func(method string) nvml.Return { return md.enter(method) }
-	md.IsMigDeviceHandleFunc = func() (bool, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("IsMigDeviceHandle"); ret != nvml.SUCCESS {
-			return false, ret
-		}
-		return true, nvml.SUCCESS
+	g := gate{mu: &d.m.mu, enter: md.enter}
+	md.IsMigDeviceHandleFunc = get(g, "IsMigDeviceHandle", func() bool { return true })
+	md.GetDeviceHandleFromMigDeviceHandleFunc = get(g, "GetDeviceHandleFromMigDeviceHandle", func() nvml.Device { return d })
+	md.GetGpuInstanceIdFunc = get(g, "GetGpuInstanceId", func() int { return int(gi.id) })
+	md.GetComputeInstanceIdFunc = get(g, "GetComputeInstanceId", func() int { return int(ci.id) })
+	md.GetUUIDFunc = get(g, "GetUUID", func() string { return md.uuid })
+	md.GetNameFunc = get(g, "GetName", func() string { return d.model.productName + " MIG " + md.profileName() })
+	md.GetIndexFunc = get(g, "GetIndex", func() int { return slices.Index(d.migDevicesLocked(), md) })
+	md.GetAttributesFunc = get(g, "GetAttributes", md.attributes)
+	md.GetMemoryInfoFunc = get(g, "GetMemoryInfo", func() nvml.Memory { return memoryInfo(gi.profile.MemoryMiB) })
+	md.GetMemoryInfo_v2Func = get(g, "GetMemoryInfo_v2", func() nvml.Memory_v2 { return memoryInfoV2(gi.profile.MemoryMiB) })
+	md.GetPciInfoFunc = get(g, "GetPciInfo", d.pciInfo)
+	md.GetArchitectureFunc = get(g, "GetArchitecture", func() nvml.DeviceArchitecture { return d.model.arch })
+	md.GetBrandFunc = get(g, "GetBrand", func() nvml.BrandType { return d.model.brand })
+	md.GetCudaComputeCapabilityFunc = guardPair(g, "GetCudaComputeCapability", d.computeCapability)
+	md.GetComputeModeFunc = get(g, "GetComputeMode", func() nvml.ComputeMode { return md.computeMode })
+	md.SetComputeModeFunc = guardRet1(g, "SetComputeMode", md.setComputeMode)
+	md.GetMaxMigDeviceCountFunc = guard(g, "GetMaxMigDeviceCount", fails[int](nvml.ERROR_INVALID_ARGUMENT))
+	fillDefaults(d.m, &md.Device, "MIGDeviceHandle", func() bool { return d.lost })
+}
+
+// attributes runs behind the MIG device handle's gate, with m.mu held.
+func (md *MIGDeviceHandle) attributes() nvml.DeviceAttributes {
+	ci := md.ci
+	p := ci.gi.profile
+	return nvml.DeviceAttributes{
+		MultiprocessorCount:       uint32(ci.profile.Multiprocessors),
+		SharedCopyEngineCount:     uint32(p.CopyEngines),
+		SharedDecoderCount:        uint32(p.Decoders),
+		SharedEncoderCount:        uint32(p.Encoders),
+		SharedJpegCount:           uint32(p.JpegEngines),
+		SharedOfaCount:            uint32(p.OfaEngines),
+		GpuInstanceSliceCount:     uint32(p.ComputeSlices),
+		ComputeInstanceSliceCount: uint32(ci.profile.Slices),
+		MemorySizeMB:              p.MemoryMiB,
 	}
-	md.GetDeviceHandleFromMigDeviceHandleFunc = func() (nvml.Device, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetDeviceHandleFromMigDeviceHandle"); ret != nvml.SUCCESS {
-			return nil, ret
-		}
-		return d, nvml.SUCCESS
+}
+
+// setComputeMode runs behind the MIG device handle's gate, with m.mu held.
+func (md *MIGDeviceHandle) setComputeMode(mode nvml.ComputeMode) nvml.Return {
+	if ret := validComputeMode(mode); ret != nvml.SUCCESS {
+		return ret
 	}
-	md.GetGpuInstanceIdFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetGpuInstanceId"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return int(gi.id), nvml.SUCCESS
-	}
-	md.GetComputeInstanceIdFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetComputeInstanceId"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return int(ci.id), nvml.SUCCESS
-	}
-	md.GetUUIDFunc = func() (string, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetUUID"); ret != nvml.SUCCESS {
-			return "", ret
-		}
-		return md.uuid, nvml.SUCCESS
-	}
-	md.GetNameFunc = func() (string, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetName"); ret != nvml.SUCCESS {
-			return "", ret
-		}
-		return d.model.productName + " MIG " + md.profileName(), nvml.SUCCESS
-	}
-	md.GetIndexFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetIndex"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return slices.Index(d.migDevicesLocked(), md), nvml.SUCCESS
-	}
-	md.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetAttributes"); ret != nvml.SUCCESS {
-			return nvml.DeviceAttributes{}, ret
-		}
-		p := gi.profile
-		return nvml.DeviceAttributes{
-			MultiprocessorCount:       uint32(ci.profile.Multiprocessors),
-			SharedCopyEngineCount:     uint32(p.CopyEngines),
-			SharedDecoderCount:        uint32(p.Decoders),
-			SharedEncoderCount:        uint32(p.Encoders),
-			SharedJpegCount:           uint32(p.JpegEngines),
-			SharedOfaCount:            uint32(p.OfaEngines),
-			GpuInstanceSliceCount:     uint32(p.ComputeSlices),
-			ComputeInstanceSliceCount: uint32(ci.profile.Slices),
-			MemorySizeMB:              p.MemoryMiB,
-		}, nvml.SUCCESS
-	}
-	md.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetMemoryInfo"); ret != nvml.SUCCESS {
-			return nvml.Memory{}, ret
-		}
-		total := gi.profile.MemoryMiB << 20
-		return nvml.Memory{Total: total, Free: total}, nvml.SUCCESS
-	}
-	md.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetMemoryInfo_v2"); ret != nvml.SUCCESS {
-			return nvml.Memory_v2{}, ret
-		}
-		total := gi.profile.MemoryMiB << 20
-		return nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: total, Free: total}, nvml.SUCCESS
-	}
-	md.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetPciInfo"); ret != nvml.SUCCESS {
-			return nvml.PciInfo{}, ret
-		}
-		return pciInfo(d.slot.busID, d.model.pciDeviceID, d.model.pciSubsystemID), nvml.SUCCESS
-	}
-	md.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetArchitecture"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return d.model.arch, nvml.SUCCESS
-	}
-	md.GetBrandFunc = func() (nvml.BrandType, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetBrand"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return d.model.brand, nvml.SUCCESS
-	}
-	md.GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetCudaComputeCapability"); ret != nvml.SUCCESS {
-			return 0, 0, ret
-		}
-		return d.model.ccMajor, d.model.ccMinor, nvml.SUCCESS
-	}
-	md.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetComputeMode"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return md.computeMode, nvml.SUCCESS
-	}
-	md.SetComputeModeFunc = func(mode nvml.ComputeMode) nvml.Return {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("SetComputeMode"); ret != nvml.SUCCESS {
-			return ret
-		}
-		if ret := validComputeMode(mode); ret != nvml.SUCCESS {
-			return ret
-		}
-		md.computeMode = mode
-		d.changed()
-		return nvml.SUCCESS
-	}
-	md.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := simple("GetMaxMigDeviceCount"); ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return 0, nvml.ERROR_INVALID_ARGUMENT
-	}
-	fillDefaults(m, &md.Device, "MIGDeviceHandle", func() bool { return d.lost })
+	md.computeMode = mode
+	md.ci.gi.d.changed()
+	return nvml.SUCCESS
 }

@@ -9,18 +9,18 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 )
 
-const nvmlFile = "libnvidia-ml.so." + cdifake.DefaultVersion
+const nvmlFile = "libnvidia-ml.so." + cditest.DefaultVersion
 
 // fakeDriverRoot lays out a fake driver installation whose NVML is in libDir, plus the given
 // symbolic links (path in the root -> target, written as the driver's installer writes it).
 func fakeDriverRoot(t *testing.T, libDir string, links map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if _, err := cdifake.Build(dir, cdifake.Layout{LibDir: libDir, Libraries: []string{"libnvidia-ml", "libcuda"}}); err != nil {
+	if _, err := cditest.Build(dir, cditest.Layout{LibDir: libDir, Libraries: []string{"libnvidia-ml", "libcuda"}}); err != nil {
 		t.Fatal(err)
 	}
 	for link, target := range links {

@@ -20,7 +20,7 @@ import (
 	"github.com/gpudra/gpudra/test/e2e/framework/kubenode/report"
 )
 
-// NVIDIA's device numbers as the fake driver root's /proc/devices states them (cdifake).
+// NVIDIA's device numbers as the fake driver root's /proc/devices states them (cditest).
 const (
 	nvidiaMajor = 195
 	uvmMajor    = 508

@@ -18,7 +18,7 @@ import (
 	"github.com/gpudra/gpudra/test/e2e/framework/kubenode/report"
 )
 
-// capsMajor is the nvidia-caps major of the fake driver root's /proc/devices (cdifake).
+// capsMajor is the nvidia-caps major of the fake driver root's /proc/devices (cditest).
 const capsMajor = 237
 
 // fakeState is the part of the fake control's GET /state the tests read.

@@ -8,17 +8,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 )
 
 // FakeDriverRoot lays out a fake NVIDIA driver installation in dir for gpus GPUs, as the
-// reference driver's CDI specs expect one (cdifake's layout: libraries, binaries, firmware,
+// reference driver's CDI specs expect one (cditest's layout: libraries, binaries, firmware,
 // /proc/driver files, MIG capability minors), with real character-device nodes under dir/dev
 // carrying the NVIDIA majors and minors. The specs name paths below dir, so containers get
 // them bind-mounted for real. Opening a node fails (ENXIO: no NVIDIA kernel module); its
 // presence and numbers are what a container is checked for. It needs root (mknod).
 func FakeDriverRoot(dir string, gpus int) error {
-	root, err := cdifake.Build(dir, cdifake.Layout{GPUs: gpus, CapsNodes: true, HostDriverRoot: dir})
+	root, err := cditest.Build(dir, cditest.Layout{GPUs: gpus, CapsNodes: true, HostDriverRoot: dir})
 	if err != nil {
 		return fmt.Errorf("fake driver root in %s: %w", dir, err)
 	}

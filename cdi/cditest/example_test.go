@@ -1,11 +1,11 @@
-package cdifake_test
+package cditest_test
 
 import (
 	"fmt"
 	"os"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 )
 
 func ExampleBuild() {
@@ -14,7 +14,7 @@ func ExampleBuild() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	root, err := cdifake.Build(dir, cdifake.Layout{GPUs: 2})
+	root, err := cditest.Build(dir, cditest.Layout{GPUs: 2})
 	if err != nil {
 		panic(err)
 	}

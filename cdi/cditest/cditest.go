@@ -1,4 +1,4 @@
-package cdifake
+package cditest
 
 import (
 	"fmt"
@@ -71,6 +71,30 @@ var _ cdi.DriverRoot = (*DriverRoot)(nil)
 
 // Build lays out l in dir, which is created if missing and should be empty, and returns the root.
 func Build(dir string, l Layout) (*DriverRoot, error) {
+	l.setDefaults()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	hr, err := cdi.NewHostRoot(dir, cdi.WithProcRoot(dir), cdi.WithHostDriverRoot(l.HostDriverRoot))
+	if err != nil {
+		return nil, err
+	}
+	r := &DriverRoot{HostRoot: hr, dir: dir, nodes: map[string]cdi.NodeInfo{}}
+	for p, content := range l.files() {
+		if err := r.writeFile(p, content); err != nil {
+			return nil, err
+		}
+	}
+	for p, info := range l.deviceNodes() {
+		if err := r.SetDeviceNode(p, info); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// setDefaults fills the fields l leaves empty.
+func (l *Layout) setDefaults() {
 	if l.DriverVersion == "" {
 		l.DriverVersion = DefaultVersion
 	}
@@ -92,40 +116,18 @@ func Build(dir string, l Layout) (*DriverRoot, error) {
 	if l.HostDriverRoot == "" {
 		l.HostDriverRoot = "/"
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	hr, err := cdi.NewHostRoot(dir, cdi.WithProcRoot(dir), cdi.WithHostDriverRoot(l.HostDriverRoot))
-	if err != nil {
-		return nil, err
-	}
-	r := &DriverRoot{HostRoot: hr, dir: dir, nodes: map[string]cdi.NodeInfo{}}
+}
 
+// files are the regular files of the layout by path: the driver version, /proc/devices, the
+// MIG minors, libraries, binaries and firmware.
+func (l Layout) files() map[string]string {
 	files := map[string]string{
 		cdi.DriverVersionPath: fmt.Sprintf("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build  (builder@fake)  Thu Jan  1 00:00:00 UTC 2026\nGCC version:  gcc version 12.3.0\n", l.DriverVersion),
-	}
-	devices := "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n 10 misc\n" +
-		fmt.Sprintf("%3d nvidia-frontend\n", NvidiaMajor)
-	if !l.NoUVM {
-		devices += fmt.Sprintf("%3d nvidia-uvm\n", UVMMajor)
+		cdi.ProcDevicesPath:   l.procDevices(),
 	}
 	if !l.NoMIG {
-		devices += fmt.Sprintf("%3d nvidia-caps\n", CapsMajor)
-		var b strings.Builder
-		b.WriteString("config 1\nmonitor 2\n")
-		for gpu := range l.GPUs {
-			for gi := range 15 {
-				m := GIMinor(gpu, gi)
-				fmt.Fprintf(&b, "%s %d\n", cdi.GIKey(gpu, gi), m)
-				for ci := range 8 {
-					fmt.Fprintf(&b, "%s %d\n", cdi.CIKey(gpu, gi, ci), CIMinor(gpu, gi, ci))
-				}
-			}
-		}
-		files[cdi.MIGMinorsPath] = b.String()
+		files[cdi.MIGMinorsPath] = l.migMinors()
 	}
-	devices += "\nBlock devices:\n  8 sd\n259 blkext\n"
-	files[cdi.ProcDevicesPath] = devices
 	for _, lib := range l.Libraries {
 		files[path.Join(l.LibDir, lib+".so."+l.DriverVersion)] = "ELF " + lib
 	}
@@ -135,47 +137,67 @@ func Build(dir string, l Layout) (*DriverRoot, error) {
 	for _, fw := range l.Firmware {
 		files[path.Join(cdi.FirmwareDir, l.DriverVersion, fw)] = "firmware " + fw
 	}
-	for p, content := range files {
-		if err := r.writeFile(p, content); err != nil {
-			return nil, err
-		}
-	}
+	return files
+}
 
+// procDevices is /proc/devices with the driver's character devices.
+func (l Layout) procDevices() string {
+	devices := "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n 10 misc\n" +
+		fmt.Sprintf("%3d nvidia-frontend\n", NvidiaMajor)
+	if !l.NoUVM {
+		devices += fmt.Sprintf("%3d nvidia-uvm\n", UVMMajor)
+	}
+	if !l.NoMIG {
+		devices += fmt.Sprintf("%3d nvidia-caps\n", CapsMajor)
+	}
+	return devices + "\nBlock devices:\n  8 sd\n259 blkext\n"
+}
+
+// migMinors is the driver's mig-minors file: the nvidia-caps minor of every GPU and compute
+// instance each GPU may have.
+func (l Layout) migMinors() string {
+	var b strings.Builder
+	b.WriteString("config 1\nmonitor 2\n")
 	for gpu := range l.GPUs {
-		if err := r.SetDeviceNode(fmt.Sprintf("/dev/nvidia%d", gpu), cdi.NodeInfo{Type: "c", Major: NvidiaMajor, Minor: int64(gpu), Mode: DefaultNodeMode}); err != nil {
-			return nil, err
+		for gi := range 15 {
+			fmt.Fprintf(&b, "%s %d\n", cdi.GIKey(gpu, gi), GIMinor(gpu, gi))
+			for ci := range 8 {
+				fmt.Fprintf(&b, "%s %d\n", cdi.CIKey(gpu, gi, ci), CIMinor(gpu, gi, ci))
+			}
 		}
 	}
-	ctl := map[string]cdi.NodeInfo{cdi.NvidiaCtlPath: {Type: "c", Major: NvidiaMajor, Minor: NvidiactlMinor, Mode: DefaultNodeMode}}
+	return b.String()
+}
+
+// deviceNodes are the device nodes of the layout by path: one per GPU, the control nodes and,
+// with CapsNodes, the nvidia-caps nodes of every GPU and compute instance.
+func (l Layout) deviceNodes() map[string]cdi.NodeInfo {
+	nodes := map[string]cdi.NodeInfo{cdi.NvidiaCtlPath: {Type: "c", Major: NvidiaMajor, Minor: NvidiactlMinor, Mode: DefaultNodeMode}}
+	for gpu := range l.GPUs {
+		nodes[fmt.Sprintf("/dev/nvidia%d", gpu)] = cdi.NodeInfo{Type: "c", Major: NvidiaMajor, Minor: int64(gpu), Mode: DefaultNodeMode}
+	}
 	if !l.NoUVM {
-		ctl[cdi.NvidiaUVMPath] = cdi.NodeInfo{Type: "c", Major: UVMMajor, Minor: 0, Mode: DefaultNodeMode}
-		ctl[cdi.NvidiaUVMToolsPath] = cdi.NodeInfo{Type: "c", Major: UVMMajor, Minor: 1, Mode: DefaultNodeMode}
+		nodes[cdi.NvidiaUVMPath] = cdi.NodeInfo{Type: "c", Major: UVMMajor, Minor: 0, Mode: DefaultNodeMode}
+		nodes[cdi.NvidiaUVMToolsPath] = cdi.NodeInfo{Type: "c", Major: UVMMajor, Minor: 1, Mode: DefaultNodeMode}
 	}
 	if !l.NoModeset {
-		ctl[cdi.NvidiaModesetPath] = cdi.NodeInfo{Type: "c", Major: NvidiaMajor, Minor: ModesetMinor, Mode: DefaultNodeMode}
-	}
-	for p, info := range ctl {
-		if err := r.SetDeviceNode(p, info); err != nil {
-			return nil, err
-		}
+		nodes[cdi.NvidiaModesetPath] = cdi.NodeInfo{Type: "c", Major: NvidiaMajor, Minor: ModesetMinor, Mode: DefaultNodeMode}
 	}
 	if l.CapsNodes && !l.NoMIG {
 		for gpu := range l.GPUs {
 			for gi := range 15 {
-				minors := []int64{GIMinor(gpu, gi)}
+				addCapsNode(nodes, GIMinor(gpu, gi))
 				for ci := range 8 {
-					minors = append(minors, CIMinor(gpu, gi, ci))
-				}
-				for _, m := range minors {
-					p := fmt.Sprintf("%s/nvidia-cap%d", cdi.CapsDeviceDir, m)
-					if err := r.SetDeviceNode(p, cdi.NodeInfo{Type: "c", Major: CapsMajor, Minor: m, Mode: 0o444}); err != nil {
-						return nil, err
-					}
+					addCapsNode(nodes, CIMinor(gpu, gi, ci))
 				}
 			}
 		}
 	}
-	return r, nil
+	return nodes
+}
+
+func addCapsNode(nodes map[string]cdi.NodeInfo, minor int64) {
+	nodes[fmt.Sprintf("%s/nvidia-cap%d", cdi.CapsDeviceDir, minor)] = cdi.NodeInfo{Type: "c", Major: CapsMajor, Minor: minor, Mode: 0o444}
 }
 
 // GIMinor is the nvidia-caps minor the fake mig-minors file gives GPU instance gi of GPU gpu.

@@ -1,4 +1,4 @@
-package cdifake_test
+package cditest_test
 
 import (
 	"errors"
@@ -9,13 +9,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/cdi/cdifake"
+	"github.com/gpudra/gpudra/cdi/cditest"
 )
 
 func TestLayout(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		layout     cdifake.Layout
+		layout     cditest.Layout
 		nodes      []string
 		missing    []string
 		minorLines int
@@ -28,13 +28,13 @@ func TestLayout(t *testing.T) {
 		},
 		{
 			name:    "minimal",
-			layout:  cdifake.Layout{GPUs: 1, NoUVM: true, NoModeset: true, NoMIG: true},
+			layout:  cditest.Layout{GPUs: 1, NoUVM: true, NoModeset: true, NoMIG: true},
 			nodes:   []string{"/dev/nvidia0", cdi.NvidiaCtlPath},
 			missing: []string{"/dev/nvidia1", cdi.NvidiaUVMPath, cdi.NvidiaModesetPath},
 		},
 		{
 			name:       "caps nodes",
-			layout:     cdifake.Layout{GPUs: 1, CapsNodes: true},
+			layout:     cditest.Layout{GPUs: 1, CapsNodes: true},
 			nodes:      []string{"/dev/nvidia-caps/nvidia-cap3", "/dev/nvidia-caps/nvidia-cap137"},
 			missing:    []string{"/dev/nvidia-caps/nvidia-cap138"},
 			minorLines: 2 + 15*9,
@@ -74,7 +74,7 @@ func TestLayout(t *testing.T) {
 }
 
 func TestSetAndRemoveDeviceNode(t *testing.T) {
-	r := newRoot(t, cdifake.Layout{GPUs: 1})
+	r := newRoot(t, cditest.Layout{GPUs: 1})
 	want := cdi.NodeInfo{Type: "c", Major: 1, Minor: 3, Mode: 0o600}
 	if err := r.SetDeviceNode("/dev/null", want); err != nil {
 		t.Fatal(err)
@@ -98,9 +98,9 @@ func TestSetAndRemoveDeviceNode(t *testing.T) {
 }
 
 // newRoot lays out a fake driver root in a temporary directory of t.
-func newRoot(t testing.TB, l cdifake.Layout) *cdifake.DriverRoot {
+func newRoot(t testing.TB, l cditest.Layout) *cditest.DriverRoot {
 	t.Helper()
-	r, err := cdifake.Build(t.TempDir(), l)
+	r, err := cditest.Build(t.TempDir(), l)
 	if err != nil {
 		t.Fatalf("fake driver root: %v", err)
 	}

@@ -1,4 +1,4 @@
-// Package cdifake builds fake NVIDIA driver roots: a directory laid out like a host with the
+// Package cditest builds fake NVIDIA driver roots: a directory laid out like a host with the
 // driver installed (device nodes, /proc files, libraries, binaries, firmware), whose device
 // nodes are plain files with recorded numbers, so no privileges (mknod) are needed.
 //
@@ -6,9 +6,9 @@
 // driver's demo and `serve --fake` generate their CDI specs against a fake root, and a driver
 // author can try a driver on a machine without NVIDIA's driver.
 //
-//	root, err := cdifake.Build(dir, cdifake.Layout{GPUs: 2})
+//	root, err := cditest.Build(dir, cditest.Layout{GPUs: 2})
 //	if err != nil {
 //		return err
 //	}
 //	inst, err := cdi.Discover(root)
-package cdifake
+package cditest
