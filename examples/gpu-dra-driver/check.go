@@ -281,7 +281,7 @@ func (ts *targets) forInput(ctx context.Context, in input) (*target, error) {
 	case ts.o.slicesFile != "":
 		return ts.cached("slices", func() (*target, error) { return slicesTarget(ctx, ts.o.slicesFile) })
 	case ts.o.explicitMachine:
-		return ts.cached("flags", func() (*target, error) { return machineTarget(ctx, ts.o.node, describeNode(ts.o.node)) })
+		return ts.cached("flags", func() (*target, error) { return machineTarget(ctx, ts.o.node, "") })
 	}
 	spec := targetMachine(in.data)
 	if spec == "" {
@@ -365,13 +365,17 @@ func describeNode(nf nodeFlags) string {
 	return s
 }
 
-// machineTarget renders the slices the driver publishes for a machine, as render does.
+// machineTarget renders the slices the driver publishes for a machine, as render does. An empty
+// name is the flags in effect on the machine (describeNode).
 func machineTarget(ctx context.Context, nf nodeFlags, name string) (*target, error) {
 	n, err := nf.open(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer n.close()
+	if name == "" {
+		name = describeNode(nf.inEffect(n.inv))
+	}
 	b := gpudra.NewBuilder(nf.builderOptions(n)...)
 	res, err := b.Build(nf.nodeName, n.inv)
 	if err != nil {
