@@ -72,7 +72,7 @@ It exits 0 when everything passes, 1 on findings, policy violations or unschedul
 	o.output = "table"
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	completeValues(cmd, "output", "table", "json")
-	fs.StringVar(&o.slicesFile, "slices", "", "check against the ResourceSlices (and DeviceClasses) in this file, e.g. a real node's `render` output")
+	fs.StringVar(&o.slicesFile, "slices", "", "check against the ResourceSlices (and DeviceClasses) in this `FILE`, e.g. what gpu-dra-driver render printed on a real node")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "check against every ResourceSlice and DeviceClass of the cluster this kubeconfig points at")
 	fs.StringVar(&o.policyFile, "policy", "", "policy file (YAML): blockedMIGProfiles, allowedMIGProfiles, maxGPUsPerClaim, requiredSharing")
 	fs.StringVar(&o.namespace, "namespace", "default", "namespace of objects that name none (as kubectl apply -n)")

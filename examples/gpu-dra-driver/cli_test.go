@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -461,4 +464,25 @@ func TestServeRefusesAPluginDirTooDeepForMPS(t *testing.T) {
 	if strings.Contains(errOut, "too deep") {
 		t.Errorf("exit %d without MPS, stderr:\n%s\nwant no MPS socket check", code, errOut)
 	}
+}
+
+// TestFlagPlaceholders: pflag turns the first `quoted` word of a flag's usage into its value's
+// placeholder in help (--slices FILE); a quoted word meant as emphasis (`render`) would read as
+// the value to give. A usage string with backquotes must quote an upper-case placeholder.
+func TestFlagPlaceholders(t *testing.T) {
+	var walk func(*cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if !strings.Contains(f.Usage, "`") {
+				return
+			}
+			if name, _ := pflag.UnquoteUsage(f); name != strings.ToUpper(name) {
+				t.Errorf("%s --%s: help shows the value as %q: %q", cmd.CommandPath(), f.Name, name, f.Usage)
+			}
+		})
+		for _, c := range cmd.Commands() {
+			walk(c)
+		}
+	}
+	walk(newRootCmd(io.Discard, io.Discard))
 }
