@@ -192,18 +192,19 @@ func TestFormerSilentAccepts(t *testing.T) {
 			stdout: "kind: ResourceSlice"},
 		{name: "invalid node name", args: []string{"render", "--node-name", "GPU_node"}, code: 2, stderr: `node name "GPU_node" is not a Kubernetes node name`},
 		{name: "check-config enabling MIG on no GPU", args: []string{"mig", "check-config", "../deploy/mig-parted/config.yaml", "--machine", "l4x8", "--config", "too-many"},
-			code: 1, stdout: "too-many: INVALID on l4x8", stderr: "it enables MIG, but no GPU is MIG-capable"},
+			code: 1, stdout: "too-many: INVALID on l4x8\n  reason: mig config \"too-many\" on l4x8: it enables MIG, but no GPU is MIG-capable", stderr: "too-many"},
 		{name: "check-config missing device index", args: []string{"mig", "check-config", badIndex}, code: 1,
-			stderr: "entry 0 names device 9, but the machine has GPUs 0-7 only"},
+			stdout: "entry 0 names device 9, but the machine has GPUs 0-7 only", stderr: "1 of 1 configurations invalid"},
 		{name: "check-config unknown --config", args: []string{"mig", "check-config", badIndex, "--config", "nine"}, code: 2, stderr: `--config="nine"`},
 	})
 	// A configuration wrong for all eight GPUs says so once.
-	_, _, errOut := runCLI(t, "mig", "check-config", "../deploy/mig-parted/config.yaml", "--config", "too-many")
-	if n := strings.Count(errOut, `mig config "too-many"`); n != 1 {
-		t.Errorf("check-config names the failing configuration %d times, want once:\n%s", n, errOut)
+	// The reason is on stdout, with the verdict: 2>/dev/null still says why.
+	code, out, _ := runCLI(t, "mig", "check-config", "../deploy/mig-parted/config.yaml", "--config", "too-many")
+	if n := strings.Count(out, `mig config "too-many"`); n != 1 || code != 1 {
+		t.Errorf("check-config exits %d and names the failing configuration %d times, want 1 and once:\n%s", code, n, out)
 	}
-	if !strings.Contains(errOut, "devices 0-7 (A100-SXM4-40GB)") {
-		t.Errorf("check-config does not name the GPUs the error applies to:\n%s", errOut)
+	if !strings.Contains(out, "too-many: INVALID on dgx-a100-40gb\n  reason: ") || !strings.Contains(out, "devices 0-7 (A100-SXM4-40GB)") {
+		t.Errorf("check-config does not give the reason, naming the GPUs it applies to, with the verdict:\n%s", out)
 	}
 	// --only trims spaces as --profiles does.
 	_, spaced, _ := runCLI(t, "mig", "layouts", "--gpu", "A30", "--only", " 1g.6gb , 2g.12gb ")
