@@ -119,9 +119,9 @@ func migProfiles(gpuName string, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s (%s, CC %s): %d memory slices, %d compute slices, %d MiB\n\n", m.Name, m.Architecture,
-		m.CudaComputeCapability, m.MemorySlices, m.ComputeSlices, m.MemoryMiB)
+		majorMinor(m.CudaComputeCapability), m.MemorySlices, m.ComputeSlices, m.MemoryMiB)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROFILE\tID\tMEMORY\tSMS\tCE\tDEC\tENC\tJPEG\tOFA\tMAX\tSOURCE\tPLACEMENTS (start:size)")
+	fmt.Fprintln(tw, "PROFILE\tPROFILE ID\tMEMORY\tSMS\tCE\tDEC\tENC\tJPEG\tOFA\tMAX\tSOURCE\tPLACEMENTS (start:size)")
 	for _, p := range m.Profiles {
 		var pl []string
 		for _, x := range p.Placements {
