@@ -487,3 +487,21 @@ func TestFlagPlaceholders(t *testing.T) {
 	}
 	walk(newRootCmd(io.Discard, io.Discard))
 }
+
+// TestNVMLHelpPerCommand: the offline commands only read NVML; serve changes the GPUs (MIG
+// instances, compute modes), and its --nvml help must not call real NVML read-only.
+func TestNVMLHelpPerCommand(t *testing.T) {
+	var walk func(*cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		if f := cmd.Flags().Lookup(flagNVML); f != nil && !f.Hidden {
+			readOnly := strings.Contains(f.Usage, "read-only")
+			if serve := cmd.Name() == "serve"; serve == readOnly || serve != strings.Contains(f.Usage, "creates and destroys MIG instances") {
+				t.Errorf("%s --nvml: %q", cmd.CommandPath(), f.Usage)
+			}
+		}
+		for _, c := range cmd.Commands() {
+			walk(c)
+		}
+	}
+	walk(newRootCmd(io.Discard, io.Discard))
+}
