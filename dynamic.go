@@ -360,7 +360,7 @@ func (b *Builder) partition(inv *gpu.Inventory, g *gpu.GPU, p *mig.GIProfile, pl
 	attrs[AttrParentUUID] = str(g.UUID)
 	attrs[AttrParentIndex] = intAttr(g.Index)
 	return resourceapi.Device{
-		Name:       MIGDeviceName(g.Minor, p.Name, p.ID, pl.Start, ""),
+		Name:       MIGDeviceName(MIGName{ParentMinor: g.Minor, Profile: p.Name, GIProfileID: p.ID, PlacementStart: pl.Start}),
 		Attributes: attrs,
 		Capacity: migCapacity(p.MemoryMiB<<20, p.Multiprocessors, p.CopyEngines, p.Decoders, p.Encoders,
 			p.JpegEngines, p.OfaEngines),

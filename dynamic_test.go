@@ -54,7 +54,7 @@ func placementOf(t *testing.T, m *mig.Model, device string) mig.Instance {
 		t.Fatalf("allocated device %s is not a MIG device: %v", device, err)
 	}
 	for _, p := range m.Profiles {
-		if p.ID == n.GIProfileID && gpudra.MIGDeviceName(n.ParentMinor, p.Name, p.ID, n.PlacementStart, "") == device {
+		if p.ID == n.GIProfileID && gpudra.MIGDeviceName(gpudra.MIGName{ParentMinor: n.ParentMinor, Profile: p.Name, GIProfileID: p.ID, PlacementStart: n.PlacementStart}) == device {
 			return mig.At(p.Name, n.PlacementStart)
 		}
 	}

@@ -89,7 +89,7 @@ func ExampleResourceSlices() {
 	for _, s := range slices {
 		fmt.Println(s.Name, len(s.Spec.SharedCounters), "counter sets,", len(s.Spec.Devices), "devices")
 	}
-	fmt.Println(gpudra.GPUDeviceName(inv.GPUs[0].Minor), gpudra.MIGDeviceName(0, "1g.5gb", 19, 6, ""))
+	fmt.Println(gpudra.GPUDeviceName(inv.GPUs[0].Minor), gpudra.MIGDeviceName(gpudra.MIGName{ParentMinor: 0, Profile: "1g.5gb", GIProfileID: 19, PlacementStart: 6}))
 	fmt.Println("GPU_Node is a valid node name:", gpudra.ValidateNodeName("GPU_Node") == nil)
 	// Output:
 	// node-1-gpu.nvidia.com-pool-00000 8 counter sets, 0 devices

@@ -26,8 +26,10 @@ const guidePath = "docs/driver-authors.md"
 var updateGuide = flag.Bool("guide.update", false, "rewrite the Go code blocks of "+guidePath+" from the Examples they name")
 
 // guideMarker introduces a Go code block of the guide: the line right before the fence names the
-// Example function and links the _test.go file that holds it, relative to docs/.
-var guideMarker = regexp.MustCompile("^Example `(Example\\w*)` in \\[([\\w./-]+_test\\.go)\\]\\(\\.\\./([\\w./-]+_test\\.go)\\):$")
+// Example function and links the _test.go file that holds it, relative to docs/. A marker ending
+// in ", whole file:" shows the file from its first declaration after the imports: the types an
+// Example uses (a Driver it implements) and the Example, as go doc shows a whole-file example.
+var guideMarker = regexp.MustCompile("^Example `(Example\\w*)` in \\[([\\w./-]+_test\\.go)\\]\\(\\.\\./([\\w./-]+_test\\.go)\\)(, whole file)?:$")
 
 // guideStep is a numbered step heading ("## 3. Title"); each step must show an Example.
 var guideStep = regexp.MustCompile(`^## \d+\. `)
@@ -39,6 +41,7 @@ type guideBlock struct {
 	file    string // the _test.go file, relative to the repository root
 	example string // the Example function's name
 	code    string // the block's content, lines joined with "\n", ending with "\n"
+	whole   bool   // the block is the file after its imports, not the Example's body
 }
 
 // TestDriverAuthorsGuide checks that each Go code block of docs/driver-authors.md is, verbatim,
@@ -60,7 +63,7 @@ func TestDriverAuthorsGuide(t *testing.T) {
 	lines := strings.Split(string(data), "\n")
 	for i := len(blocks) - 1; i >= 0; i-- { // from the end, so that earlier line numbers stay valid
 		b := blocks[i]
-		body, err := exampleBody(b.file, b.example)
+		body, err := exampleBody(b.file, b.example, b.whole)
 		if err != nil {
 			t.Errorf("%s:%d: %v", guidePath, b.line, err)
 			continue
@@ -124,11 +127,11 @@ func parseGuide(data []byte) ([]guideBlock, []error) {
 			m := guideMarker.FindStringSubmatch(prev)
 			if m == nil || prevLine != n-1 {
 				errs = append(errs, fmt.Errorf("%s:%d: a Go code block must follow a line \"Example `ExampleName` in [file_test.go](../file_test.go):\"", guidePath, n))
-				m = []string{"", "", "", ""}
+				m = []string{"", "", "", "", ""}
 			} else if m[2] != m[3] {
 				errs = append(errs, fmt.Errorf("%s:%d: marker names %s but links ../%s", guidePath, n-1, m[2], m[3]))
 			}
-			cur = &guideBlock{line: n, file: m[2], example: m[1]}
+			cur = &guideBlock{line: n, file: m[2], example: m[1], whole: m[4] != ""}
 			stepExamples++
 			continue
 		case strings.HasPrefix(line, "```"):
@@ -153,9 +156,10 @@ func parseGuide(data []byte) ([]guideBlock, []error) {
 }
 
 // exampleBody returns the body of the Example function name in file (relative to the repository
-// root), between its braces, with one tab of indentation removed from every line. It fails when
-// go test would not run the Example: not an Example, or no output comment.
-func exampleBody(file, name string) (string, error) {
+// root), between its braces, with one tab of indentation removed from every line; with whole,
+// the file after its imports, which must be a whole-file example (go doc then shows the file).
+// It fails when go test would not run the Example: not an Example, or no output comment.
+func exampleBody(file, name string, whole bool) (string, error) {
 	if name == "" {
 		return "", fmt.Errorf("no Example named")
 	}
@@ -185,6 +189,18 @@ func exampleBody(file, name string) (string, error) {
 	}
 	if !runs {
 		return "", fmt.Errorf("%s in %s is not an Example with an output comment: go test would not run it", name, file)
+	}
+	if whole {
+		if exs := doc.Examples(f); len(exs) != 1 || exs[0].Play == nil {
+			return "", fmt.Errorf("%s is not a whole-file example (one Example, other declarations, no tests): go doc would show %s alone", file, name)
+		}
+		var after token.Pos
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.IMPORT {
+				after = g.End()
+			}
+		}
+		return strings.TrimLeft(string(src[fset.Position(after).Offset:]), "\n"), nil
 	}
 	body := string(src[fset.Position(fn.Body.Lbrace).Offset+1 : fset.Position(fn.Body.Rbrace).Offset])
 	body = strings.TrimPrefix(body, "\n")
@@ -227,5 +243,36 @@ func TestDocLinks(t *testing.T) {
 				t.Errorf("%s links %s: %v", doc, m[1], err)
 			}
 		}
+	}
+}
+
+// TestGuideLineCount: the guide's size of the second driver ("The complete driver, N lines") is
+// every line of examples/accel-dra-driver's non-test Go files, as wc -l counts them.
+func TestGuideLineCount(t *testing.T) {
+	data, err := os.ReadFile(guidePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`The complete driver, (\d+) lines`).FindSubmatch(data)
+	if m == nil {
+		t.Fatalf("%s does not say how many lines the second driver has", guidePath)
+	}
+	files, err := filepath.Glob("examples/accel-dra-driver/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines += bytes.Count(src, []byte("\n"))
+	}
+	if got := fmt.Sprint(lines); got != string(m[1]) {
+		t.Errorf("%s says the second driver has %s lines; its non-test Go files have %s", guidePath, m[1], got)
 	}
 }

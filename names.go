@@ -15,8 +15,9 @@ const (
 	GPUDeviceClassName = "gpu.nvidia.com"
 	// MIGDeviceClassName selects MIG devices.
 	MIGDeviceClassName = "mig.nvidia.com"
-	// DeviceTypeGPU and DeviceTypeMIG are the values of the "type" attribute.
+	// DeviceTypeGPU is the value of the "type" attribute of a full GPU.
 	DeviceTypeGPU = "gpu"
+	// DeviceTypeMIG is the value of the "type" attribute of a MIG device.
 	DeviceTypeMIG = "mig"
 )
 
@@ -24,18 +25,18 @@ const (
 // for the same hardware across driver restarts, unlike the NVML index.
 func GPUDeviceName(minor int) string { return "gpu-" + strconv.Itoa(minor) }
 
-// MIGDeviceName is the DRA device name of the MIG device with the given GPU-instance profile and
-// placement on the GPU with the given minor. The same placement has the same name whether it is
-// published as an existing (static) MIG device or as a dynamic partition. ciSuffix is empty for a
-// compute instance that spans the whole GPU instance; otherwise it distinguishes the compute
-// instances that share one GPU instance (e.g. "ci1").
+// MIGDeviceName is the DRA device name of the MIG device n describes:
+// "gpu-<ParentMinor>-mig-<profile>-<GIProfileID>-<PlacementStart>[-<CISuffix>]". The same
+// placement has the same name whether it is published as an existing (static) MIG device or as a
+// dynamic partition. ParseMIGDeviceName reads a name back into a MIGName; MIGDeviceNameOf names
+// an enumerated gpu.MIGDevice.
 //
 // The profile is lowered to a DNS label: dots are dropped and "+" becomes "-"
-// ("1g.10gb+me" → "1g10gb-me").
-func MIGDeviceName(parentMinor int, profile string, giProfileID, placementStart int, ciSuffix string) string {
-	name := fmt.Sprintf("gpu-%d-mig-%s-%d-%d", parentMinor, profileLabel(profile), giProfileID, placementStart)
-	if ciSuffix != "" {
-		name += "-" + ciSuffix
+// ("1g.10gb+me" → "1g10gb-me"), so a Profile already in that form names the same device.
+func MIGDeviceName(n MIGName) string {
+	name := fmt.Sprintf("gpu-%d-mig-%s-%d-%d", n.ParentMinor, profileLabel(n.Profile), n.GIProfileID, n.PlacementStart)
+	if n.CISuffix != "" {
+		name += "-" + n.CISuffix
 	}
 	return name
 }
@@ -58,13 +59,22 @@ func profileLabel(profile string) string {
 
 var migNameRE = regexp.MustCompile(`^gpu-(\d+)-mig-([a-z0-9-]+?)-(\d+)-(\d+)(?:-(ci\d+))?$`)
 
-// MIGName is a MIG device name split into its parts.
+// MIGName is a MIG device name split into its parts: what MIGDeviceName joins and
+// ParseMIGDeviceName splits.
 type MIGName struct {
-	ParentMinor    int
-	Profile        string // the DNS-label form, e.g. "1g10gb-me"
-	GIProfileID    int
+	// ParentMinor is the minor number of the physical GPU (/dev/nvidia<minor>).
+	ParentMinor int
+	// Profile is the GPU-instance profile: ParseMIGDeviceName returns its DNS-label form
+	// ("1g10gb-me"); MIGDeviceName also takes the canonical name ("1g.10gb+me").
+	Profile string
+	// GIProfileID is NVML's GPU-instance profile ID (gpu.MIGDevice.GIProfileID), not the ID of
+	// a GPU instance.
+	GIProfileID int
+	// PlacementStart is the first memory slice of the GPU instance's placement.
 	PlacementStart int
-	CISuffix       string
+	// CISuffix is empty for a compute instance that spans its whole GPU instance; otherwise it
+	// tells apart the compute instances sharing one GPU instance ("ci1").
+	CISuffix string
 }
 
 // ParseMIGDeviceName splits a name made by MIGDeviceName. It is used to roll back dynamic MIG

@@ -14,7 +14,9 @@ import (
 // that a claim can keep its GPUs together with matchAttribute (WithTopology). Each partitions the
 // node's GPUs into groups; a value names one group and is derived from the hardware, so the same
 // GPUs in the same slots get the same value after every restart. Values are opaque: compare them,
-// do not parse them. MIG devices (static and dynamic) carry the attributes of their GPU.
+// do not parse them. MIG devices (static and dynamic) carry the attributes of their GPU. Like the
+// other Attr constants (slices.go), they are in the driver's domain; the PCIe root the topology
+// also uses is Kubernetes' standard StdAttrPCIeRoot (resource.kubernetes.io/pcieRoot).
 const (
 	// AttrNVLinkIsland (string) names the GPU's NVLink island: the GPUs it reaches over NVLink,
 	// directly or through NVSwitches, and those they reach (topology.Topology.Islands). Every GPU

@@ -15,6 +15,18 @@ import (
 
 // Attribute and capacity names published in the driver's domain. They are part of the
 // compatibility contract: DeviceClasses and claims written for NVIDIA's DRA driver use them.
+//
+// The prefix of a constant's Go name says where its name is defined and how a claim spells it:
+//
+//   - Attr...: an attribute in the driver's own domain (here and in placement.go, e.g.
+//     AttrNVLinkIsland), written device.attributes['gpu.nvidia.com'].nvlinkIsland; the value
+//     is the name without a domain, qualified by the driver name.
+//   - StdAttr...: a standard attribute Kubernetes defines (k8s.io/dynamic-resource-allocation's
+//     deviceattribute, e.g. StdAttrPCIeRoot), written
+//     device.attributes['resource.kubernetes.io'].pcieRoot; the value carries that domain, and
+//     other drivers (NICs) publish the same name, so matchAttribute can align devices across
+//     drivers.
+//   - Cap...: a capacity in the driver's domain (device.capacity['gpu.nvidia.com'].memory).
 const (
 	AttrType                  resourceapi.QualifiedName = "type"
 	AttrUUID                  resourceapi.QualifiedName = "uuid"
@@ -39,7 +51,8 @@ const (
 	CapOfaEngines      resourceapi.QualifiedName = "ofaEngines"
 )
 
-// Standard attributes defined by Kubernetes (resource.kubernetes.io/...).
+// Standard attributes defined by Kubernetes (resource.kubernetes.io/...): the StdAttr prefix
+// marks a name qualified by Kubernetes' domain rather than the driver's (see the Attr constants).
 const (
 	StdAttrPCIBusID = resourceapi.QualifiedName(deviceattribute.StandardDeviceAttributePCIBusID)
 	StdAttrPCIeRoot = resourceapi.QualifiedName(deviceattribute.StandardDeviceAttributePCIeRoot)
@@ -351,7 +364,7 @@ func MIGDeviceNameOf(m *gpu.MIGDevice) string {
 	if p, err := mig.ParseProfile(m.Profile); err == nil && p.IsComputeInstance() {
 		giProfile, suffix = p.GPUInstance().String(), fmt.Sprintf("ci%d", m.CIID)
 	}
-	return MIGDeviceName(m.ParentMinor, giProfile, m.GIProfileID, m.Placement.Start, suffix)
+	return MIGDeviceName(MIGName{ParentMinor: m.ParentMinor, Profile: giProfile, GIProfileID: m.GIProfileID, PlacementStart: m.Placement.Start, CISuffix: suffix})
 }
 
 func migCapacity(memBytes uint64, sms, ce, dec, enc, jpeg, ofa int) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {

@@ -275,9 +275,9 @@ func TestMIGDeviceNamesRoundTrip(t *testing.T) {
 		{1, 9, 4, "3g.20gb", "ci2", "gpu-1-mig-3g20gb-9-4-ci2"},
 	}
 	for _, c := range cases {
-		got := gpudra.MIGDeviceName(c.minor, c.profile, c.id, c.start, c.ci)
+		got := gpudra.MIGDeviceName(gpudra.MIGName{ParentMinor: c.minor, Profile: c.profile, GIProfileID: c.id, PlacementStart: c.start, CISuffix: c.ci})
 		if got != c.want {
-			t.Errorf("MIGDeviceName(%d, %s, %d, %d) = %q, want %q", c.minor, c.profile, c.id, c.start, got, c.want)
+			t.Errorf("MIGDeviceName(%d, %s, %d, %d, %q) = %q, want %q", c.minor, c.profile, c.id, c.start, c.ci, got, c.want)
 		}
 		n, err := gpudra.ParseMIGDeviceName(got)
 		if err != nil {

@@ -200,7 +200,7 @@ func profiles(profile string) func(t *testing.T, claims []*resourceapi.ResourceC
 					t.Errorf("claim %s: %v", c.Name, err)
 					continue
 				}
-				want := gpudra.MIGDeviceName(n.ParentMinor, profile, n.GIProfileID, n.PlacementStart, "")
+				want := gpudra.MIGDeviceName(gpudra.MIGName{ParentMinor: n.ParentMinor, Profile: profile, GIProfileID: n.GIProfileID, PlacementStart: n.PlacementStart})
 				if r.Device != want {
 					t.Errorf("claim %s got device %s, want profile %s", c.Name, r.Device, profile)
 				}

@@ -13,10 +13,14 @@ import (
 // NodeInfo is what the container runtime needs to know about a device node: its type
 // ("c" for character, "b" for block), major and minor numbers, and permission bits.
 type NodeInfo struct {
-	Type  string
+	// Type is "c" for a character device, "b" for a block device.
+	Type string
+	// Major is the device node's major number.
 	Major int64
+	// Minor is the device node's minor number.
 	Minor int64
-	Mode  os.FileMode
+	// Mode is the node's permission bits.
+	Mode os.FileMode
 }
 
 // DriverRoot is a read-only view of a node's NVIDIA driver installation: device nodes under

@@ -52,9 +52,10 @@ type Config struct {
 	// BootIDPath is where the kernel boot ID is read (default /proc/sys/kernel/random/boot_id).
 	// Claims recorded in another boot lost what a reboot erases.
 	BootIDPath string
-	// CDIGenerator and CDIWriter generate and store the per-claim CDI specs.
+	// CDIGenerator generates the per-claim CDI specs.
 	CDIGenerator *cdi.Generator
-	CDIWriter    *cdi.Writer
+	// CDIWriter stores the per-claim CDI specs (in the container runtime's spec directory).
+	CDIWriter *cdi.Writer
 	// Sharing resolves opaque configs and applies sharing strategies; default a
 	// sharing.Manager for the driver without host interfaces, which prepares exclusive devices
 	// and fails time-slicing and MPS with an error naming the missing option.
@@ -180,8 +181,10 @@ type CheckpointStatus struct {
 	// Corrupt is true when a checkpoint existed but could not be used; it was moved to MovedTo
 	// and Reason says why.
 	Corrupt bool
+	// MovedTo is where a corrupt checkpoint was moved ("" when not Corrupt).
 	MovedTo string
-	Reason  string
+	// Reason is why a corrupt checkpoint could not be used ("" when not Corrupt).
+	Reason string
 	// Migrated is the schema version the checkpoint was migrated from, 0 when none was needed.
 	Migrated int
 	// Rebooted is true when the checkpoint was last written in another boot.

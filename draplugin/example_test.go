@@ -57,7 +57,7 @@ func ExampleNew() {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "inference", UID: "0b7c5c1e-7d6b-4a52-9d0e-3f1b2c4d5e6f"},
 		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
 			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "mig", Driver: gpudra.DefaultDriverName, Pool: "node-1",
-				Device: gpudra.MIGDeviceName(0, "1g.5gb", 19, 6, "")}}}}},
+				Device: gpudra.MIGDeviceName(gpudra.MIGName{ParentMinor: 0, Profile: "1g.5gb", GIProfileID: 19, PlacementStart: 6})}}}}},
 	}
 	res := must(plugin.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim}))
 	r := res[claim.UID]

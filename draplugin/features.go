@@ -40,6 +40,7 @@ type APIFeatures struct {
 // DroppedFeature is an optional ResourceSlice feature the API server drops: its feature gate is
 // off, or the server predates the feature.
 type DroppedFeature struct {
+	// Feature is the feature the server drops.
 	Feature gpudra.Feature
 	// Fields are the probe's fields the server dropped, as field paths
 	// ("spec.sharedCounters", "spec.devices[0].taints").

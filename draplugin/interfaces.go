@@ -27,9 +27,10 @@ type SharingEngine interface {
 	// Shared reports whether every host change of a plan or record is also held by another
 	// prepared claim: preparing or undoing it then changes nothing on the host.
 	Shared(rec *sharing.Record) bool
-	// Restore rebuilds the engine's registry of prepared claims after a restart; Sync does so
-	// for the claims on some GPUs, which another plugin process may have changed.
+	// Restore rebuilds the engine's registry of prepared claims after a restart.
 	Restore(records []sharing.Record) error
+	// Sync rebuilds the registry as Restore does, for the claims on the given GPUs only, which
+	// another plugin process may have changed.
 	Sync(records []sharing.Record, gpus []string) error
 	// ResetPlan turns a plan whose host changes may have been made but not recorded (a crash)
 	// into a record whose Undo puts the planned settings back to their defaults; nil when the
@@ -39,9 +40,10 @@ type SharingEngine interface {
 	// and the container edits found in its CDI spec.
 	RecoverRecord(claimUID types.UID, devices []sharing.PreparedDevice) *sharing.Record
 	// SuperviseMPSDaemons restarts the MPS daemons of prepared claims that do not run and
-	// returns their IDs; CleanMPSDirs removes the MPS directories no prepared claim uses. The
-	// plugin calls both after Restore, at start-up and periodically.
+	// returns their IDs. The plugin calls it after Restore, at start-up and periodically.
 	SuperviseMPSDaemons(ctx context.Context) ([]string, error)
+	// CleanMPSDirs removes the MPS directories no prepared claim uses; the plugin calls it
+	// after SuperviseMPSDaemons.
 	CleanMPSDirs(ctx context.Context) (sharing.MPSCleanup, error)
 }
 

@@ -17,28 +17,39 @@ type Inventory struct {
 
 // GPU is one physical GPU.
 type GPU struct {
-	Index       int    `json:"index"`
-	Minor       int    `json:"minor"`
-	UUID        string `json:"uuid"`
+	// Index is the NVML index, which can change across reboots and driver reloads.
+	Index int `json:"index"`
+	// Minor is the device node's minor number (/dev/nvidia<minor>), stable for the same hardware.
+	Minor int `json:"minor"`
+	// UUID is the GPU's UUID ("GPU-...").
+	UUID string `json:"uuid"`
+	// ProductName is NVML's product name ("NVIDIA A100-SXM4-40GB").
 	ProductName string `json:"productName"`
-	Brand       string `json:"brand"`
+	// Brand is NVML's brand name ("Nvidia", "Tesla", ...).
+	Brand string `json:"brand"`
 	// Architecture is the NVML architecture name: Kepler, Maxwell, Pascal, Volta, Turing, Ampere,
 	// "Ada Lovelace", Hopper, Blackwell, or "Unknown".
 	Architecture string `json:"architecture"`
 	// CudaComputeCapability is "major.minor.0", a semantic version.
 	CudaComputeCapability string `json:"cudaComputeCapability"`
-	MemoryBytes           uint64 `json:"memoryBytes"`
-	Multiprocessors       int    `json:"multiprocessors,omitempty"`
+	// MemoryBytes is the GPU's total memory in bytes.
+	MemoryBytes uint64 `json:"memoryBytes"`
+	// Multiprocessors is the number of SMs; 0 when NVML does not report it.
+	Multiprocessors int `json:"multiprocessors,omitempty"`
 	// PCIBusID is the canonical lower-case "dddd:bb:dd.f" address; "" when NVML reports none,
 	// or when it reports the same one for two GPUs (it then identifies neither).
-	PCIBusID    string `json:"pciBusID"`
+	PCIBusID string `json:"pciBusID"`
+	// PCIDeviceID is the PCI device and vendor ID as NVML reports it (device ID in the high 16
+	// bits, vendor 0x10de in the low 16).
 	PCIDeviceID uint32 `json:"pciDeviceID"`
 	// NUMANode is the GPU's NUMA node, or -1 when unknown.
 	NUMANode int `json:"numaNode"`
 	// MIGCapable says whether the GPU supports MIG at all.
 	MIGCapable bool `json:"migCapable"`
-	// MIGEnabled is the current MIG mode; MIGPending the mode after the next reset.
+	// MIGEnabled is the current MIG mode.
 	MIGEnabled bool `json:"migEnabled"`
+	// MIGPending is the MIG mode after the next GPU reset (differs from MIGEnabled while a
+	// change waits for one).
 	MIGPending bool `json:"migPending"`
 	// MIGDevices are the MIG devices that exist now (static MIG).
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
@@ -66,24 +77,41 @@ type MIGGeometry struct {
 
 // MIGDevice is one existing MIG device: a compute instance inside a GPU instance.
 type MIGDevice struct {
-	UUID        string `json:"uuid"`
-	ParentUUID  string `json:"parentUUID"`
-	ParentIndex int    `json:"parentIndex"`
-	ParentMinor int    `json:"parentMinor"`
+	// UUID is the MIG device's UUID ("MIG-...").
+	UUID string `json:"uuid"`
+	// ParentUUID is the UUID of the physical GPU holding the device.
+	ParentUUID string `json:"parentUUID"`
+	// ParentIndex is the NVML index of the physical GPU.
+	ParentIndex int `json:"parentIndex"`
+	// ParentMinor is the physical GPU's minor number (in the device name).
+	ParentMinor int `json:"parentMinor"`
 	// Profile is the canonical profile name ("1g.5gb", "1c.3g.20gb", "1g.10gb+me").
 	Profile string `json:"profile"`
-	// GIProfileID and CIProfileID are the NVML profile Ids (not enums).
-	GIProfileID int           `json:"giProfileID"`
-	CIProfileID int           `json:"ciProfileID"`
-	GIID        int           `json:"giID"`
-	CIID        int           `json:"ciID"`
-	Placement   mig.Placement `json:"placement"`
-	MemoryBytes uint64        `json:"memoryBytes"`
-	// Engine and SM counts of the device.
+	// GIProfileID is NVML's GPU-instance profile ID (GpuInstanceProfileInfo.Id, not the
+	// profile enum), as in the device name and mig profiles' PROFILE ID.
+	GIProfileID int `json:"giProfileID"`
+	// CIProfileID is NVML's compute-instance profile ID (ComputeInstanceProfileInfo.Id, not
+	// the profile enum).
+	CIProfileID int `json:"ciProfileID"`
+	// GIID is the GPU-instance ID NVML assigned when the instance was created (nvidia-smi's
+	// "GI ID"); not a profile ID, and only meaningful until the instance is destroyed.
+	GIID int `json:"giID"`
+	// CIID is the compute-instance ID within the GPU instance (nvidia-smi's "CI ID").
+	CIID int `json:"ciID"`
+	// Placement is the GPU instance's memory slices (start and size).
+	Placement mig.Placement `json:"placement"`
+	// MemoryBytes is the device's memory in bytes.
+	MemoryBytes uint64 `json:"memoryBytes"`
+	// Multiprocessors is the number of SMs of the device.
 	Multiprocessors int `json:"multiprocessors"`
-	CopyEngines     int `json:"copyEngines"`
-	Decoders        int `json:"decoders"`
-	Encoders        int `json:"encoders"`
-	JpegEngines     int `json:"jpegEngines"`
-	OfaEngines      int `json:"ofaEngines"`
+	// CopyEngines is the number of copy engines of the device.
+	CopyEngines int `json:"copyEngines"`
+	// Decoders is the number of video decoders (NVDEC) of the device.
+	Decoders int `json:"decoders"`
+	// Encoders is the number of video encoders (NVENC) of the device.
+	Encoders int `json:"encoders"`
+	// JpegEngines is the number of JPEG decoders (NVJPG) of the device.
+	JpegEngines int `json:"jpegEngines"`
+	// OfaEngines is the number of optical flow accelerators (OFA) of the device.
+	OfaEngines int `json:"ofaEngines"`
 }

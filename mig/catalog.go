@@ -53,12 +53,16 @@ type GIProfile struct {
 	MemoryMiB uint64 `json:"memoryMiB"`
 	// Multiprocessors is the number of SMs of the instance.
 	Multiprocessors int `json:"multiprocessors"`
-	// CopyEngines, Decoders, Encoders, JpegEngines and OfaEngines count the instance's engines.
+	// CopyEngines is the number of copy engines of the instance.
 	CopyEngines int `json:"copyEngines"`
-	Decoders    int `json:"decoders"`
-	Encoders    int `json:"encoders"`
+	// Decoders is the number of video decoders (NVDEC) of the instance.
+	Decoders int `json:"decoders"`
+	// Encoders is the number of video encoders (NVENC) of the instance.
+	Encoders int `json:"encoders"`
+	// JpegEngines is the number of JPEG decoders (NVJPG) of the instance.
 	JpegEngines int `json:"jpegEngines"`
-	OfaEngines  int `json:"ofaEngines"`
+	// OfaEngines is the number of optical flow accelerators (OFA) of the instance.
+	OfaEngines int `json:"ofaEngines"`
 	// InstanceCount is the most instances of this profile one GPU can hold.
 	InstanceCount int `json:"instanceCount"`
 	// Placements are the allowed placements, in memory slices.

@@ -18,7 +18,9 @@ type Pool struct {
 
 // Slice is the content of one ResourceSlice.
 type Slice struct {
-	Devices        []resourceapi.Device
+	// Devices are the slice's devices (spec.devices).
+	Devices []resourceapi.Device
+	// SharedCounters are the slice's counter sets (spec.sharedCounters).
 	SharedCounters []resourceapi.CounterSet
 }
 

@@ -66,10 +66,13 @@ type MPSDaemonSpec struct {
 	// DeviceUUIDs are the devices the daemon serves, in ordinal order (CUDA_VISIBLE_DEVICES).
 	DeviceUUIDs []string `json:"deviceUUIDs"`
 	// Dir is the daemon's host directory; PipeDir, LogDir and ShmDir are inside it.
-	Dir     string `json:"dir"`
+	Dir string `json:"dir"`
+	// PipeDir is the daemon's pipe directory (CUDA_MPS_PIPE_DIRECTORY).
 	PipeDir string `json:"pipeDir"`
-	LogDir  string `json:"logDir"`
-	ShmDir  string `json:"shmDir"`
+	// LogDir is the daemon's log directory (CUDA_MPS_LOG_DIRECTORY).
+	LogDir string `json:"logDir"`
+	// ShmDir is where the tmpfs the daemon's clients share is mounted (/dev/shm in containers).
+	ShmDir string `json:"shmDir"`
 	// ShmSizeBytes is the size of the tmpfs mounted on ShmDir (0, in records written before
 	// it existed: DefaultMPSShmSize).
 	ShmSizeBytes int64 `json:"shmSizeBytes,omitempty"`

@@ -21,10 +21,12 @@ const RecordVersion = 1
 type Record struct {
 	// Version is RecordVersion.
 	Version int `json:"version"`
-	// ClaimUID, Namespace and Name identify the claim.
-	ClaimUID  types.UID `json:"claimUID"`
-	Namespace string    `json:"namespace"`
-	Name      string    `json:"name"`
+	// ClaimUID identifies the claim.
+	ClaimUID types.UID `json:"claimUID"`
+	// Namespace is the claim's namespace.
+	Namespace string `json:"namespace"`
+	// Name is the claim's name.
+	Name string `json:"name"`
 	// Devices are the claim's devices of this driver, in allocation result order.
 	Devices []PreparedDevice `json:"devices"`
 	// Steps are the host changes, in the order they were made.
@@ -37,12 +39,15 @@ type Record struct {
 
 // PreparedDevice is the sharing setup of one allocated device.
 type PreparedDevice struct {
-	// Request, Pool and Device are the allocation result's request, pool and device names.
+	// Request is the allocation result's request name.
 	Request string `json:"request"`
-	Pool    string `json:"pool"`
-	Device  string `json:"device"`
-	// UUID and ParentUUID identify the device (ParentUUID only for a MIG device).
-	UUID       string `json:"uuid"`
+	// Pool is the allocation result's pool name.
+	Pool string `json:"pool"`
+	// Device is the allocation result's device name.
+	Device string `json:"device"`
+	// UUID identifies the device (GPU or MIG UUID).
+	UUID string `json:"uuid"`
+	// ParentUUID is the UUID of the physical GPU of a MIG device ("" for a full GPU).
 	ParentUUID string `json:"parentUUID,omitempty"`
 	// Strategy is Exclusive, TimeSlicing or MPS. It is MPS for a device allocated a fraction of
 	// its memory even without an MPS config, because MPS is what enforces the fraction.
@@ -84,12 +89,14 @@ type Step struct {
 	Resource string `json:"resource"`
 	// UUID is the device of a compute mode or time slice step.
 	UUID string `json:"uuid,omitempty"`
-	// ComputeMode and PreviousComputeMode are the mode set and the mode it replaced.
-	ComputeMode         *ComputeMode `json:"computeMode,omitempty"`
+	// ComputeMode is the compute mode set.
+	ComputeMode *ComputeMode `json:"computeMode,omitempty"`
+	// PreviousComputeMode is the compute mode ComputeMode replaced.
 	PreviousComputeMode *ComputeMode `json:"previousComputeMode,omitempty"`
-	// TimeSlice and PreviousTimeSlice are the value set and the value it replaced
-	// (PreviousTimeSlice is nil when the host could not report it: Undo restores 0, Default).
-	TimeSlice         *int `json:"timeSlice,omitempty"`
+	// TimeSlice is the time slice set.
+	TimeSlice *int `json:"timeSlice,omitempty"`
+	// PreviousTimeSlice is the value TimeSlice replaced; nil when the host could not report
+	// it (Undo then restores 0, Default).
 	PreviousTimeSlice *int `json:"previousTimeSlice,omitempty"`
 	// Daemon is the daemon started.
 	Daemon *MPSDaemonSpec `json:"daemon,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,20 +17,26 @@ import (
 	"github.com/gpudra/gpudra/draplugin/exclusive"
 )
 
-// twoAccelerators is the smallest Driver: two devices, each given to a container as its
-// device node.
+// twoAccelerators is the smallest complete Driver: two devices, accel-0 and accel-1, each given
+// to a container as its device node /dev/accel-<N> (character device 240:<N>). A real driver
+// lists what it finds on the node and reserves a device in Prepare (examples/accel-dra-driver).
 type twoAccelerators struct{}
 
 var _ exclusive.Driver = twoAccelerators{}
 
+// Devices lists the node's devices, with names stable across restarts.
 func (twoAccelerators) Devices(context.Context) ([]resourceapi.Device, error) {
 	return []resourceapi.Device{{Name: "accel-0"}, {Name: "accel-1"}}, nil
 }
 
+// Prepare returns the container edits that give a container the device; the plugin writes them
+// into the claim's CDI spec. It may be called again for the same claim after a crash.
 func (twoAccelerators) Prepare(_ context.Context, _ *resourceapi.ResourceClaim, device string) (specs.ContainerEdits, error) {
-	return specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{{Path: "/dev/" + device, Type: "c", Major: 240, Minor: 1}}}, nil
+	minor := int64(strings.TrimPrefix(device, "accel-")[0] - '0')
+	return specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{{Path: "/dev/" + device, Type: "c", Major: 240, Minor: minor}}}, nil
 }
 
+// Unprepare undoes Prepare: nothing to undo here, as Prepare reserved nothing.
 func (twoAccelerators) Unprepare(context.Context, types.UID, string) error { return nil }
 
 // Example prepares a claim that got accel-1 as kubelet would, prepares it again (answered from

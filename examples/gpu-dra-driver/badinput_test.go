@@ -349,8 +349,10 @@ func specificCases() []badCase {
 		caseCheckConfig("version v2", 2, `version is "v2", want "v1"`, "{mig-v2}"),
 		caseCheckConfig("directory", 2, "is a directory", "{dir}"),
 		caseCheckConfig("missing", 2, "no such file or directory", "{missing}"),
-		caseCheckConfig("too many instances", 1, `mig config "one"`, "{mig-toomany}"),
-		caseCheckConfig("profile of another model", 1, `profile "1g.6gb" is not a MIG profile of A100-SXM4-40GB`, "{mig-badprofile}"),
+		// The reason is printed with the verdict, on stdout; stderr names the invalid configurations.
+		withStdout(caseCheckConfig("too many instances", 1, `invalid on dgx-a100-40gb: "one"`, "{mig-toomany}"), `reason: mig config "one"`),
+		withStdout(caseCheckConfig("profile of another model", 1, `invalid on dgx-a100-40gb: "one"`, "{mig-badprofile}"),
+			`reason: mig config "one", devices 0-7 (A100-SXM4-40GB): profile "1g.6gb" is not a MIG profile of A100-SXM4-40GB`),
 		caseCheckConfig("valid", 0, "", "{mig-ok}"),
 		{name: "mig check-config/unknown config", args: []string{"mig", "check-config", "{mig-two}", "--config", "c"}, code: 2, first: `--config="c": `},
 		{name: "mig check-config/no file", args: []string{"mig", "check-config"}, code: 2, first: "needs FILE"},
@@ -415,6 +417,11 @@ func caseMIGLayouts(name string, code int, first, only string) badCase {
 
 func caseCheckConfig(name string, code int, first, file string) badCase {
 	return badCase{name: "mig check-config/" + name, args: []string{"mig", "check-config", "--machine", "dgx-a100-40gb", file}, code: code, first: first}
+}
+
+func withStdout(c badCase, stdout string) badCase {
+	c.stdout = stdout
+	return c
 }
 
 func caseDemo(name string, code int, first, workloads string) badCase {

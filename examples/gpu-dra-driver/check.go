@@ -72,7 +72,7 @@ It exits 0 when everything passes, 1 on findings, policy violations or unschedul
 	o.output = "table"
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	completeValues(cmd, "output", "table", "json")
-	fs.StringVar(&o.slicesFile, "slices", "", "check against the ResourceSlices (and DeviceClasses) in this file, e.g. a real node's `render` output")
+	fs.StringVar(&o.slicesFile, "slices", "", "check against the ResourceSlices (and DeviceClasses) in this `FILE`, e.g. what gpu-dra-driver render printed on a real node")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "check against every ResourceSlice and DeviceClass of the cluster this kubeconfig points at")
 	fs.StringVar(&o.policyFile, "policy", "", "policy file (YAML): blockedMIGProfiles, allowedMIGProfiles, maxGPUsPerClaim, requiredSharing")
 	fs.StringVar(&o.namespace, "namespace", "default", "namespace of objects that name none (as kubectl apply -n)")
@@ -281,7 +281,7 @@ func (ts *targets) forInput(ctx context.Context, in input) (*target, error) {
 	case ts.o.slicesFile != "":
 		return ts.cached("slices", func() (*target, error) { return slicesTarget(ctx, ts.o.slicesFile) })
 	case ts.o.explicitMachine:
-		return ts.cached("flags", func() (*target, error) { return machineTarget(ctx, ts.o.node, describeNode(ts.o.node)) })
+		return ts.cached("flags", func() (*target, error) { return machineTarget(ctx, ts.o.node, "") })
 	}
 	spec := targetMachine(in.data)
 	if spec == "" {
@@ -365,13 +365,17 @@ func describeNode(nf nodeFlags) string {
 	return s
 }
 
-// machineTarget renders the slices the driver publishes for a machine, as render does.
+// machineTarget renders the slices the driver publishes for a machine, as render does. An empty
+// name is the flags in effect on the machine (describeNode).
 func machineTarget(ctx context.Context, nf nodeFlags, name string) (*target, error) {
 	n, err := nf.open(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer n.close()
+	if name == "" {
+		name = describeNode(nf.inEffect(n.inv))
+	}
 	b := gpudra.NewBuilder(nf.builderOptions(n)...)
 	res, err := b.Build(nf.nodeName, n.inv)
 	if err != nil {

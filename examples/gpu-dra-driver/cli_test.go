@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -189,18 +192,19 @@ func TestFormerSilentAccepts(t *testing.T) {
 			stdout: "kind: ResourceSlice"},
 		{name: "invalid node name", args: []string{"render", "--node-name", "GPU_node"}, code: 2, stderr: `node name "GPU_node" is not a Kubernetes node name`},
 		{name: "check-config enabling MIG on no GPU", args: []string{"mig", "check-config", "../deploy/mig-parted/config.yaml", "--machine", "l4x8", "--config", "too-many"},
-			code: 1, stdout: "too-many: INVALID on l4x8", stderr: "it enables MIG, but no GPU is MIG-capable"},
+			code: 1, stdout: "too-many: INVALID on l4x8\n  reason: mig config \"too-many\" on l4x8: it enables MIG, but no GPU is MIG-capable", stderr: "too-many"},
 		{name: "check-config missing device index", args: []string{"mig", "check-config", badIndex}, code: 1,
-			stderr: "entry 0 names device 9, but the machine has GPUs 0-7 only"},
+			stdout: "entry 0 names device 9, but the machine has GPUs 0-7 only", stderr: "1 of 1 configurations invalid"},
 		{name: "check-config unknown --config", args: []string{"mig", "check-config", badIndex, "--config", "nine"}, code: 2, stderr: `--config="nine"`},
 	})
 	// A configuration wrong for all eight GPUs says so once.
-	_, _, errOut := runCLI(t, "mig", "check-config", "../deploy/mig-parted/config.yaml", "--config", "too-many")
-	if n := strings.Count(errOut, `mig config "too-many"`); n != 1 {
-		t.Errorf("check-config names the failing configuration %d times, want once:\n%s", n, errOut)
+	// The reason is on stdout, with the verdict: 2>/dev/null still says why.
+	code, out, _ := runCLI(t, "mig", "check-config", "../deploy/mig-parted/config.yaml", "--config", "too-many")
+	if n := strings.Count(out, `mig config "too-many"`); n != 1 || code != 1 {
+		t.Errorf("check-config exits %d and names the failing configuration %d times, want 1 and once:\n%s", code, n, out)
 	}
-	if !strings.Contains(errOut, "devices 0-7 (A100-SXM4-40GB)") {
-		t.Errorf("check-config does not name the GPUs the error applies to:\n%s", errOut)
+	if !strings.Contains(out, "too-many: INVALID on dgx-a100-40gb\n  reason: ") || !strings.Contains(out, "devices 0-7 (A100-SXM4-40GB)") {
+		t.Errorf("check-config does not give the reason, naming the GPUs it applies to, with the verdict:\n%s", out)
 	}
 	// --only trims spaces as --profiles does.
 	_, spaced, _ := runCLI(t, "mig", "layouts", "--gpu", "A30", "--only", " 1g.6gb , 2g.12gb ")
@@ -461,4 +465,43 @@ func TestServeRefusesAPluginDirTooDeepForMPS(t *testing.T) {
 	if strings.Contains(errOut, "too deep") {
 		t.Errorf("exit %d without MPS, stderr:\n%s\nwant no MPS socket check", code, errOut)
 	}
+}
+
+// TestFlagPlaceholders: pflag turns the first `quoted` word of a flag's usage into its value's
+// placeholder in help (--slices FILE); a quoted word meant as emphasis (`render`) would read as
+// the value to give. A usage string with backquotes must quote an upper-case placeholder.
+func TestFlagPlaceholders(t *testing.T) {
+	var walk func(*cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if !strings.Contains(f.Usage, "`") {
+				return
+			}
+			if name, _ := pflag.UnquoteUsage(f); name != strings.ToUpper(name) {
+				t.Errorf("%s --%s: help shows the value as %q: %q", cmd.CommandPath(), f.Name, name, f.Usage)
+			}
+		})
+		for _, c := range cmd.Commands() {
+			walk(c)
+		}
+	}
+	walk(newRootCmd(io.Discard, io.Discard))
+}
+
+// TestNVMLHelpPerCommand: the offline commands only read NVML; serve changes the GPUs (MIG
+// instances, compute modes), and its --nvml help must not call real NVML read-only.
+func TestNVMLHelpPerCommand(t *testing.T) {
+	var walk func(*cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		if f := cmd.Flags().Lookup(flagNVML); f != nil && !f.Hidden {
+			readOnly := strings.Contains(f.Usage, "read-only")
+			if serve := cmd.Name() == "serve"; serve == readOnly || serve != strings.Contains(f.Usage, "creates and destroys MIG instances") {
+				t.Errorf("%s --nvml: %q", cmd.CommandPath(), f.Usage)
+			}
+		}
+		for _, c := range cmd.Commands() {
+			walk(c)
+		}
+	}
+	walk(newRootCmd(io.Discard, io.Discard))
 }

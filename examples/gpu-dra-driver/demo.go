@@ -283,8 +283,8 @@ func (d *demo) run(ctx context.Context, files []string) (*demoReport, error) {
 func (d *demo) header(ctx context.Context) (*demoReport, error) {
 	inv := d.node.inv
 	rep := &demoReport{Machine: d.nf.machine, GPUs: len(inv.GPUs), Product: productNames(inv), DriverVersion: inv.DriverVersion,
-		Node: d.nf.nodeName, DynamicMIG: d.nf.dynamicMIG, ConsumableMemory: d.nf.consumableMemory, MIGConfig: d.nf.migConfig,
-		Setup: describeNode(*d.nf)}
+		Node: d.nf.nodeName, DynamicMIG: d.nf.inEffect(inv).dynamicMIG, DynamicMIGFlag: d.nf.dynamicMIG,
+		ConsumableMemory: d.nf.consumableMemory, MIGConfig: d.nf.migConfig, Setup: describeNode(d.nf.inEffect(inv))}
 	res, err := d.plugin.Resources(ctx)
 	if err != nil {
 		return nil, err

@@ -103,3 +103,35 @@ func TestDemoText(t *testing.T) {
 		{name: "bad output", args: []string{"demo", "-o", "yaml"}, code: 2, stderr: "allowed values are text, json"},
 	})
 }
+
+// TestDemoJSONSaysWhatRan: on a machine with no MIG-capable GPU, --dynamic-mig (the demo's
+// default) changes nothing; -o json says so, as the text report does, instead of reporting
+// dynamic MIG on and a setup with --dynamic-mig.
+func TestDemoJSONSaysWhatRan(t *testing.T) {
+	for _, c := range []struct {
+		args            []string
+		dynamic, asked  bool
+		setup, textMode string
+	}{
+		{[]string{"--machine", "l4x8"}, false, true, "l4x8", "no GPU of this machine is MIG-capable"},
+		{[]string{"--machine", "l4x8", "--dynamic-mig=false"}, false, false, "l4x8", "dynamic MIG off"},
+		{[]string{"--machine", "dgx-a100-80gb"}, true, true, "dgx-a100-80gb --dynamic-mig", "dynamic MIG on (the demo's default)"},
+	} {
+		args := append([]string{"demo", "--workloads", "01-exclusive-gpu.yaml"}, c.args...)
+		code, out, errOut := runCLI(t, append(args, "-o", "json")...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, errOut)
+		}
+		var rep demoReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("%q -o json: %v\n%s", args, err, out)
+		}
+		if rep.DynamicMIG != c.dynamic || rep.DynamicMIGFlag != c.asked || rep.Setup != c.setup {
+			t.Errorf("%q -o json: dynamicMIG %v, dynamicMIGFlag %v, setup %q; want %v, %v, %q",
+				args, rep.DynamicMIG, rep.DynamicMIGFlag, rep.Setup, c.dynamic, c.asked, c.setup)
+		}
+		if code, out, _ := runCLI(t, args...); code != 0 || !strings.Contains(out, c.textMode) {
+			t.Errorf("%q: exit %d, text report lacks %q:\n%s", args, code, c.textMode, out)
+		}
+	}
+}

@@ -16,15 +16,19 @@ import (
 
 // demoReport is what the demo did: the text report is written from it, and -o json prints it.
 type demoReport struct {
-	Machine          string `json:"machine"`
-	GPUs             int    `json:"gpus"`
-	Product          string `json:"product"`
-	DriverVersion    string `json:"driverVersion"`
-	Node             string `json:"node"`
-	DynamicMIG       bool   `json:"dynamicMIG"`
+	Machine       string `json:"machine"`
+	GPUs          int    `json:"gpus"`
+	Product       string `json:"product"`
+	DriverVersion string `json:"driverVersion"`
+	Node          string `json:"node"`
+	// DynamicMIG says whether dynamic MIG was in effect: --dynamic-mig and a MIG-capable GPU.
+	DynamicMIG bool `json:"dynamicMIG"`
+	// DynamicMIGFlag is --dynamic-mig as given (or defaulted), even where it changed nothing.
+	DynamicMIGFlag   bool   `json:"dynamicMIGFlag"`
 	ConsumableMemory bool   `json:"consumableMemory"`
 	MIGConfig        string `json:"migConfig,omitempty"`
-	// Setup is the machine and flags in the form of a workload's "# Target machine:" line.
+	// Setup is the machine and the flags in effect (no --dynamic-mig where no GPU is
+	// MIG-capable), in the form of a workload's "# Target machine:" line.
 	Setup     string            `json:"setup"`
 	Published publishedReport   `json:"published"`
 	Workloads []workloadReport  `json:"workloads"`
@@ -263,10 +267,10 @@ func (r *demoReport) writeHeader(b *strings.Builder) {
 	fmt.Fprintf(b, "  machine:  fake %s: %dx %s, driver %s (--machine)\n", r.Machine, r.GPUs, r.Product, r.DriverVersion)
 	fmt.Fprintf(b, "  node:     %s, also the pool name (--node-name)\n", r.Node)
 	mode := "dynamic MIG on (the demo's default): MIG instances are created when a claim is prepared; --dynamic-mig=false publishes the GPUs' current layout"
-	if r.DynamicMIG && r.Published.MIGDevices == 0 {
-		mode = "dynamic MIG on (the demo's default), but no GPU of this machine is MIG-capable: full GPUs only"
+	if r.DynamicMIGFlag && !r.DynamicMIG {
+		mode = "dynamic MIG asked for (the demo's default), but no GPU of this machine is MIG-capable: full GPUs only"
 	}
-	if !r.DynamicMIG {
+	if !r.DynamicMIGFlag {
 		mode = "dynamic MIG off: the GPUs' current MIG layout is published as it is"
 		if r.MIGConfig != "" {
 			mode += " (--mig-config " + r.MIGConfig + ")"

@@ -28,6 +28,7 @@ type healthMarker interface {
 // FakeState is what GET /state answers: the fake machine's MIG instances and the fake host's
 // sharing state, for tests to check that unprepare leaves nothing behind.
 type FakeState struct {
+	// GPUs are the fake machine's GPUs, by index.
 	GPUs []FakeGPUState `json:"gpus"`
 	// Host is the fake host's compute modes, time slices and MPS daemons.
 	Host sharingtest.HostState `json:"host"`
@@ -35,10 +36,14 @@ type FakeState struct {
 
 // FakeGPUState is one GPU of the fake machine.
 type FakeGPUState struct {
-	Index      int                        `json:"index"`
-	UUID       string                     `json:"uuid"`
-	MIGEnabled bool                       `json:"migEnabled"`
-	Instances  []gputest.GPUInstanceState `json:"instances,omitempty"`
+	// Index is the GPU's NVML index.
+	Index int `json:"index"`
+	// UUID is the GPU's UUID.
+	UUID string `json:"uuid"`
+	// MIGEnabled is the GPU's current MIG mode.
+	MIGEnabled bool `json:"migEnabled"`
+	// Instances are the GPU instances that exist on the GPU.
+	Instances []gputest.GPUInstanceState `json:"instances,omitempty"`
 }
 
 type fakeControl struct {

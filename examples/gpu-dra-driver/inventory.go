@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/mig"
 )
@@ -65,7 +66,7 @@ func writeInventory(w io.Writer, output string, inv *gpu.Inventory) error {
 func gib(b uint64) string { return fmt.Sprintf("%.1fGiB", float64(b)/(1<<30)) }
 
 func printInventory(w io.Writer, inv *gpu.Inventory) error {
-	fmt.Fprintf(w, "driver %s, CUDA %s, %d GPUs\n\n", inv.DriverVersion, inv.CUDADriverVersion, len(inv.GPUs))
+	fmt.Fprintf(w, "driver %s, CUDA %s, %d GPUs\n\n", inv.DriverVersion, majorMinor(inv.CUDADriverVersion), len(inv.GPUs))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INDEX\tMINOR\tPRODUCT\tARCH\tCC\tMEMORY\tPCI BUS ID\tNUMA\tMIG\tMEMORY SLICES USED/FREE\tUUID")
 	for _, g := range inv.GPUs {
@@ -86,7 +87,7 @@ func printInventory(w io.Writer, inv *gpu.Inventory) error {
 			numa = fmt.Sprint(g.NUMANode)
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.Minor, g.ProductName, g.Architecture,
-			g.CudaComputeCapability, gib(g.MemoryBytes), g.PCIBusID, numa, migState, usage, g.UUID)
+			majorMinor(g.CudaComputeCapability), gib(g.MemoryBytes), g.PCIBusID, numa, migState, usage, g.UUID)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -100,14 +101,29 @@ func printInventory(w io.Writer, inv *gpu.Inventory) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tPROFILE\tGI\tCI\tPLACEMENT\tMEMORY\tSMS\tUUID")
+	// PROFILE ID is NVML's GPU-instance profile ID, as mig profiles lists it and the device name
+	// embeds it; GI INSTANCE and CI INSTANCE are the instance IDs NVML assigned (nvidia-smi mig
+	// -lgi and -lci call them Instance ID / GI ID and CI ID).
+	fmt.Fprintln(tw, "GPU\tDEVICE\tPROFILE\tPROFILE ID\tPLACEMENT\tGI INSTANCE\tCI INSTANCE\tMEMORY\tSMS\tUUID")
 	for _, g := range inv.GPUs {
 		for _, m := range g.MIGDevices {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d:%d\t%s\t%d\t%s\n", g.Index, m.Profile, m.GIID, m.CIID,
-				m.Placement.Start, m.Placement.Size, gib(m.MemoryBytes), m.Multiprocessors, m.UUID)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d:%d\t%d\t%d\t%s\t%d\t%s\n", g.Index, gpudra.MIGDeviceNameOf(&m), m.Profile, m.GIProfileID,
+				m.Placement.Start, m.Placement.Size, m.GIID, m.CIID, gib(m.MemoryBytes), m.Multiprocessors, m.UUID)
 		}
 	}
 	return tw.Flush()
+}
+
+// majorMinor prints a version NVIDIA numbers major.minor (compute capability, CUDA) as NVIDIA's
+// tools and mig profiles do: "8.0", not the semantic version "8.0.0" the inventory holds and the
+// published attributes carry (CEL compares those with semver()).
+func majorMinor(v string) string {
+	if major, rest, ok := strings.Cut(v, "."); ok {
+		if minor, patch, ok := strings.Cut(rest, "."); ok && patch == "0" {
+			return major + "." + minor
+		}
+	}
+	return v
 }
 
 // migSliceUsage reports how many memory slices the GPU's MIG instances occupy and how many are

@@ -144,9 +144,19 @@ func TestInventoryTable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"8 GPUs", "enabled (4 devices)", "8/0", "3g.20gb"} {
+	for _, want := range []string{"8 GPUs", "enabled (4 devices)", "8/0", "3g.20gb",
+		// The MIG table names what each ID is: the profile ID is the one in the device name.
+		"PROFILE ID  PLACEMENT  GI INSTANCE  CI INSTANCE", "gpu-0-mig-3g20gb-9-4   3g.20gb  9 "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("inventory output lacks %q:\n%s", want, out)
+		}
+	}
+	// Versions read as in mig profiles and nvidia-smi (8.0, CUDA 13.0), not as the semantic
+	// versions the attributes publish (8.0.0).
+	_, profiles, _ := runCLI(t, "mig", "profiles", "--gpu", "A100-SXM4-40GB")
+	for _, c := range []struct{ out, want string }{{out, "  8.0  "}, {out, "CUDA 13.0,"}, {profiles, "CC 8.0)"}, {profiles, "PROFILE ID"}} {
+		if !strings.Contains(c.out, c.want) || strings.Contains(c.out, "8.0.0") {
+			t.Errorf("output lacks %q or has 8.0.0:\n%s", c.want, c.out)
 		}
 	}
 }

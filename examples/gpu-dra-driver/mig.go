@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -118,9 +119,9 @@ func migProfiles(gpuName string, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s (%s, CC %s): %d memory slices, %d compute slices, %d MiB\n\n", m.Name, m.Architecture,
-		m.CudaComputeCapability, m.MemorySlices, m.ComputeSlices, m.MemoryMiB)
+		majorMinor(m.CudaComputeCapability), m.MemorySlices, m.ComputeSlices, m.MemoryMiB)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROFILE\tID\tMEMORY\tSMS\tCE\tDEC\tENC\tJPEG\tOFA\tMAX\tSOURCE\tPLACEMENTS (start:size)")
+	fmt.Fprintln(tw, "PROFILE\tPROFILE ID\tMEMORY\tSMS\tCE\tDEC\tENC\tJPEG\tOFA\tMAX\tSOURCE\tPLACEMENTS (start:size)")
 	for _, p := range m.Profiles {
 		var pl []string
 		for _, x := range p.Placements {
@@ -210,7 +211,9 @@ func migCheckConfig(ctx context.Context, nf *nodeFlags, file, configName string,
 	}
 	spec, err := mig.ParseConfig(data)
 	if err != nil {
-		return answerNo(fmt.Errorf("invalid: %s: %w", file, err))
+		// The reason goes with the verdict (stdout), so that 2>/dev/null still says why.
+		fmt.Fprintf(stdout, "%s: INVALID\n%s", file, indentReason(err))
+		return answerNo(fmt.Errorf("%s is invalid (the reason is printed with the verdict)", file))
 	}
 	names := slices.Sorted(maps.Keys(spec.MigConfigs))
 	if configName != "" {
@@ -225,15 +228,15 @@ func migCheckConfig(ctx context.Context, nf *nodeFlags, file, configName string,
 	}
 	defer n.close()
 	gpus := migGPUs(n.inv)
-	var errs []error
+	var invalid []string
 	for _, name := range names {
 		plans, err := mig.CheckConfig(spec, name, gpus)
 		if problems := configProblems(spec, name, n.inv); len(problems) > 0 {
 			err = errors.Join(err, fmt.Errorf("mig config %q on %s: %s", name, nf.machineLabel(), strings.Join(problems, "; ")))
 		}
 		if err != nil {
-			errs = append(errs, err)
-			fmt.Fprintf(stdout, "%s: INVALID on %s\n", name, nf.machineLabel())
+			invalid = append(invalid, strconv.Quote(name))
+			fmt.Fprintf(stdout, "%s: INVALID on %s\n%s", name, nf.machineLabel(), indentReason(err))
 			continue
 		}
 		fmt.Fprintf(stdout, "%s: valid on %s\n", name, nf.machineLabel())
@@ -245,8 +248,18 @@ func migCheckConfig(ctx context.Context, nf *nodeFlags, file, configName string,
 			fmt.Fprintf(stdout, "  GPU %d (%s): %s\n", p.Index, p.Model, state)
 		}
 	}
-	if len(errs) > 0 {
-		return answerNo(errors.Join(errs...))
+	if len(invalid) > 0 {
+		return answerNo(fmt.Errorf("%s: %d of %d configurations invalid on %s: %s (the reasons are printed with the verdicts)",
+			file, len(invalid), len(names), nf.machineLabel(), strings.Join(invalid, ", ")))
 	}
 	return nil
+}
+
+// indentReason is err's text as lines under a verdict, indented by "  reason: ".
+func indentReason(err error) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(strings.TrimSpace(err.Error()), "\n") {
+		fmt.Fprintf(&b, "  reason: %s\n", line)
+	}
+	return b.String()
 }

@@ -124,6 +124,15 @@ func warnNoOps(fs *pflag.FlagSet, w io.Writer) {
 	})
 }
 
+// inEffect returns the flags as they act on inv: --dynamic-mig is dropped when no GPU is
+// MIG-capable (it changes nothing there), so that a report names what really ran.
+func (nf nodeFlags) inEffect(inv *gpu.Inventory) nodeFlags {
+	if nf.dynamicMIG && !slices.ContainsFunc(inv.GPUs, func(g gpu.GPU) bool { return g.MIGCapable }) {
+		nf.dynamicMIG = false
+	}
+	return nf
+}
+
 // validate checks the flags that need no machine: a usage error otherwise.
 func (n *nodeFlags) validate() error {
 	if n.has(flagNVML) {

@@ -93,6 +93,9 @@ func (s *serveFlags) register(cmd *cobra.Command) {
 	setDefault(fs, flagNVML, "real")
 	setDefault(fs, flagNodeName, os.Getenv("NODE_NAME"))
 	fs.Lookup(flagNodeName).Usage = "node name, also the pool name (default $NODE_NAME; required)"
+	// Unlike the offline commands, serve changes the GPUs it drives.
+	fs.Lookup(flagNVML).Usage = "NVML backend: real (libnvidia-ml: enumerates the node's GPUs and changes them for claims: creates and destroys MIG instances, sets compute modes) " +
+		"or fake (an embedded fake machine, tests only)"
 	fs.StringVar(&s.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
 	fs.StringVar(&s.pluginDir, "plugin-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, gpudra.DefaultDriverName), "the plugin's directory for its DRA socket")
 	fs.StringVar(&s.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet's plugin registration directory")

@@ -46,9 +46,10 @@ type State struct {
 type ClaimState struct {
 	// UID is the ResourceClaim's metadata.uid; the key of the claim in State.Claims.
 	UID string `json:"uid"`
-	// Namespace and Name identify the claim for logs and for API lookups during reconciliation.
+	// Namespace is the claim's namespace, for logs and API lookups during reconciliation.
 	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+	// Name is the claim's name, for logs and API lookups during reconciliation.
+	Name string `json:"name"`
 	// Phase is the claim's life-cycle phase.
 	Phase Phase `json:"phase"`
 	// Devices are the allocated devices of our driver, in allocation-result order. While Phase is
@@ -108,15 +109,18 @@ type MIGInstance struct {
 	ParentUUID string `json:"parentUUID"`
 	// Profile is the canonical profile name ("1g.5gb", "1c.3g.20gb"), for humans and logs.
 	Profile string `json:"profile,omitempty"`
-	// GIProfileID and CIProfileID are the NVML profile Ids (GpuInstanceProfileInfo.Id,
-	// ComputeInstanceProfileInfo.Id), not the profile enums.
+	// GIProfileID is the NVML GPU-instance profile ID (GpuInstanceProfileInfo.Id), not the
+	// profile enum.
 	GIProfileID int `json:"giProfileID"`
+	// CIProfileID is the NVML compute-instance profile ID (ComputeInstanceProfileInfo.Id), not
+	// the profile enum.
 	CIProfileID int `json:"ciProfileID"`
 	// Placement is the GPU instance's placement in memory slices.
 	Placement Placement `json:"placement"`
-	// GIID and CIID are the GPU-instance and compute-instance IDs NVML assigned. They are
-	// meaningful only within the boot recorded in ClaimState.BootID.
+	// GIID is the GPU-instance ID NVML assigned, meaningful only within the boot recorded in
+	// ClaimState.BootID.
 	GIID int `json:"giID"`
+	// CIID is the compute-instance ID NVML assigned, within the same boot.
 	CIID int `json:"ciID"`
 	// UUID is the MIG device UUID ("MIG-..."), empty until known.
 	UUID string `json:"uuid,omitempty"`

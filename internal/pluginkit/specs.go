@@ -15,7 +15,10 @@ import (
 // Adopted is what AdoptOrphans did: the UIDs of the claims it rebuilt from their CDI spec, and
 // of those it could not (their specs are kept).
 type Adopted struct {
-	Adopted, NotAdopted []string
+	// Adopted are the UIDs of the claims rebuilt from their CDI spec.
+	Adopted []string
+	// NotAdopted are the UIDs of the claims that could not be rebuilt (their specs are kept).
+	NotAdopted []string
 }
 
 // AdoptOrphans records, for every CDI spec of a claim the checkpoint does not hold, the entry
@@ -52,8 +55,12 @@ func AdoptOrphans(ctx context.Context, store *checkpoint.Store, writer *cdi.Writ
 // SpecsReconciled is what ReconcileSpecs did: the number of prepared claims, the claims
 // (ClaimRef) whose spec was written again and the UIDs of the orphan specs removed.
 type SpecsReconciled struct {
-	Prepared          int
-	Rewritten, Pruned []string
+	// Prepared is the number of prepared claims.
+	Prepared int
+	// Rewritten are the claims (ClaimRef) whose spec was written again.
+	Rewritten []string
+	// Pruned are the UIDs of the orphan specs removed.
+	Pruned []string
 }
 
 // ReconcileSpecs writes again (rewrite) the spec of every prepared claim that has none, and,
