@@ -51,10 +51,15 @@ type CheckpointStatus struct {
 	// Path is the checkpoint file.
 	Path string
 	// Fresh is true when there was no checkpoint: a first start, or the state directory was
-	// wiped. Corrupt is true when one existed but could not be used; it was moved to MovedTo and
-	// Reason says why. Either way the checkpoint is not trusted to say what is not prepared.
-	Fresh, Corrupt  bool
-	MovedTo, Reason string
+	// wiped. Either way (Fresh or Corrupt) the checkpoint is not trusted to say what is not
+	// prepared.
+	Fresh bool
+	// Corrupt is true when a checkpoint existed but could not be used.
+	Corrupt bool
+	// MovedTo is where the unusable checkpoint was moved, when Corrupt.
+	MovedTo string
+	// Reason says why the checkpoint was unusable, when Corrupt.
+	Reason string
 	// Rebooted is true when the checkpoint was last written in another boot.
 	Rebooted bool
 }

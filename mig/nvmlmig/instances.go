@@ -15,8 +15,9 @@ type GPUInstanceState struct {
 	// ID is NVML's GPU instance id.
 	ID int
 	// Profile is NVML's info of the instance's GPU-instance profile (Id, slice count, memory,
-	// engine counts); ProfileEnum is the GPU_INSTANCE_PROFILE_* value it was found under.
-	Profile     nvml.GpuInstanceProfileInfo
+	// engine counts).
+	Profile nvml.GpuInstanceProfileInfo
+	// ProfileEnum is the GPU_INSTANCE_PROFILE_* value the instance was found under.
 	ProfileEnum int
 	// Placement is where the instance sits, in memory slices.
 	Placement mig.Placement
