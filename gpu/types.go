@@ -10,7 +10,7 @@ type Inventory struct {
 	CUDADriverVersion string `json:"cudaDriverVersion"`
 	// GPUs are the physical GPUs, ordered by index.
 	GPUs []GPU `json:"gpus"`
-	// Errors are the GPUs that failed during enumeration and were skipped (see SkipFailedGPUs),
+	// Errors are the GPUs that failed during enumeration and were skipped (see nvmlgpu.SkipFailedGPUs),
 	// ordered by index. Empty when every GPU was enumerated.
 	Errors []*DeviceError `json:"errors,omitempty"`
 }
@@ -54,7 +54,7 @@ type GPU struct {
 	// MIGDevices are the MIG devices that exist now (static MIG).
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
 	// MIGGeometry is the MIG geometry the GPU reports through NVML, for a MIG-capable GPU
-	// (nil otherwise, or when enumerated with ReadMIGGeometry(false)). GPUs of one product share
+	// (nil otherwise, or when enumerated with nvmlgpu.ReadMIGGeometry(false)). GPUs of one product share
 	// one value, which must not be modified.
 	MIGGeometry *MIGGeometry `json:"-"`
 }
@@ -64,7 +64,7 @@ type GPU struct {
 // instances with Model, not with the catalog: a GPU the catalog does not know, or a driver
 // release that changed a profile's memory, then just works.
 type MIGGeometry struct {
-	// Model is the geometry read from the device (mig.DeviceModel); nil when NVML would not
+	// Model is the geometry read from the device (nvmlmig.DeviceModel); nil when NVML would not
 	// report it (Err says why), in which case the catalog is all there is.
 	Model *mig.Model
 	// CatalogDifferences are where the mig catalog differs from Model (mig.Compare): a driver
