@@ -7,20 +7,13 @@ import (
 	"sync"
 
 	celgo "github.com/google/cel-go/cel"
+	"github.com/gpudra/gpudra/selectors/internal/text"
 	resourceapi "k8s.io/api/resource/v1"
 	apiservercel "k8s.io/apiserver/pkg/cel"
 	"k8s.io/apiserver/pkg/cel/environment"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
-	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/lru"
-
-	"github.com/gpudra/gpudra/simulate"
 )
-
-// DefaultFeatures are the allocator features of a Kubernetes 1.37 scheduler with its default
-// feature gates (GA and beta-on), as simulate.DefaultFeatures lists them: selectors compile and
-// evaluate as in the allocator that simulate runs.
-func DefaultFeatures() structured.Features { return simulate.DefaultFeatures() }
 
 // DefaultCacheSize is how many compiled selectors a Compiler keeps (least recently used first
 // out). The scheduler's own cache holds 10,000 expressions.
@@ -36,12 +29,11 @@ type celCompiler interface {
 // evaluates them against devices the way kube-scheduler does. Compiled selectors are cached.
 // A Compiler is safe for concurrent use.
 type Compiler struct {
-	features  structured.Features
-	costLimit uint64
-	cacheSize int
-
 	celFeatures dracel.Features
-	compiler    celCompiler
+	costLimit   uint64
+	cacheSize   int
+
+	compiler celCompiler
 
 	mu    sync.Mutex
 	cache *lru.Cache
@@ -53,11 +45,20 @@ type Compiler struct {
 // CompilerOption configures a Compiler.
 type CompilerOption func(*Compiler)
 
-// WithFeatures replaces DefaultFeatures: the allocator features decide which CEL environment
-// selectors compile in (ConsumableCapacity adds device.allowMultipleAllocations,
-// ListTypeAttributes adds list-valued attributes and includes()).
-func WithFeatures(f structured.Features) CompilerOption {
-	return func(c *Compiler) { c.features = f }
+// DefaultCELFeatures are the CEL features of a Kubernetes 1.37 scheduler with its default
+// feature gates: those its default allocator features imply (ConsumableCapacity is on,
+// ListTypeAttributes is off). Package selectors/check's DefaultFeatures are the allocator features
+// themselves; a test there keeps the two in agreement.
+func DefaultCELFeatures() dracel.Features {
+	return dracel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: false}
+}
+
+// WithCELFeatures replaces DefaultCELFeatures: they decide which CEL environment selectors
+// compile in (EnableConsumableCapacity adds device.allowMultipleAllocations,
+// EnableListTypeAttributes adds list-valued attributes and includes()). For the features of an
+// allocator (structured.Features), use check.CELFeatures.
+func WithCELFeatures(f dracel.Features) CompilerOption {
+	return func(c *Compiler) { c.celFeatures = f }
 }
 
 // WithCostLimit replaces the API server's limit on the estimated cost of one new selector
@@ -78,9 +79,9 @@ func WithCacheSize(n int) CompilerOption {
 // scheduler.
 func NewCompiler(opts ...CompilerOption) *Compiler {
 	c := &Compiler{
-		features:  DefaultFeatures(),
-		costLimit: resourceapi.CELSelectorExpressionMaxCost,
-		cacheSize: DefaultCacheSize,
+		celFeatures: DefaultCELFeatures(),
+		costLimit:   resourceapi.CELSelectorExpressionMaxCost,
+		cacheSize:   DefaultCacheSize,
 	}
 	for _, o := range opts {
 		o(c)
@@ -88,17 +89,13 @@ func NewCompiler(opts ...CompilerOption) *Compiler {
 	if c.cacheSize < 1 {
 		c.cacheSize = 1
 	}
-	c.celFeatures = dracel.Features{
-		EnableConsumableCapacity: c.features.ConsumableCapacity,
-		EnableListTypeAttributes: c.features.ListTypeAttributes,
-	}
 	c.compiler = dracel.GetCompiler(c.celFeatures)
 	c.cache = lru.New(c.cacheSize)
 	return c
 }
 
-// Features returns the allocator features the Compiler was built for.
-func (c *Compiler) Features() structured.Features { return c.features }
+// CELFeatures returns the CEL features the Compiler was built for.
+func (c *Compiler) CELFeatures() dracel.Features { return c.celFeatures }
 
 // Selector is a compiled device selector.
 type Selector struct {
@@ -208,7 +205,7 @@ func (c *Compiler) compileError(expression string, e *apiservercel.Error) *Compi
 	if e.Type == apiservercel.ErrorTypeInternal {
 		ce.Kind = ErrorInternal
 	}
-	if env := c.validationEnv(); env != nil {
+	if env := c.ValidationEnv(); env != nil {
 		if _, iss := env.Compile(expression); iss != nil && iss.Err() != nil {
 			for _, ie := range iss.Errors() {
 				loc := ie.Location
@@ -223,9 +220,9 @@ func (c *Compiler) compileError(expression string, e *apiservercel.Error) *Compi
 	return ce
 }
 
-// validationEnv is the CEL environment the API server validates new selectors in, taken from a
+// ValidationEnv is the CEL environment the API server validates new selectors in, taken from a
 // successful compilation (the upstream compiler does not expose it otherwise).
-func (c *Compiler) validationEnv() *celgo.Env {
+func (c *Compiler) ValidationEnv() *celgo.Env {
 	c.envOnce.Do(func() {
 		newExprs := environment.NewExpressions
 		r := c.compiler.CompileCELExpression("true", dracel.Options{EnvType: &newExprs, DisableCostEstimation: true})
@@ -279,7 +276,7 @@ func (e *CompileError) Error() string {
 	for i, iss := range e.Issues {
 		msgs[i] = iss.String()
 	}
-	return fmt.Sprintf("CEL selector %q: %s", abbreviate(e.Expression, 80), strings.Join(msgs, "; "))
+	return fmt.Sprintf("CEL selector %q: %s", text.Abbreviate(e.Expression, 80), strings.Join(msgs, "; "))
 }
 
 // AsCompileError returns the *CompileError in err's chain, or nil.
@@ -289,13 +286,4 @@ func AsCompileError(err error) *CompileError {
 		return ce
 	}
 	return nil
-}
-
-// abbreviate shortens s to at most n bytes for messages, on one line.
-func abbreviate(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }
