@@ -82,7 +82,7 @@ func BenchmarkMatches(b *testing.B) {
 // BenchmarkUpstreamDeviceMatches is the same work through the upstream DeviceMatches the
 // scheduler calls, which converts the device on every call.
 func BenchmarkUpstreamDeviceMatches(b *testing.B) {
-	cache := dracel.NewCache(100, selectors.DefaultCELFeatures())
+	cache := dracel.NewCache(100, selectors.NewCompiler().CELFeatures())
 	ctx := context.Background()
 	for _, s := range seedSelectors(b) {
 		expr := cache.GetOrCompile(s.expr)

@@ -2,7 +2,6 @@ package selectors
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -38,9 +37,9 @@ func For(driver string) Builder {
 // Driver is the driver name the Builder writes selectors for.
 func (b Builder) Driver() string { return b.driver }
 
-// Attr is the CEL access to one of the driver's attributes.
-func (b Builder) Attr(name resourceapi.QualifiedName) string {
-	return fmt.Sprintf("device.attributes[%s].%s", text.Quote(b.driver), name)
+// attr is the CEL access to one of the driver's attributes.
+func (b Builder) attr(name resourceapi.QualifiedName) string {
+	return text.Attribute(b.driver, string(name))
 }
 
 // capacity is the CEL access to one of the driver's capacities.
@@ -54,7 +53,7 @@ func (b Builder) IsDriver() string { return "device.driver == " + text.Quote(b.d
 // Type selects the driver's devices of one type (gpudra.DeviceTypeGPU or gpudra.DeviceTypeMIG):
 // the selector of the driver's DeviceClasses.
 func (b Builder) Type(typ string) string {
-	return b.IsDriver() + " && " + b.Attr(gpudra.AttrType) + " == " + text.Quote(typ)
+	return b.IsDriver() + " && " + b.attr(gpudra.AttrType) + " == " + text.Quote(typ)
 }
 
 // GPU selects full GPUs.
@@ -93,13 +92,13 @@ func (b Builder) Architecture(names ...string) (string, error) {
 
 func (b Builder) oneOf(name resourceapi.QualifiedName, values []string) string {
 	if len(values) == 1 {
-		return b.Attr(name) + " == " + text.Quote(values[0])
+		return b.attr(name) + " == " + text.Quote(values[0])
 	}
 	q := make([]string, len(values))
 	for i, v := range values {
 		q[i] = text.Quote(v)
 	}
-	return b.Attr(name) + " in [" + strings.Join(q, ", ") + "]"
+	return b.attr(name) + " in [" + strings.Join(q, ", ") + "]"
 }
 
 // ProductName selects devices whose product name matches a glob pattern, case-insensitively:
@@ -113,15 +112,12 @@ func (b Builder) ProductName(glob string) (string, error) {
 	if !utf8.ValidString(glob) {
 		return "", fmt.Errorf("productName: pattern %q is not valid UTF-8", glob)
 	}
-	return b.Glob(gpudra.AttrProductName, glob), nil
+	return b.glob(gpudra.AttrProductName, glob), nil
 }
 
-func (b Builder) Glob(name resourceapi.QualifiedName, glob string) string {
-	parts := strings.Split(strings.ToLower(glob), "*")
-	for i, p := range parts {
-		parts[i] = regexp.QuoteMeta(p)
-	}
-	return b.Attr(name) + ".lowerAscii().matches(" + text.Quote("^"+strings.Join(parts, ".*")+"$") + ")"
+// glob matches one of the driver's string attributes against a glob.
+func (b Builder) glob(name resourceapi.QualifiedName, glob string) string {
+	return text.Glob(b.attr(name), glob)
 }
 
 // MinComputeCapability selects devices with at least the given CUDA compute capability
@@ -158,7 +154,7 @@ func (b Builder) VersionRange(name resourceapi.QualifiedName, min, max string) (
 		if err != nil {
 			return "", fmt.Errorf("%s %s: %w", name, bound.which, err)
 		}
-		terms = append(terms, fmt.Sprintf("%s.compareTo(semver(%s)) %s 0", b.Attr(name), text.Quote(v), bound.op))
+		terms = append(terms, fmt.Sprintf("%s.compareTo(semver(%s)) %s 0", b.attr(name), text.Quote(v), bound.op))
 	}
 	return strings.Join(terms, " && "), nil
 }

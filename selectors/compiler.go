@@ -45,15 +45,16 @@ type Compiler struct {
 // CompilerOption configures a Compiler.
 type CompilerOption func(*Compiler)
 
-// DefaultCELFeatures are the CEL features of a Kubernetes 1.37 scheduler with its default
+// defaultCELFeatures are the CEL features of a Kubernetes 1.37 scheduler with its default
 // feature gates: those its default allocator features imply (ConsumableCapacity is on,
 // ListTypeAttributes is off). Package selectors/check's DefaultFeatures are the allocator features
 // themselves; a test there keeps the two in agreement.
-func DefaultCELFeatures() dracel.Features {
+func defaultCELFeatures() dracel.Features {
 	return dracel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: false}
 }
 
-// WithCELFeatures replaces DefaultCELFeatures: they decide which CEL environment selectors
+// WithCELFeatures replaces the default CEL features, those of a Kubernetes 1.37 scheduler with
+// its default feature gates (NewCompiler().CELFeatures()): they decide which CEL environment selectors
 // compile in (EnableConsumableCapacity adds device.allowMultipleAllocations,
 // EnableListTypeAttributes adds list-valued attributes and includes()). For the features of an
 // allocator (structured.Features), use check.CELFeatures.
@@ -79,7 +80,7 @@ func WithCacheSize(n int) CompilerOption {
 // scheduler.
 func NewCompiler(opts ...CompilerOption) *Compiler {
 	c := &Compiler{
-		celFeatures: DefaultCELFeatures(),
+		celFeatures: defaultCELFeatures(),
 		costLimit:   resourceapi.CELSelectorExpressionMaxCost,
 		cacheSize:   DefaultCacheSize,
 	}
@@ -205,7 +206,7 @@ func (c *Compiler) compileError(expression string, e *apiservercel.Error) *Compi
 	if e.Type == apiservercel.ErrorTypeInternal {
 		ce.Kind = ErrorInternal
 	}
-	if env := c.ValidationEnv(); env != nil {
+	if env := c.validationEnv(); env != nil {
 		if _, iss := env.Compile(expression); iss != nil && iss.Err() != nil {
 			for _, ie := range iss.Errors() {
 				loc := ie.Location
@@ -220,9 +221,9 @@ func (c *Compiler) compileError(expression string, e *apiservercel.Error) *Compi
 	return ce
 }
 
-// ValidationEnv is the CEL environment the API server validates new selectors in, taken from a
+// validationEnv is the CEL environment the API server validates new selectors in, taken from a
 // successful compilation (the upstream compiler does not expose it otherwise).
-func (c *Compiler) ValidationEnv() *celgo.Env {
+func (c *Compiler) validationEnv() *celgo.Env {
 	c.envOnce.Do(func() {
 		newExprs := environment.NewExpressions
 		r := c.compiler.CompileCELExpression("true", dracel.Options{EnvType: &newExprs, DisableCostEstimation: true})
@@ -248,8 +249,11 @@ const (
 // Issue is one problem in an expression. Line and Column are 1-based; both are 0 when the
 // problem has no position (for example a result of the wrong type).
 type Issue struct {
-	Line    int    `json:"line,omitempty"`
-	Column  int    `json:"column,omitempty"`
+	// Line is the 1-based line of the problem in the expression, 0 when it has no position.
+	Line int `json:"line,omitempty"`
+	// Column is the 1-based column of the problem in its line, 0 when it has no position.
+	Column int `json:"column,omitempty"`
+	// Message is cel-go's (or the API server's) description of the problem.
 	Message string `json:"message"`
 }
 
@@ -263,10 +267,14 @@ func (i Issue) String() string {
 
 // CompileError says why an expression is not a valid device selector.
 type CompileError struct {
+	// Expression is the expression as given.
 	Expression string
-	Kind       ErrorKind
-	Issues     []Issue
-	// Cost and Limit are set for ErrorTooExpensive.
+	// Kind classifies the error.
+	Kind ErrorKind
+	// Issues are the problems found, at least one.
+	Issues []Issue
+	// Cost and Limit are set for ErrorTooExpensive: the estimated cost and the limit it
+	// exceeds.
 	Cost, Limit uint64
 }
 

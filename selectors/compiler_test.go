@@ -21,7 +21,7 @@ import (
 // device of every test machine.
 func TestMatchesLikeUpstream(t *testing.T) {
 	c := selectors.NewCompiler()
-	up := dracel.NewCache(10, selectors.DefaultCELFeatures())
+	up := dracel.NewCache(10, selectors.NewCompiler().CELFeatures())
 	// A context that can be cancelled takes the scheduler's interruptible path.
 	cancellable, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -160,7 +160,7 @@ func TestRuntimeCostLimitIsTheSchedulers(t *testing.T) {
 	// 100³ iterations: far over the runtime limit, though every step is cheap.
 	expr := l + ".all(a, " + l + ".all(b, " + l + ".all(c, a + b + c >= 0)))"
 
-	upstream := dracel.NewCache(10, selectors.DefaultCELFeatures()).GetOrCompile(expr)
+	upstream := dracel.NewCache(10, selectors.NewCompiler().CELFeatures()).GetOrCompile(expr)
 	if upstream.Error != nil {
 		t.Fatalf("upstream: %v", upstream.Error)
 	}
@@ -215,7 +215,7 @@ func TestCompileStoredSkipsNewObjectChecks(t *testing.T) {
 // TestFeaturesChooseTheEnvironment: device.allowMultipleAllocations exists only with
 // consumable capacity, as in the API server.
 func TestFeaturesChooseTheEnvironment(t *testing.T) {
-	f := selectors.DefaultCELFeatures()
+	f := selectors.NewCompiler().CELFeatures()
 	f.EnableConsumableCapacity = false
 	_, err := selectors.NewCompiler(selectors.WithCELFeatures(f)).Compile(`device.allowMultipleAllocations`)
 	if selectors.AsCompileError(err) == nil {

@@ -28,7 +28,7 @@ func FuzzCompile(f *testing.F) {
 		f.Add(e)
 	}
 	c := selectors.NewCompiler()
-	up := dracel.NewCache(100, selectors.DefaultCELFeatures())
+	up := dracel.NewCache(100, selectors.NewCompiler().CELFeatures())
 	devices := fuzzDevices(f)
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, expr string) {

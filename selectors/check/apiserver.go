@@ -6,13 +6,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpudra/gpudra/selectors/finding"
-	"github.com/gpudra/gpudra/selectors/manifest"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/selectors/finding"
+	"github.com/gpudra/gpudra/selectors/manifest"
 )
 
 // stableVersion matches the versions a default API server serves for built-in groups: since

@@ -104,10 +104,14 @@ type ClaimResult struct {
 
 // AllocatedDevice is one device of an allocation result.
 type AllocatedDevice struct {
+	// Request is the request (or "request/subrequest") the device was allocated for.
 	Request string `json:"request"`
-	Driver  string `json:"driver"`
-	Pool    string `json:"pool"`
-	Device  string `json:"device"`
+	// Driver is the DRA driver of the device.
+	Driver string `json:"driver"`
+	// Pool is the resource pool of the device (the node name, for the gpudra driver).
+	Pool string `json:"pool"`
+	// Device is the device name in its pool ("gpu-0", "gpu-0-mig-1g.5gb-0").
+	Device string `json:"device"`
 	// Shared is set for a share of a device that allows multiple allocations.
 	Shared bool `json:"shared,omitempty"`
 }

@@ -261,7 +261,7 @@ func untolerated(d *selectors.Device) string {
 
 // readAttributes are the qualified attribute names a selector reads.
 func (c *Checker) readAttributes(expr string) []string {
-	p, ok := celexpr.Parse(c.env.Compiler.ValidationEnv(), expr)
+	p, ok := celexpr.Parse(celexpr.Env(c.env.Compiler.CELFeatures()), expr)
 	if !ok {
 		return nil
 	}

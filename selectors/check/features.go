@@ -14,8 +14,8 @@ func DefaultFeatures() structured.Features { return simulate.DefaultFeatures() }
 
 // CELFeatures are the CEL features an allocator with features f compiles selectors with:
 // ConsumableCapacity adds device.allowMultipleAllocations, ListTypeAttributes adds list-valued
-// attributes and includes(). CELFeatures(DefaultFeatures()) equals the core package's
-// DefaultCELFeatures.
+// attributes and includes(). CELFeatures(DefaultFeatures()) are the CEL features of
+// selectors.NewCompiler().
 func CELFeatures(f structured.Features) dracel.Features {
 	return dracel.Features{
 		EnableConsumableCapacity: f.ConsumableCapacity,

@@ -1,11 +1,12 @@
 package check
 
 import (
-	"github.com/gpudra/gpudra/selectors"
-	"github.com/gpudra/gpudra/selectors/lint"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/gpudra/gpudra/selectors"
+	"github.com/gpudra/gpudra/selectors/lint"
 )
 
 // CheckerOption configures a Checker.

@@ -79,16 +79,19 @@ const (
 
 // Finding is one problem lint found.
 type Finding struct {
+	// Severity says how bad it is.
 	Severity Severity `json:"severity"`
-	Rule     string   `json:"rule"`
+	// Rule names the check that found it: one of the Rule* constants.
+	Rule string `json:"rule"`
 	// Object is the object the finding is about ("ResourceClaimTemplate default/mig-small"),
 	// empty for a bare expression.
 	Object string `json:"object,omitempty"`
 	// Field is the field path in the object
 	// ("spec.spec.devices.requests[0].exactly.selectors[0].cel.expression").
 	Field string `json:"field,omitempty"`
-	// Line and Column point into the expression (1-based; 0 when unknown).
-	Line   int `json:"line,omitempty"`
+	// Line is the 1-based line in the expression the finding points at; 0 when unknown.
+	Line int `json:"line,omitempty"`
+	// Column is the 1-based column in that line; 0 when unknown.
 	Column int `json:"column,omitempty"`
 	// Message says what is wrong.
 	Message string `json:"message"`
@@ -118,6 +121,7 @@ func (f Finding) String() string {
 	return sb.String()
 }
 
+// HasErrors reports whether any of the findings is an error.
 func HasErrors(fs []Finding) bool {
 	for _, f := range fs {
 		if f.Severity == SeverityError {

@@ -1,9 +1,10 @@
 package lint
 
 import (
+	resourceapi "k8s.io/api/resource/v1"
+
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/selectors"
-	resourceapi "k8s.io/api/resource/v1"
 )
 
 // Environment is what manifests are linted and evaluated against: the driver they are written

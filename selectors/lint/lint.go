@@ -166,7 +166,7 @@ func (l *Linter) Expression(ctx context.Context, expr string) []finding.Finding 
 func (l *Linter) expression(expr string) []finding.Finding {
 	var fs []finding.Finding
 	var edits []celexpr.Edit
-	if p, ok := celexpr.Parse(l.compiler.ValidationEnv(), expr); ok {
+	if p, ok := celexpr.Parse(celexpr.Env(l.compiler.CELFeatures()), expr); ok {
 		fs, edits = l.staticRules(p)
 	}
 	_, err := l.compiler.Compile(expr)

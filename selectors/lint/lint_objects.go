@@ -235,7 +235,7 @@ func (l *Linter) classAttributes(expr, className string) []finding.Finding {
 	default:
 		return nil
 	}
-	p, ok := celexpr.Parse(l.compiler.ValidationEnv(), expr)
+	p, ok := celexpr.Parse(celexpr.Env(l.compiler.CELFeatures()), expr)
 	if !ok {
 		return nil
 	}

@@ -105,7 +105,8 @@ type Violation struct {
 	// the whole claim.
 	Request string `json:"request,omitempty"`
 	// Rule is one of the Policy* rule names.
-	Rule    string `json:"rule"`
+	Rule string `json:"rule"`
+	// Message says what the request asks for and what the policy allows.
 	Message string `json:"message"`
 	// UsedBy lists the Pods, Deployments and Jobs of the manifest that use the object.
 	UsedBy []string `json:"usedBy,omitempty"`

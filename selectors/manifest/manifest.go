@@ -74,8 +74,10 @@ func Decode(data []byte) ([]Object, error) {
 
 // DecodeError is an object of a manifest that does not decode.
 type DecodeError struct {
+	// Object names the document ("document 2", or the object when its kind and name read).
 	Object string
-	Err    error
+	// Err is the decoding error.
+	Err error
 }
 
 // Error implements error.

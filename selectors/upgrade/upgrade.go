@@ -70,16 +70,22 @@ type Change struct {
 	// SeverityInfo for what follows from those.
 	Severity finding.Severity `json:"severity"`
 	// Rule is the lint rule the change also fixes, if any (RuleMissingExactly).
-	Rule    string `json:"rule,omitempty"`
-	Object  string `json:"object"`
-	Field   string `json:"field,omitempty"`
+	Rule string `json:"rule,omitempty"`
+	// Object is the object changed ("ResourceClaim default/gpu").
+	Object string `json:"object"`
+	// Field is the field path in the original object, empty for the whole object.
+	Field string `json:"field,omitempty"`
+	// Message says what changed and why.
 	Message string `json:"message"`
 }
 
 // UpgradeError is an object, or a field of one, that has no resource.k8s.io/v1 equivalent.
 type UpgradeError struct {
+	// Object is the object that cannot be upgraded ("GpuClaimParameters default/p").
 	Object string
-	Field  string
+	// Field is the field path in the original object, empty for the whole object.
+	Field string
+	// Reason says why it has no resource.k8s.io/v1 equivalent.
 	Reason string
 }
 

@@ -400,14 +400,14 @@ func (r *upgradeRun) property(h docHead, p *field.Path, key string, val any) (st
 			r.fail(h.String(), p.String(), fmt.Sprintf("must be an integer, got %v", val))
 			return "", false
 		}
-		return fmt.Sprintf("%s == %d", b.Attr(gpudra.AttrIndex), n), true
+		return fmt.Sprintf("%s == %d", text.Attribute(b.Driver(), string(gpudra.AttrIndex)), n), true
 	case "uuid":
 		s, ok := val.(string)
 		if !ok || s == "" {
 			r.fail(h.String(), p.String(), fmt.Sprintf("must be a UUID string, got %v", val))
 			return "", false
 		}
-		return b.Attr(gpudra.AttrUUID) + " == " + text.Quote(s), true
+		return text.Attribute(b.Driver(), string(gpudra.AttrUUID)) + " == " + text.Quote(s), true
 	case "migEnabled":
 		r.fail(h.String(), p.String(), "no equivalent: a GPU with MIG enabled publishes its MIG devices (class "+r.u.migClass()+"), not itself")
 		return "", false
@@ -417,7 +417,7 @@ func (r *upgradeRun) property(h docHead, p *field.Path, key string, val any) (st
 			r.fail(h.String(), p.String(), fmt.Sprintf("must be a glob pattern string, got %v", val))
 			return "", false
 		}
-		return b.Glob(resourceapi.QualifiedName(key), s), true
+		return text.Glob(text.Attribute(b.Driver(), key), s), true
 	case "memory":
 		return r.quantityComparator(h, p, val)
 	case "cudaComputeCapability", "driverVersion", "cudaDriverVersion":
@@ -479,7 +479,7 @@ func (r *upgradeRun) versionComparator(h docHead, p *field.Path, name resourceap
 		r.fail(h.String(), p.Child("value").String(), err.Error())
 		return "", false
 	}
-	return fmt.Sprintf("%s.compareTo(semver(%s)) %s 0", r.u.builder.Attr(name), text.Quote(norm), op), true
+	return fmt.Sprintf("%s.compareTo(semver(%s)) %s 0", text.Attribute(r.u.builder.Driver(), string(name)), text.Quote(norm), op), true
 }
 
 // resourceClass converts a v1alpha2 ResourceClass to a DeviceClass selecting the driver's

@@ -3,22 +3,48 @@ package celexpr
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"unicode"
 
 	celgo "github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
+	"k8s.io/apiserver/pkg/cel/environment"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
+
 	"github.com/gpudra/gpudra/selectors/internal/text"
 )
+
+// envs caches the environment of each set of CEL features.
+var envs sync.Map // dracel.Features -> *celgo.Env
+
+// Env is the CEL environment the API server validates new selectors in, for a compiler with
+// features f (selectors.Compiler.CELFeatures); nil when the upstream compiler has none. Parse
+// reads selectors in it.
+func Env(f dracel.Features) *celgo.Env {
+	if e, ok := envs.Load(f); ok {
+		return e.(*celgo.Env)
+	}
+	newExprs := environment.NewExpressions
+	r := dracel.GetCompiler(f).CompileCELExpression("true", dracel.Options{EnvType: &newExprs, DisableCostEstimation: true})
+	if r.Environment == nil {
+		return nil
+	}
+	envs.Store(f, r.Environment)
+	return r.Environment
+}
 
 // Parsed is a selector parsed (not type-checked, so that lint can look into expressions that do
 // not compile) with what lint needs to point into its source.
 type Parsed struct {
-	src  string
-	AST  *celast.AST
+	src string
+	// AST is the parsed expression, with its source positions.
+	AST *celast.AST
+	// Root is the navigable root of AST.
 	Root celast.NavigableExpr
 }
 
+// Parse parses src in env (Env), without type checking; false when it does not parse.
 func Parse(env *celgo.Env, src string) (*Parsed, bool) {
 	if env == nil {
 		return nil, false
@@ -35,20 +61,24 @@ func Parse(env *celgo.Env, src string) (*Parsed, bool) {
 type AccessKind string
 
 const (
+	// AccessAttribute is a read of device.attributes.
 	AccessAttribute AccessKind = "attributes"
-	AccessCapacity  AccessKind = "capacity"
+	// AccessCapacity is a read of device.capacity.
+	AccessCapacity AccessKind = "capacity"
 )
 
 // Access is one read of device.attributes or device.capacity.
 type Access struct {
-	Kind   AccessKind
+	// Kind is the map read.
+	Kind AccessKind
+	// Domain is the attribute or capacity domain ("gpu.nvidia.com").
 	Domain string
 	// Name is "" for a domain-only access (device.attributes['x'] used as a value).
 	Name string
 	// Expr is the node of the whole access (the select or index of the name, or of the domain
 	// when name is "").
 	Expr celast.NavigableExpr
-	// domainExpr is the literal (or select field) that names the domain.
+	// domainLit is the literal (or select field) that names the domain.
 	domainLit celast.NavigableExpr
 }
 
@@ -149,9 +179,12 @@ var comparisons = map[string]string{
 
 // Comparison is a comparison with a device access on one side.
 type Comparison struct {
-	Op    string // "==", "in", ...
-	Call  celast.NavigableExpr
-	Other celast.NavigableExpr // the side that is not the access
+	// Op is the operator: "==", "in", ...
+	Op string
+	// Call is the node of the comparison.
+	Call celast.NavigableExpr
+	// Other is the side that is not the access.
+	Other celast.NavigableExpr
 	// AccessLeft is true when the access is the left operand.
 	AccessLeft bool
 }

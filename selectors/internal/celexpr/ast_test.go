@@ -18,7 +18,7 @@ var spanExpressions = []string{
 
 // TestSpansReparse: the source span of every node parses to the same expression as the node.
 func TestSpansReparse(t *testing.T) {
-	env := selectors.NewCompiler().ValidationEnv()
+	env := Env(selectors.NewCompiler().CELFeatures())
 	for _, src := range spanExpressions {
 		p, ok := Parse(env, src)
 		if !ok {
@@ -55,7 +55,7 @@ func TestSpansReparse(t *testing.T) {
 }
 
 func TestAccesses(t *testing.T) {
-	env := selectors.NewCompiler().ValidationEnv()
+	env := Env(selectors.NewCompiler().CELFeatures())
 	p, _ := Parse(env, spanExpressions[2]+` && device.attributes['memory'] > 1 && device.capacity.x.y == 0`)
 	var got []string
 	for _, a := range p.Accesses() {

@@ -20,17 +20,23 @@ import (
 type Info struct {
 	// Name is the request name, "req/sub" for a subrequest.
 	Name string
+	// path is the field path of the request (exactly, or firstAvailable[j]).
 	path *field.Path
-	// Class is the DeviceClass name; classObj is nil when the class is unknown.
-	Class    string
+	// Class is the DeviceClass name.
+	Class string
+	// ClassObj is the DeviceClass; nil when the class is unknown.
 	ClassObj *resourceapi.DeviceClass
-	Count    int64
-	All      bool
+	// Count is the number of devices asked for (1 when unset); see All.
+	Count int64
+	// All is set for allocationMode All.
+	All bool
 	// Selectors are the class's selectors followed by the request's.
 	Selectors []string
-	// types and profiles are the device types and MIG profiles the request can select: named
-	// in its selectors (== or in), and published by the machine's devices it matches.
-	types, Profiles map[string]bool
+	// Profiles are the MIG profiles the request can select: named in its selectors (== or in),
+	// and published by the machine's devices it matches (after Analyze).
+	Profiles map[string]bool
+	// types are the device types the request can select, found as Profiles are.
+	types map[string]bool
 	// matched is the number of machine devices the selectors match (-1 without a machine).
 	matched int
 }
@@ -74,7 +80,7 @@ func newRequestInfo(name string, path *field.Path, class string, mode resourceap
 // Analyze fills types and profiles from the selectors' literals and, with devices, from what
 // they match.
 func (ri *Info) Analyze(ctx context.Context, c *selectors.Compiler, driver string, devices []*selectors.Device) {
-	env := c.ValidationEnv()
+	env := celexpr.Env(c.CELFeatures())
 	for _, s := range ri.Selectors {
 		p, ok := celexpr.Parse(env, s)
 		if !ok {
@@ -181,6 +187,8 @@ func Strategy(spec *resourceapi.ResourceClaimSpec, ri Info, driver string) (v1be
 	return cfg.Strategy(), true
 }
 
+// Describe says how many devices of which class the request asks for ("2 of class
+// gpu.nvidia.com").
 func (ri Info) Describe() string {
 	n := fmt.Sprintf("%d", ri.Count)
 	if ri.All {

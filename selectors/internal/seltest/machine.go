@@ -13,18 +13,25 @@ import (
 	"github.com/gpudra/gpudra/topology"
 )
 
+// Node is the node the fake machines' ResourceSlices are published for.
 const Node = "node-1"
 
 var (
+	// Balanced40 partitions every A100-40GB into 1g.5gb, 1g.5gb, 2g.10gb and 3g.20gb.
 	Balanced40 = gputest.WithMIGAll("1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb")
+	// Balanced80 partitions every A100-80GB into 1g.10gb, 1g.10gb, 2g.20gb and 3g.40gb.
 	Balanced80 = gputest.WithMIGAll("1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb")
+	// DynamicMIG publishes MIG devices as partitionable devices (dynamic MIG).
 	DynamicMIG = gpudra.WithDynamicMIG(nil)
 )
 
 // Machine describes a fake machine and how the driver publishes it.
 type Machine struct {
-	Name  string
+	// Name is the gputest machine ("dgx-a100-40gb").
+	Name string
+	// MOpts change the fake machine (MIG partitions, driver version).
 	MOpts []gputest.Option
+	// BOpts change how the driver publishes it (dynamic MIG, consumable memory).
 	BOpts []gpudra.Option
 }
 
@@ -56,6 +63,7 @@ func (m Machine) Slices(t testing.TB) []*resourceapi.ResourceSlice {
 	return out
 }
 
+// Devices are the machine's published devices, prepared for evaluation.
 func (m Machine) Devices(t testing.TB) []*selectors.Device {
 	t.Helper()
 	return selectors.DevicesFromSlices(m.Slices(t))

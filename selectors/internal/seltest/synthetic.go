@@ -37,6 +37,7 @@ func SyntheticGPUs() []*selectors.Device {
 	}
 }
 
+// StringAttr is a string attribute of a device, "" when it has none.
 func StringAttr(d *selectors.Device, name resourceapi.QualifiedName) string {
 	a, _ := d.Attribute(name)
 	if a.StringValue == nil {
@@ -45,6 +46,7 @@ func StringAttr(d *selectors.Device, name resourceapi.QualifiedName) string {
 	return *a.StringValue
 }
 
+// VersionAttr is a version attribute of a device, the zero version when it has none.
 func VersionAttr(d *selectors.Device, name resourceapi.QualifiedName) semver.Version {
 	a, _ := d.Attribute(name)
 	if a.VersionValue == nil {
@@ -53,6 +55,7 @@ func VersionAttr(d *selectors.Device, name resourceapi.QualifiedName) semver.Ver
 	return semver.MustParse(*a.VersionValue)
 }
 
+// Memory is the memory capacity of a device.
 func Memory(d *selectors.Device) resource.Quantity {
 	return d.Device.Capacity[gpudra.CapMemory].Value
 }

@@ -2,11 +2,13 @@ package text
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"unicode/utf8"
 )
 
+// Keys are the keys of m, sorted.
 func Keys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -16,6 +18,7 @@ func Keys[V any](m map[string]V) []string {
 	return out
 }
 
+// Uniq is s without repetitions, in the order of first appearance.
 func Uniq(s []string) []string {
 	seen := map[string]bool{}
 	var out []string
@@ -140,6 +143,7 @@ func Abbreviate(s string, n int) string {
 	return s[:n-3] + "..."
 }
 
+// SortedKeys are the keys of a set, sorted.
 func SortedKeys(m map[string]bool) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -147,4 +151,19 @@ func SortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Attribute is the CEL access to an attribute of a domain (device.attributes['domain'].name).
+func Attribute(domain, name string) string {
+	return fmt.Sprintf("device.attributes[%s].%s", Quote(domain), name)
+}
+
+// Glob is a CEL condition that a string access matches a glob: case-insensitive, "*" matches
+// any run of characters, everything else literally.
+func Glob(access, glob string) string {
+	parts := strings.Split(strings.ToLower(glob), "*")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	return access + ".lowerAscii().matches(" + Quote("^"+strings.Join(parts, ".*")+"$") + ")"
 }
