@@ -77,7 +77,7 @@ const (
 	RuleDecode = "decode"
 )
 
-// Finding is one problem lint found.
+// Finding is one problem found in a manifest or an expression (by lint, the upgrade or check).
 type Finding struct {
 	// Severity says how bad it is.
 	Severity Severity `json:"severity"`
@@ -131,7 +131,7 @@ func HasErrors(fs []Finding) bool {
 	return false
 }
 
-// Rules of what an API server refuses (Checker findings of severity error).
+// Rules of what an API server refuses (findings of selectors/check's Checker, severity error).
 const (
 	// RuleEmpty: the manifest holds no object (kubectl apply: "no objects passed to apply").
 	RuleEmpty = "empty"

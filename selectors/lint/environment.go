@@ -11,7 +11,7 @@ import (
 // for, the target machine, the cluster's DeviceClasses and the namespace they go into. The zero
 // Environment is the default driver, no machine, and namespace "default".
 type Environment struct {
-	// Compiler compiles selectors; nil means NewCompiler().
+	// Compiler compiles selectors; nil means selectors.NewCompiler().
 	Compiler *selectors.Compiler
 	// DriverName is the DRA driver (and attribute domain); "" means gpudra.DefaultDriverName.
 	DriverName string
@@ -21,7 +21,7 @@ type Environment struct {
 	// nil means there is no machine to check against.
 	Slices []*resourceapi.ResourceSlice
 	// DeviceClasses exist in the cluster besides those of the manifests; the driver's own
-	// (DeviceClasses(DriverName)) are always known.
+	// (selectors.DeviceClasses(DriverName)) are always known.
 	DeviceClasses []*resourceapi.DeviceClass
 	// Namespace is where objects that name none go, as kubectl apply -n puts them; "" means
 	// "default".
