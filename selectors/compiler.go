@@ -47,17 +47,17 @@ type CompilerOption func(*Compiler)
 
 // defaultCELFeatures are the CEL features of a Kubernetes 1.37 scheduler with its default
 // feature gates: those its default allocator features imply (ConsumableCapacity is on,
-// ListTypeAttributes is off). Package selectors/check's DefaultFeatures are the allocator features
-// themselves; a test there keeps the two in agreement.
+// ListTypeAttributes is off). Package selectors/check's DefaultFeatures are the allocator
+// features themselves; a test there keeps the two in agreement.
 func defaultCELFeatures() dracel.Features {
 	return dracel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: false}
 }
 
 // WithCELFeatures replaces the default CEL features, those of a Kubernetes 1.37 scheduler with
-// its default feature gates (NewCompiler().CELFeatures()): they decide which CEL environment selectors
-// compile in (EnableConsumableCapacity adds device.allowMultipleAllocations,
-// EnableListTypeAttributes adds list-valued attributes and includes()). For the features of an
-// allocator (structured.Features), use check.CELFeatures.
+// its default feature gates (NewCompiler().CELFeatures()). They decide which CEL environment
+// selectors compile in: EnableConsumableCapacity adds device.allowMultipleAllocations,
+// EnableListTypeAttributes adds list-valued attributes and includes(). For the CEL features of
+// an allocator's features (structured.Features), use selectors/check's CELFeatures.
 func WithCELFeatures(f dracel.Features) CompilerOption {
 	return func(c *Compiler) { c.celFeatures = f }
 }
