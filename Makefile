@@ -114,8 +114,8 @@ bench-e2e-scale: e2e-binaries
 
 ## fuzz: run each fuzz target for FUZZTIME (make test runs their seed corpora only).
 FUZZTIME ?= 10m
-FUZZ_TARGETS := selectors:FuzzCompile selectors:FuzzLint selectors:FuzzUpgrade sharing/v1beta1:FuzzDecode mig:FuzzParseProfile \
-	simulate:FuzzAllocate selectors:FuzzCheck selectors:FuzzParsePolicy mig:FuzzParseConfig internal/checkpoint:FuzzDecode \
+FUZZ_TARGETS := selectors:FuzzCompile selectors/lint:FuzzLint selectors/upgrade:FuzzUpgrade sharing/v1beta1:FuzzDecode mig:FuzzParseProfile \
+	simulate:FuzzAllocate selectors/check:FuzzCheck selectors/lint:FuzzParsePolicy mig:FuzzParseConfig internal/checkpoint:FuzzDecode \
 	gpu/nvmlgpu:FuzzEnumerateFaults
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -9,6 +9,9 @@ import (
 
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/selectors"
+	"github.com/gpudra/gpudra/selectors/internal/seltest"
+	"github.com/gpudra/gpudra/selectors/lint"
+	"github.com/gpudra/gpudra/selectors/upgrade"
 )
 
 // benchSelector is a seed selector and the devices it is evaluated on (those its DeviceClass
@@ -21,11 +24,11 @@ type benchSelector struct {
 
 func seedSelectors(b *testing.B) []benchSelector {
 	b.Helper()
-	full := machine{name: "dgx-a100-40gb"}.devices(b)
-	mig40 := machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}.devices(b)
-	mig80 := machine{name: "dgx-a100-80gb", mopts: []gputest.Option{balanced80}}.devices(b)
+	full := seltest.Machine{Name: "dgx-a100-40gb"}.Devices(b)
+	mig40 := seltest.Machine{Name: "dgx-a100-40gb", MOpts: []gputest.Option{seltest.Balanced40}}.Devices(b)
+	mig80 := seltest.Machine{Name: "dgx-a100-80gb", MOpts: []gputest.Option{seltest.Balanced80}}.Devices(b)
 	// Seed 003's selector does not compile; its lint fix is what users end up with.
-	fixed := selectors.NewLinter(selectors.Environment{}).Expression(context.Background(), `device.driver == 'gpu.nvidia.com' && device.attributes['memory'] >= 40000`)[0].Fixed
+	fixed := lint.NewLinter(lint.Environment{}).Expression(context.Background(), `device.driver == 'gpu.nvidia.com' && device.attributes['memory'] >= 40000`)[0].Fixed
 	return []benchSelector{
 		{"001-class-gpu", `device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'`, full},
 		{"001-mig-1g.5gb", "device.attributes[\"gpu.nvidia.com\"].type == \"mig\" &&\ndevice.attributes[\"gpu.nvidia.com\"].profile == \"1g.5gb\"\n", mig40},
@@ -42,11 +45,11 @@ func upgradedSelector(b *testing.B, file string) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	up, err := selectors.NewUpgrader("").Upgrade(data)
+	up, err := upgrade.NewUpgrader("").Upgrade(data)
 	if err != nil {
 		b.Fatal(err)
 	}
-	exprs := celExpressions(b, up.Manifest)
+	exprs := seltest.CELExpressions(b, up.Manifest)
 	if len(exprs) != 1 {
 		b.Fatalf("%s: %d expressions", file, len(exprs))
 	}
@@ -79,8 +82,7 @@ func BenchmarkMatches(b *testing.B) {
 // BenchmarkUpstreamDeviceMatches is the same work through the upstream DeviceMatches the
 // scheduler calls, which converts the device on every call.
 func BenchmarkUpstreamDeviceMatches(b *testing.B) {
-	f := selectors.DefaultFeatures()
-	cache := dracel.NewCache(100, dracel.Features{EnableConsumableCapacity: f.ConsumableCapacity, EnableListTypeAttributes: f.ListTypeAttributes})
+	cache := dracel.NewCache(100, selectors.NewCompiler().CELFeatures())
 	ctx := context.Background()
 	for _, s := range seedSelectors(b) {
 		expr := cache.GetOrCompile(s.expr)

@@ -2,7 +2,6 @@ package selectors
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/mig"
+	"github.com/gpudra/gpudra/selectors/internal/text"
 )
 
 // Builder writes CEL device selectors for one driver's devices, in the attribute and capacity
@@ -39,21 +39,21 @@ func (b Builder) Driver() string { return b.driver }
 
 // attr is the CEL access to one of the driver's attributes.
 func (b Builder) attr(name resourceapi.QualifiedName) string {
-	return fmt.Sprintf("device.attributes[%s].%s", quote(b.driver), name)
+	return text.Attribute(b.driver, string(name))
 }
 
 // capacity is the CEL access to one of the driver's capacities.
 func (b Builder) capacity(name resourceapi.QualifiedName) string {
-	return fmt.Sprintf("device.capacity[%s].%s", quote(b.driver), name)
+	return fmt.Sprintf("device.capacity[%s].%s", text.Quote(b.driver), name)
 }
 
 // IsDriver selects every device of the driver.
-func (b Builder) IsDriver() string { return "device.driver == " + quote(b.driver) }
+func (b Builder) IsDriver() string { return "device.driver == " + text.Quote(b.driver) }
 
 // Type selects the driver's devices of one type (gpudra.DeviceTypeGPU or gpudra.DeviceTypeMIG):
 // the selector of the driver's DeviceClasses.
 func (b Builder) Type(typ string) string {
-	return b.IsDriver() + " && " + b.attr(gpudra.AttrType) + " == " + quote(typ)
+	return b.IsDriver() + " && " + b.attr(gpudra.AttrType) + " == " + text.Quote(typ)
 }
 
 // GPU selects full GPUs.
@@ -92,11 +92,11 @@ func (b Builder) Architecture(names ...string) (string, error) {
 
 func (b Builder) oneOf(name resourceapi.QualifiedName, values []string) string {
 	if len(values) == 1 {
-		return b.attr(name) + " == " + quote(values[0])
+		return b.attr(name) + " == " + text.Quote(values[0])
 	}
 	q := make([]string, len(values))
 	for i, v := range values {
-		q[i] = quote(v)
+		q[i] = text.Quote(v)
 	}
 	return b.attr(name) + " in [" + strings.Join(q, ", ") + "]"
 }
@@ -115,12 +115,9 @@ func (b Builder) ProductName(glob string) (string, error) {
 	return b.glob(gpudra.AttrProductName, glob), nil
 }
 
+// glob matches one of the driver's string attributes against a glob.
 func (b Builder) glob(name resourceapi.QualifiedName, glob string) string {
-	parts := strings.Split(strings.ToLower(glob), "*")
-	for i, p := range parts {
-		parts[i] = regexp.QuoteMeta(p)
-	}
-	return b.attr(name) + ".lowerAscii().matches(" + quote("^"+strings.Join(parts, ".*")+"$") + ")"
+	return text.Glob(b.attr(name), glob)
 }
 
 // MinComputeCapability selects devices with at least the given CUDA compute capability
@@ -157,7 +154,7 @@ func (b Builder) VersionRange(name resourceapi.QualifiedName, min, max string) (
 		if err != nil {
 			return "", fmt.Errorf("%s %s: %w", name, bound.which, err)
 		}
-		terms = append(terms, fmt.Sprintf("%s.compareTo(semver(%s)) %s 0", b.attr(name), quote(v), bound.op))
+		terms = append(terms, fmt.Sprintf("%s.compareTo(semver(%s)) %s 0", b.attr(name), text.Quote(v), bound.op))
 	}
 	return strings.Join(terms, " && "), nil
 }
@@ -182,7 +179,7 @@ func (b Builder) CompareCapacity(name resourceapi.QualifiedName, op string, q re
 	default:
 		return ""
 	}
-	return fmt.Sprintf("%s.compareTo(quantity(%s)) %s 0", b.capacity(name), quote(q.String()), op)
+	return fmt.Sprintf("%s.compareTo(quantity(%s)) %s 0", b.capacity(name), text.Quote(q.String()), op)
 }
 
 // And joins selectors so that all must match. Operands that contain "||" or "?" are
@@ -338,29 +335,4 @@ func NormalizeVersion(v string) (string, error) {
 		return "", fmt.Errorf("version %q: %w", v, err)
 	}
 	return out, nil
-}
-
-// quote writes s as a single-quoted CEL string literal.
-func quote(s string) string {
-	var sb strings.Builder
-	sb.WriteByte('\'')
-	for _, r := range s {
-		switch {
-		case r == '\'' || r == '\\':
-			sb.WriteByte('\\')
-			sb.WriteRune(r)
-		case r == '\n':
-			sb.WriteString(`\n`)
-		case r == '\t':
-			sb.WriteString(`\t`)
-		case r == utf8.RuneError:
-			sb.WriteString(`\ufffd`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&sb, `\x%02x`, r)
-		default:
-			sb.WriteRune(r)
-		}
-	}
-	sb.WriteByte('\'')
-	return sb.String()
 }

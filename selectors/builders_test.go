@@ -20,28 +20,9 @@ import (
 	"github.com/gpudra/gpudra/examples/deploy"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/selectors"
+	"github.com/gpudra/gpudra/selectors/internal/seltest"
 	"github.com/gpudra/gpudra/simulate"
 )
-
-func str(d *selectors.Device, name resourceapi.QualifiedName) string {
-	a, _ := d.Attribute(name)
-	if a.StringValue == nil {
-		return ""
-	}
-	return *a.StringValue
-}
-
-func version(d *selectors.Device, name resourceapi.QualifiedName) semver.Version {
-	a, _ := d.Attribute(name)
-	if a.VersionValue == nil {
-		return semver.Version{}
-	}
-	return semver.MustParse(*a.VersionValue)
-}
-
-func memory(d *selectors.Device) resource.Quantity {
-	return d.Device.Capacity[gpudra.CapMemory].Value
-}
 
 func mustExpr(t *testing.T) func(string, error) string {
 	return func(e string, err error) string {
@@ -58,8 +39,8 @@ func mustExpr(t *testing.T) func(string, error) string {
 func TestBuildersOnFakeMachines(t *testing.T) {
 	b := selectors.For("")
 	must := mustExpr(t)
-	isGPU := func(d *selectors.Device) bool { return str(d, gpudra.AttrType) == "gpu" }
-	isMIG := func(d *selectors.Device) bool { return str(d, gpudra.AttrType) == "mig" }
+	isGPU := func(d *selectors.Device) bool { return seltest.StringAttr(d, gpudra.AttrType) == "gpu" }
+	isMIG := func(d *selectors.Device) bool { return seltest.StringAttr(d, gpudra.AttrType) == "mig" }
 	cases := []struct {
 		name string
 		expr string
@@ -68,55 +49,57 @@ func TestBuildersOnFakeMachines(t *testing.T) {
 		{"gpu", b.GPU(), isGPU},
 		{"mig", b.MIG(), isMIG},
 		{"driver", b.IsDriver(), func(*selectors.Device) bool { return true }},
-		{"one profile", selectors.And(b.MIG(), must(b.Profiles("1g.10gb"))), func(d *selectors.Device) bool { return isMIG(d) && str(d, gpudra.AttrProfile) == "1g.10gb" }},
+		{"one profile", selectors.And(b.MIG(), must(b.Profiles("1g.10gb"))), func(d *selectors.Device) bool {
+			return isMIG(d) && seltest.StringAttr(d, gpudra.AttrProfile) == "1g.10gb"
+		}},
 		{"profiles", selectors.And(b.MIG(), must(b.Profiles("1g.5gb", "3g.40gb"))), func(d *selectors.Device) bool {
-			p := str(d, gpudra.AttrProfile)
+			p := seltest.StringAttr(d, gpudra.AttrProfile)
 			return isMIG(d) && (p == "1g.5gb" || p == "3g.40gb")
 		}},
 		{"product glob", must(b.ProductName("*a100*80gb*")), func(d *selectors.Device) bool {
-			p := strings.ToLower(str(d, gpudra.AttrProductName))
+			p := strings.ToLower(seltest.StringAttr(d, gpudra.AttrProductName))
 			return strings.Contains(p, "a100") && strings.Contains(p[strings.Index(p, "a100"):], "80gb")
 		}},
 		{"product suffix glob", must(b.ProductName("*80GB")), func(d *selectors.Device) bool {
-			return strings.HasSuffix(strings.ToLower(str(d, gpudra.AttrProductName)), "80gb")
+			return strings.HasSuffix(strings.ToLower(seltest.StringAttr(d, gpudra.AttrProductName)), "80gb")
 		}},
-		{"product exact", must(b.ProductName("NVIDIA L4")), func(d *selectors.Device) bool { return str(d, gpudra.AttrProductName) == "NVIDIA L4" }},
+		{"product exact", must(b.ProductName("NVIDIA L4")), func(d *selectors.Device) bool { return seltest.StringAttr(d, gpudra.AttrProductName) == "NVIDIA L4" }},
 		{"architecture", must(b.Architecture("Hopper", "Blackwell")), func(d *selectors.Device) bool {
-			a := str(d, gpudra.AttrArchitecture)
+			a := seltest.StringAttr(d, gpudra.AttrArchitecture)
 			return a == "Hopper" || a == "Blackwell"
 		}},
 		{"compute capability", must(b.MinComputeCapability("8.6")), func(d *selectors.Device) bool {
-			return version(d, gpudra.AttrCudaComputeCapability).GTE(semver.MustParse("8.6.0"))
+			return seltest.VersionAttr(d, gpudra.AttrCudaComputeCapability).GTE(semver.MustParse("8.6.0"))
 		}},
 		{"driver range", must(b.DriverVersion("550", "580.126.09")), func(d *selectors.Device) bool {
-			v := version(d, gpudra.AttrDriverVersion)
+			v := seltest.VersionAttr(d, gpudra.AttrDriverVersion)
 			return v.GTE(semver.MustParse("550.0.0")) && v.LT(semver.MustParse("580.126.9"))
 		}},
 		{"driver min", must(b.DriverVersion("580.126.09", "")), func(d *selectors.Device) bool {
-			return version(d, gpudra.AttrDriverVersion).GTE(semver.MustParse("580.126.9"))
+			return seltest.VersionAttr(d, gpudra.AttrDriverVersion).GTE(semver.MustParse("580.126.9"))
 		}},
 		{"cuda max", must(b.CUDADriverVersion("", "13.0")), func(d *selectors.Device) bool {
-			return version(d, gpudra.AttrCudaDriverVersion).LT(semver.MustParse("13.0.0"))
+			return seltest.VersionAttr(d, gpudra.AttrCudaDriverVersion).LT(semver.MustParse("13.0.0"))
 		}},
 		{"min memory", b.MinMemory(resource.MustParse("40Gi")), func(d *selectors.Device) bool {
-			m := memory(d)
+			m := seltest.Memory(d)
 			return m.Cmp(resource.MustParse("40Gi")) >= 0
 		}},
 		{"max memory", b.MaxMemory(resource.MustParse("10Gi")), func(d *selectors.Device) bool {
-			m := memory(d)
+			m := seltest.Memory(d)
 			return m.Cmp(resource.MustParse("10Gi")) <= 0
 		}},
 		{"or", selectors.Or(b.MIG(), must(b.Architecture("Ada Lovelace"))), func(d *selectors.Device) bool {
-			return isMIG(d) || str(d, gpudra.AttrArchitecture) == "Ada Lovelace"
+			return isMIG(d) || seltest.StringAttr(d, gpudra.AttrArchitecture) == "Ada Lovelace"
 		}},
 		{"not", selectors.Not(b.GPU()), func(d *selectors.Device) bool { return !isGPU(d) }},
 	}
 	c := selectors.NewCompiler()
 	ctx := context.Background()
-	machines := testMachines()
+	machines := seltest.Machines()
 	var devices []*selectors.Device
 	for _, m := range machines {
-		devices = append(devices, m.devices(t)...)
+		devices = append(devices, m.Devices(t)...)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,7 +114,7 @@ func TestBuildersOnFakeMachines(t *testing.T) {
 					t.Fatalf("%s on %s: %v", tc.expr, d.Name(), err)
 				}
 				if want := tc.want(d); got != want {
-					t.Errorf("%s on %s (%s): got %v, want %v", tc.expr, d.Name(), str(d, gpudra.AttrProductName), got, want)
+					t.Errorf("%s on %s (%s): got %v, want %v", tc.expr, d.Name(), seltest.StringAttr(d, gpudra.AttrProductName), got, want)
 				}
 				if got {
 					matched++
@@ -260,31 +243,31 @@ func TestConstraintsOnFakeMachines(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		on    machine
+		on    seltest.Machine
 		claim *resourceapi.ResourceClaim
 		attr  resourceapi.QualifiedName
 		fits  bool
 	}{
-		{"4 GPUs on one NUMA node", machine{name: "dgx-h100"}, claim(4, selectors.SameNUMANode(), "gpu.nvidia.com"), gpudra.StdAttrNUMANode, true},
-		{"5 GPUs on one NUMA node", machine{name: "dgx-h100"}, claim(5, selectors.SameNUMANode(), "gpu.nvidia.com"), gpudra.StdAttrNUMANode, false},
-		{"a GPU pair under one PCIe root", machine{name: "dgx-a100-40gb"}, claim(2, selectors.SamePCIeRoot("r"), "gpu.nvidia.com"), gpudra.StdAttrPCIeRoot, true},
-		{"no pair under one root on H100", machine{name: "dgx-h100"}, claim(2, selectors.SamePCIeRoot("r"), "gpu.nvidia.com"), gpudra.StdAttrPCIeRoot, false},
-		{"4 MIG devices of one GPU", machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}, claim(4, b.SameParentGPU(), "mig.nvidia.com"), gpudra.AttrParentUUID, true},
-		{"5 MIG devices of one GPU", machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}, claim(5, b.SameParentGPU(), "mig.nvidia.com"), gpudra.AttrParentUUID, false},
+		{"4 GPUs on one NUMA node", seltest.Machine{Name: "dgx-h100"}, claim(4, selectors.SameNUMANode(), "gpu.nvidia.com"), gpudra.StdAttrNUMANode, true},
+		{"5 GPUs on one NUMA node", seltest.Machine{Name: "dgx-h100"}, claim(5, selectors.SameNUMANode(), "gpu.nvidia.com"), gpudra.StdAttrNUMANode, false},
+		{"a GPU pair under one PCIe root", seltest.Machine{Name: "dgx-a100-40gb"}, claim(2, selectors.SamePCIeRoot("r"), "gpu.nvidia.com"), gpudra.StdAttrPCIeRoot, true},
+		{"no pair under one root on H100", seltest.Machine{Name: "dgx-h100"}, claim(2, selectors.SamePCIeRoot("r"), "gpu.nvidia.com"), gpudra.StdAttrPCIeRoot, false},
+		{"4 MIG devices of one GPU", seltest.Machine{Name: "dgx-a100-40gb", MOpts: []gputest.Option{seltest.Balanced40}}, claim(4, b.SameParentGPU(), "mig.nvidia.com"), gpudra.AttrParentUUID, true},
+		{"5 MIG devices of one GPU", seltest.Machine{Name: "dgx-a100-40gb", MOpts: []gputest.Option{seltest.Balanced40}}, claim(5, b.SameParentGPU(), "mig.nvidia.com"), gpudra.AttrParentUUID, false},
 		// NVIDIA's systems: every GPU of a DGX on one NVSwitch island; A30 pairs on NVLink bridges;
 		// L4 servers PCIe only; GB200 trays in one fabric domain, DGX H100 in none.
-		{"8 GPUs on one NVLink island", machine{name: "dgx-b200"}, claim(8, b.SameNVLinkIsland(), "gpu.nvidia.com"), gpudra.AttrNVLinkIsland, true},
-		{"a bridged A30 pair", machine{name: "a30x4"}, claim(2, b.SameNVLinkIsland(), "gpu.nvidia.com"), gpudra.AttrNVLinkIsland, true},
-		{"no bridged A30 triple", machine{name: "a30x4"}, claim(3, b.SameNVLinkIsland(), "gpu.nvidia.com"), gpudra.AttrNVLinkIsland, false},
-		{"no island on L4", machine{name: "l4x8"}, claim(2, b.SameNVLinkIsland(), "gpu.nvidia.com"), gpudra.AttrNVLinkIsland, false},
-		{"4 GB200 GPUs in one fabric domain", machine{name: "gb200-nvl4"}, claim(4, b.SameNVLinkDomain(), "gpu.nvidia.com"), gpudra.AttrNVLinkDomain, true},
-		{"no fabric domain on H100", machine{name: "dgx-h100"}, claim(1, b.SameNVLinkDomain(), "gpu.nvidia.com"), gpudra.AttrNVLinkDomain, false},
-		{"MIG devices carry their GPU's island", machine{name: "dgx-a100-40gb", mopts: []gputest.Option{balanced40}}, claim(20, b.SameNVLinkIsland(), "mig.nvidia.com"), gpudra.AttrNVLinkIsland, true},
+		{"8 GPUs on one NVLink island", seltest.Machine{Name: "dgx-b200"}, claim(8, b.SameNVLinkIsland(), "gpu.nvidia.com"), gpudra.AttrNVLinkIsland, true},
+		{"a bridged A30 pair", seltest.Machine{Name: "a30x4"}, claim(2, b.SameNVLinkIsland(), "gpu.nvidia.com"), gpudra.AttrNVLinkIsland, true},
+		{"no bridged A30 triple", seltest.Machine{Name: "a30x4"}, claim(3, b.SameNVLinkIsland(), "gpu.nvidia.com"), gpudra.AttrNVLinkIsland, false},
+		{"no island on L4", seltest.Machine{Name: "l4x8"}, claim(2, b.SameNVLinkIsland(), "gpu.nvidia.com"), gpudra.AttrNVLinkIsland, false},
+		{"4 GB200 GPUs in one fabric domain", seltest.Machine{Name: "gb200-nvl4"}, claim(4, b.SameNVLinkDomain(), "gpu.nvidia.com"), gpudra.AttrNVLinkDomain, true},
+		{"no fabric domain on H100", seltest.Machine{Name: "dgx-h100"}, claim(1, b.SameNVLinkDomain(), "gpu.nvidia.com"), gpudra.AttrNVLinkDomain, false},
+		{"MIG devices carry their GPU's island", seltest.Machine{Name: "dgx-a100-40gb", MOpts: []gputest.Option{seltest.Balanced40}}, claim(20, b.SameNVLinkIsland(), "mig.nvidia.com"), gpudra.AttrNVLinkIsland, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			slices := tc.on.slices(t)
-			sim := simulate.New(testNode, selectors.DeviceClasses(""), slices)
+			slices := tc.on.Slices(t)
+			sim := simulate.New(seltest.Node, selectors.DeviceClasses(""), slices)
 			got, err := sim.Allocate(context.Background(), tc.claim)
 			if !tc.fits {
 				if !errors.Is(err, simulate.ErrUnschedulable) {

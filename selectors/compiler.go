@@ -7,20 +7,13 @@ import (
 	"sync"
 
 	celgo "github.com/google/cel-go/cel"
+	"github.com/gpudra/gpudra/selectors/internal/text"
 	resourceapi "k8s.io/api/resource/v1"
 	apiservercel "k8s.io/apiserver/pkg/cel"
 	"k8s.io/apiserver/pkg/cel/environment"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
-	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/lru"
-
-	"github.com/gpudra/gpudra/simulate"
 )
-
-// DefaultFeatures are the allocator features of a Kubernetes 1.37 scheduler with its default
-// feature gates (GA and beta-on), as simulate.DefaultFeatures lists them: selectors compile and
-// evaluate as in the allocator that simulate runs.
-func DefaultFeatures() structured.Features { return simulate.DefaultFeatures() }
 
 // DefaultCacheSize is how many compiled selectors a Compiler keeps (least recently used first
 // out). The scheduler's own cache holds 10,000 expressions.
@@ -36,12 +29,11 @@ type celCompiler interface {
 // evaluates them against devices the way kube-scheduler does. Compiled selectors are cached.
 // A Compiler is safe for concurrent use.
 type Compiler struct {
-	features  structured.Features
-	costLimit uint64
-	cacheSize int
-
 	celFeatures dracel.Features
-	compiler    celCompiler
+	costLimit   uint64
+	cacheSize   int
+
+	compiler celCompiler
 
 	mu    sync.Mutex
 	cache *lru.Cache
@@ -53,11 +45,21 @@ type Compiler struct {
 // CompilerOption configures a Compiler.
 type CompilerOption func(*Compiler)
 
-// WithFeatures replaces DefaultFeatures: the allocator features decide which CEL environment
-// selectors compile in (ConsumableCapacity adds device.allowMultipleAllocations,
-// ListTypeAttributes adds list-valued attributes and includes()).
-func WithFeatures(f structured.Features) CompilerOption {
-	return func(c *Compiler) { c.features = f }
+// defaultCELFeatures are the CEL features of a Kubernetes 1.37 scheduler with its default
+// feature gates: those its default allocator features imply (ConsumableCapacity is on,
+// ListTypeAttributes is off). Package selectors/check's DefaultFeatures are the allocator
+// features themselves; a test there keeps the two in agreement.
+func defaultCELFeatures() dracel.Features {
+	return dracel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: false}
+}
+
+// WithCELFeatures replaces the default CEL features, those of a Kubernetes 1.37 scheduler with
+// its default feature gates (NewCompiler().CELFeatures()). They decide which CEL environment
+// selectors compile in: EnableConsumableCapacity adds device.allowMultipleAllocations,
+// EnableListTypeAttributes adds list-valued attributes and includes(). For the CEL features of
+// an allocator's features (structured.Features), use selectors/check's CELFeatures.
+func WithCELFeatures(f dracel.Features) CompilerOption {
+	return func(c *Compiler) { c.celFeatures = f }
 }
 
 // WithCostLimit replaces the API server's limit on the estimated cost of one new selector
@@ -78,9 +80,9 @@ func WithCacheSize(n int) CompilerOption {
 // scheduler.
 func NewCompiler(opts ...CompilerOption) *Compiler {
 	c := &Compiler{
-		features:  DefaultFeatures(),
-		costLimit: resourceapi.CELSelectorExpressionMaxCost,
-		cacheSize: DefaultCacheSize,
+		celFeatures: defaultCELFeatures(),
+		costLimit:   resourceapi.CELSelectorExpressionMaxCost,
+		cacheSize:   DefaultCacheSize,
 	}
 	for _, o := range opts {
 		o(c)
@@ -88,17 +90,13 @@ func NewCompiler(opts ...CompilerOption) *Compiler {
 	if c.cacheSize < 1 {
 		c.cacheSize = 1
 	}
-	c.celFeatures = dracel.Features{
-		EnableConsumableCapacity: c.features.ConsumableCapacity,
-		EnableListTypeAttributes: c.features.ListTypeAttributes,
-	}
 	c.compiler = dracel.GetCompiler(c.celFeatures)
 	c.cache = lru.New(c.cacheSize)
 	return c
 }
 
-// Features returns the allocator features the Compiler was built for.
-func (c *Compiler) Features() structured.Features { return c.features }
+// CELFeatures returns the CEL features the Compiler was built for.
+func (c *Compiler) CELFeatures() dracel.Features { return c.celFeatures }
 
 // Selector is a compiled device selector.
 type Selector struct {
@@ -251,8 +249,11 @@ const (
 // Issue is one problem in an expression. Line and Column are 1-based; both are 0 when the
 // problem has no position (for example a result of the wrong type).
 type Issue struct {
-	Line    int    `json:"line,omitempty"`
-	Column  int    `json:"column,omitempty"`
+	// Line is the 1-based line of the problem in the expression, 0 when it has no position.
+	Line int `json:"line,omitempty"`
+	// Column is the 1-based column of the problem in its line, 0 when it has no position.
+	Column int `json:"column,omitempty"`
+	// Message is cel-go's (or the API server's) description of the problem.
 	Message string `json:"message"`
 }
 
@@ -266,10 +267,14 @@ func (i Issue) String() string {
 
 // CompileError says why an expression is not a valid device selector.
 type CompileError struct {
+	// Expression is the expression as given.
 	Expression string
-	Kind       ErrorKind
-	Issues     []Issue
-	// Cost and Limit are set for ErrorTooExpensive.
+	// Kind classifies the error.
+	Kind ErrorKind
+	// Issues are the problems found, at least one.
+	Issues []Issue
+	// Cost and Limit are set for ErrorTooExpensive: the estimated cost and the limit it
+	// exceeds.
 	Cost, Limit uint64
 }
 
@@ -279,7 +284,7 @@ func (e *CompileError) Error() string {
 	for i, iss := range e.Issues {
 		msgs[i] = iss.String()
 	}
-	return fmt.Sprintf("CEL selector %q: %s", abbreviate(e.Expression, 80), strings.Join(msgs, "; "))
+	return fmt.Sprintf("CEL selector %q: %s", text.Abbreviate(e.Expression, 80), strings.Join(msgs, "; "))
 }
 
 // AsCompileError returns the *CompileError in err's chain, or nil.
@@ -289,13 +294,4 @@ func AsCompileError(err error) *CompileError {
 		return ce
 	}
 	return nil
-}
-
-// abbreviate shortens s to at most n bytes for messages, on one line.
-func abbreviate(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }

@@ -13,44 +13,22 @@ import (
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/gpudra/gpudra/selectors"
+	"github.com/gpudra/gpudra/selectors/internal/seltest"
 )
-
-// evalExpressions are selectors that exercise every value type of the device variable,
-// unknown domains and names, and runtime errors.
-var evalExpressions = []string{
-	`true`,
-	`device.driver == 'gpu.nvidia.com'`,
-	`device.attributes['gpu.nvidia.com'].type == 'gpu'`,
-	`device.attributes['gpu.nvidia.com'].type == 'mig' && device.attributes['gpu.nvidia.com'].profile == '1g.5gb'`,
-	`device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('a100')`,
-	`device.attributes['gpu.nvidia.com'].cudaComputeCapability.compareTo(semver('8.0.0')) >= 0`,
-	`device.attributes['gpu.nvidia.com'].driverVersion.isGreaterThan(semver('550.0.0'))`,
-	`device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0`,
-	`device.capacity['gpu.nvidia.com'].memory == quantity('40Gi')`,
-	`device.attributes['resource.kubernetes.io'].numaNode == 0`,
-	`has(device.attributes['gpu.nvidia.com'].profile)`,
-	`device.attributes['gpu.nvidia.com'].profile == '1g.5gb'`, // runtime error on full GPUs
-	`device.attributes['other.example.com'].x == 1`,           // unknown domain: no such key
-	`size(device.attributes['gpu.nvidia.com']) > 10`,
-	`device.allowMultipleAllocations`,
-	`device.attributes['gpu.nvidia.com'].index < 4 || device.attributes['gpu.nvidia.com'].type == 'mig'`,
-	`cel.bind(g, device.attributes['gpu.nvidia.com'], g.type == 'gpu' && g.minor % 2 == 0)`,
-}
 
 // TestMatchesLikeUpstream is a differential test: Selector.Matches must give the same result
 // and the same runtime errors as the upstream DeviceMatches the scheduler calls, for every
 // device of every test machine.
 func TestMatchesLikeUpstream(t *testing.T) {
 	c := selectors.NewCompiler()
-	features := selectors.DefaultFeatures()
-	up := dracel.NewCache(10, dracel.Features{EnableConsumableCapacity: features.ConsumableCapacity, EnableListTypeAttributes: features.ListTypeAttributes})
+	up := dracel.NewCache(10, selectors.NewCompiler().CELFeatures())
 	// A context that can be cancelled takes the scheduler's interruptible path.
 	cancellable, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for _, m := range testMachines() {
-		slices := m.slices(t)
+	for _, m := range seltest.Machines() {
+		slices := m.Slices(t)
 		devices := selectors.DevicesFromSlices(slices)
-		for _, expr := range evalExpressions {
+		for _, expr := range seltest.EvalExpressions {
 			sel, err := c.Compile(expr)
 			if err != nil {
 				t.Fatalf("Compile(%q): %v", expr, err)
@@ -67,7 +45,7 @@ func TestMatchesLikeUpstream(t *testing.T) {
 				want, _, wantErr := ref.DeviceMatches(ctx, dracel.Device{Driver: d.Driver, AllowMultipleAllocations: d.Device.AllowMultipleAllocations, Attributes: d.Device.Attributes, Capacity: d.Device.Capacity})
 				got, gotErr := sel.Matches(ctx, d)
 				if got != want || errString(gotErr) != errString(wantErr) {
-					t.Errorf("%s %s: %q: got (%v, %v), upstream (%v, %v)", m.name, d.Name(), expr, got, gotErr, want, wantErr)
+					t.Errorf("%s %s: %q: got (%v, %v), upstream (%v, %v)", m.Name, d.Name(), expr, got, gotErr, want, wantErr)
 				}
 			}
 		}
@@ -182,12 +160,11 @@ func TestRuntimeCostLimitIsTheSchedulers(t *testing.T) {
 	// 100³ iterations: far over the runtime limit, though every step is cheap.
 	expr := l + ".all(a, " + l + ".all(b, " + l + ".all(c, a + b + c >= 0)))"
 
-	features := selectors.DefaultFeatures()
-	upstream := dracel.NewCache(10, dracel.Features{EnableConsumableCapacity: features.ConsumableCapacity, EnableListTypeAttributes: features.ListTypeAttributes}).GetOrCompile(expr)
+	upstream := dracel.NewCache(10, selectors.NewCompiler().CELFeatures()).GetOrCompile(expr)
 	if upstream.Error != nil {
 		t.Fatalf("upstream: %v", upstream.Error)
 	}
-	dev := machine{name: "dgx-a100-40gb"}.devices(t)[0]
+	dev := seltest.Machine{Name: "dgx-a100-40gb"}.Devices(t)[0]
 	ctx := context.Background()
 	_, _, upstreamErr := upstream.DeviceMatches(ctx, dracel.Device{Driver: dev.Driver, Attributes: dev.Device.Attributes, Capacity: dev.Device.Capacity})
 	if upstreamErr == nil || !strings.Contains(upstreamErr.Error(), "actual cost limit exceeded") {
@@ -226,7 +203,7 @@ func TestCompileStoredSkipsNewObjectChecks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CompileStored: %v", err)
 	}
-	got, err := sel.Matches(context.Background(), machine{name: "dgx-a100-40gb"}.devices(t)[0])
+	got, err := sel.Matches(context.Background(), seltest.Machine{Name: "dgx-a100-40gb"}.Devices(t)[0])
 	if err != nil || !got {
 		t.Errorf("Matches = %v, %v; want true", got, err)
 	}
@@ -238,9 +215,9 @@ func TestCompileStoredSkipsNewObjectChecks(t *testing.T) {
 // TestFeaturesChooseTheEnvironment: device.allowMultipleAllocations exists only with
 // consumable capacity, as in the API server.
 func TestFeaturesChooseTheEnvironment(t *testing.T) {
-	f := selectors.DefaultFeatures()
-	f.ConsumableCapacity = false
-	_, err := selectors.NewCompiler(selectors.WithFeatures(f)).Compile(`device.allowMultipleAllocations`)
+	f := selectors.NewCompiler().CELFeatures()
+	f.EnableConsumableCapacity = false
+	_, err := selectors.NewCompiler(selectors.WithCELFeatures(f)).Compile(`device.allowMultipleAllocations`)
 	if selectors.AsCompileError(err) == nil {
 		t.Errorf("without consumable capacity: err = %v, want a compile error", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/interpreter"
+	"github.com/gpudra/gpudra/selectors/internal/text"
 	resourceapi "k8s.io/api/resource/v1"
 	apiservercel "k8s.io/apiserver/pkg/cel"
 	"k8s.io/utils/ptr"
@@ -39,9 +40,9 @@ func (d *Device) ID() string { return d.Driver + "/" + d.Pool + "/" + d.Device.N
 // Attribute returns the value of a published attribute, looking up unqualified names in the
 // driver's domain and qualified names in their domain, as CEL does.
 func (d *Device) Attribute(name resourceapi.QualifiedName) (resourceapi.DeviceAttribute, bool) {
-	domain, id := splitQualified(string(name), d.Driver)
+	domain, id := text.SplitQualified(string(name), d.Driver)
 	for n, a := range d.Device.Attributes {
-		if dd, ii := splitQualified(string(n), d.Driver); dd == domain && ii == id {
+		if dd, ii := text.SplitQualified(string(n), d.Driver); dd == domain && ii == id {
 			return a, true
 		}
 	}
@@ -62,7 +63,7 @@ func NewDevice(driver, pool string, device *resourceapi.Device) *Device {
 			d.err = fmt.Errorf("attribute %s: %w", name, err)
 			break
 		}
-		domain, id := splitQualified(string(name), driver)
+		domain, id := text.SplitQualified(string(name), driver)
 		if attrs[domain] == nil {
 			attrs[domain] = map[string]any{}
 		}
@@ -70,7 +71,7 @@ func NewDevice(driver, pool string, device *resourceapi.Device) *Device {
 	}
 	capacity := map[string]map[string]any{}
 	for name, c := range device.Capacity {
-		domain, id := splitQualified(string(name), driver)
+		domain, id := text.SplitQualified(string(name), driver)
 		if capacity[domain] == nil {
 			capacity[domain] = map[string]any{}
 		}
@@ -200,12 +201,4 @@ func attributeValue(a resourceapi.DeviceAttribute) (any, error) {
 		return apiservercel.Semver{Version: v}, nil
 	}
 	return nil, fmt.Errorf("unsupported attribute value")
-}
-
-// splitQualified splits "domain/name"; a name without a domain is in the default domain.
-func splitQualified(name, defaultDomain string) (domain, id string) {
-	if i := strings.Index(name, "/"); i >= 0 {
-		return name[:i], name[i+1:]
-	}
-	return defaultDomain, name
 }

@@ -1,13 +1,13 @@
-// Package selectors checks GPU device requests before they reach a cluster: it compiles and
-// evaluates DRA device selectors (CEL) exactly as the Kubernetes API server and scheduler do,
-// writes correct selectors for the gpudra attribute contract, finds the mistakes people make
-// in them, enforces a platform policy, upgrades manifests written for older DRA APIs, and
-// simulates allocation on a machine with an explanation when nothing fits.
+// Package selectors compiles and evaluates DRA device selectors (CEL) exactly as the Kubernetes
+// API server and scheduler do, and writes correct selectors, constraints and DeviceClasses for
+// the gpudra attribute contract. It is the part a driver links: it does not import the
+// scheduler's allocator.
 //
 // # Compiling and evaluating
 //
-// A Compiler uses k8s.io/dynamic-resource-allocation/cel with the features of a Kubernetes
-// 1.37 scheduler (DefaultFeatures; WithFeatures to change them). Compile validates like the
+// A Compiler uses k8s.io/dynamic-resource-allocation/cel with the CEL features of a Kubernetes
+// 1.37 scheduler with its default feature gates (WithCELFeatures to change them; the allocator
+// features they follow from are selectors/check's DefaultFeatures). Compile validates like the
 // API server does for a new object — length, syntax and types with line and column, result
 // type, and the estimated cost against resourceapi.CELSelectorExpressionMaxCost — and caches
 // the result. CompileStored compiles an expression already stored in a cluster as the scheduler
@@ -17,6 +17,16 @@
 // selectors costs only the evaluations. The conversion is ours (upstream converts the device on
 // every call); a test runs upstream's own CEL test table through it.
 //
+//	compiler := selectors.NewCompiler()
+//	sel, err := compiler.Compile(`device.attributes['gpu.nvidia.com'].profile == '1g.5gb'`)
+//	if err != nil {
+//		return err // a *CompileError: line, column and message of every issue
+//	}
+//	for _, d := range selectors.DevicesFromSlices(slices) {
+//		ok, err := sel.Matches(ctx, d) // err: the runtime error that makes the scheduler skip the node
+//		...
+//	}
+//
 // # Writing selectors
 //
 // For(driver) returns a Builder for the common needs: GPU or MIG devices, profiles, product
@@ -24,37 +34,17 @@
 // capacity), combined with And, Or and Not. SamePCIeRoot, SameNUMANode and the Builder's
 // SameNVLinkIsland, SameNVLinkDomain and SameParentGPU are matchAttribute constraints;
 // Builder.GPUClaim writes a claim for N GPUs under any of them. DeviceClasses returns the classes
-// the driver ships (gpu.nvidia.com, mig.nvidia.com).
+// the driver ships (gpu.nvidia.com, mig.nvidia.com); ExtendedResourceClass one that also serves
+// an extended resource name.
 //
-// # Linting, policy, upgrade
+// # The other selectors packages
 //
-// An Environment says what manifests are checked against: the driver, the target machine's
-// ResourceSlices, the cluster's DeviceClasses and the namespace. A Linter reports findings with a suggested fix (Finding.Fixed is a corrected expression
-// that compiles): capacities read as attributes, names read as attribute domains, unknown
-// attributes, wrong domains, versions compared as strings, quantities compared with numbers,
-// MIG profiles that exist on no GPU of the target machine (Environment.Slices), requests without
-// exactly, unqualified constraint attributes, and selectors that match nothing, everything, or
-// fail on the machine's devices. A Policy blocks or allows MIG profiles, caps full GPUs per
-// claim and requires a sharing strategy per namespace. An Upgrader rewrites
-// resource.k8s.io/v1beta1, v1beta2 and v1alpha2 objects (with NVIDIA's v1alpha1
-// GpuClaimParameters and MigClaimParameters) into resource.k8s.io/v1.
+// Each does one job on top of this one:
 //
-// # Checking a manifest
-//
-// A Checker does all of it for one manifest and, with a machine, allocates every claim pod by
-// pod with the scheduler's allocator (package simulate), saying per claim which devices it gets
-// or why nothing fits: which selector or constraint rejected which devices. The reference
-// driver's check command is a thin layer over it.
-//
-//	c := selectors.NewChecker(selectors.WithMachine("dgx-a100-40gb", slices), selectors.WithPolicy(policy))
-//	report, err := c.Check(ctx, "workload.yaml", manifest)
-//	if err != nil {
-//		return err // not YAML at all
-//	}
-//	for _, f := range report.Findings {
-//		fmt.Println(f) // error [attribute-is-capacity] ResourceClaim ml/x spec.devices...: ... (fix: ...)
-//	}
-//	for _, claim := range report.Claims {
-//		fmt.Println(claim.Claim, claim.Allocated, claim.Devices, claim.Reasons)
-//	}
+//   - selectors/lint finds the mistakes people make in selectors and claims, with a fix that
+//     compiles, and enforces a platform Policy.
+//   - selectors/upgrade rewrites manifests written for older DRA APIs into resource.k8s.io/v1.
+//   - selectors/check does all of it for one manifest and allocates its claims on a machine
+//     with the scheduler's allocator, explaining what does not fit.
+//   - selectors/manifest decodes manifests; selectors/finding is what lint and check report.
 package selectors

@@ -12,6 +12,7 @@ import (
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/selectors"
+	"github.com/gpudra/gpudra/selectors/lint"
 )
 
 // Example compiles a selector written with the builders and evaluates it on a published device,
@@ -42,107 +43,6 @@ func Example() {
 	// Output:
 	// device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu' && device.attributes['gpu.nvidia.com'].cudaComputeCapability.compareTo(semver('8.0.0')) >= 0 && device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0
 	// true <nil> true
-}
-
-// ExampleLinter_Expression lints the DeviceClass selector of seed 003, which reads memory as
-// an attribute domain.
-func ExampleLinter_Expression() {
-	l := selectors.NewLinter(selectors.Environment{})
-	for _, f := range l.Expression(context.Background(), `device.driver == 'gpu.nvidia.com' && device.attributes['memory'] >= 40000`) {
-		fmt.Printf("%s %s at %d:%d\n", f.Severity, f.Rule, f.Line, f.Column)
-	}
-	fmt.Println(l.Expression(context.Background(), `device.driver == 'gpu.nvidia.com' && device.attributes['memory'] >= 40000`)[0].Fixed)
-	// Output:
-	// error name-as-domain at 1:38
-	// error compile at 1:66
-	// device.driver == 'gpu.nvidia.com' && device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40000Mi')) >= 0
-}
-
-// ExampleUpgrader_Upgrade converts a claim of seed 002 (Kubernetes 1.26 classic DRA) that asks
-// for a MIG device through NVIDIA's MigClaimParameters. The configuration is written defaulted,
-// as the driver will read it.
-func ExampleUpgrader_Upgrade() {
-	manifest := `apiVersion: resource.k8s.io/v1alpha2
-kind: ResourceClaim
-metadata:
-  name: small
-spec:
-  resourceClassName: gpu.nvidia.com
-  parametersRef:
-    apiGroup: gpu.resource.nvidia.com
-    kind: MigClaimParameters
-    name: mig-1g.5gb
----
-apiVersion: gpu.resource.nvidia.com/v1alpha1
-kind: MigClaimParameters
-metadata:
-  name: mig-1g.5gb
-spec:
-  profile: 1g.5gb
-  sharing:
-    strategy: MPS
-`
-	up, err := selectors.NewUpgrader("").Upgrade([]byte(manifest))
-	if err != nil {
-		panic(err)
-	}
-	fmt.Print(string(up.Manifest))
-	// Output:
-	// apiVersion: resource.k8s.io/v1
-	// kind: ResourceClaim
-	// metadata:
-	//   name: small
-	// spec:
-	//   devices:
-	//     config:
-	//     - opaque:
-	//         driver: gpu.nvidia.com
-	//         parameters:
-	//           apiVersion: resource.nvidia.com/v1beta1
-	//           kind: MigDeviceConfig
-	//           sharing:
-	//             mpsConfig: {}
-	//             strategy: MPS
-	//       requests:
-	//       - mig
-	//     requests:
-	//     - exactly:
-	//         deviceClassName: mig.nvidia.com
-	//         selectors:
-	//         - cel:
-	//             expression: device.attributes['gpu.nvidia.com'].profile == '1g.5gb'
-	//       name: mig
-}
-
-// ExamplePolicy_Evaluate is seed 001's CrossGuard policy: no full-GPU MIG profiles.
-func ExamplePolicy_Evaluate() {
-	policy, err := selectors.ParsePolicy([]byte(`blockedMIGProfiles: ["4g.20gb", "7g.*"]`))
-	if err != nil {
-		panic(err)
-	}
-	objs, err := selectors.DecodeManifest([]byte(`apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata:
-  name: mig-invalid-template
-spec:
-  spec:
-    devices:
-      requests:
-      - name: mig-gpu
-        exactly:
-          deviceClassName: mig.nvidia.com
-          selectors:
-          - cel:
-              expression: device.attributes["gpu.nvidia.com"].profile == "7g.80gb"
-`))
-	if err != nil {
-		panic(err)
-	}
-	for _, v := range policy.Evaluate(context.Background(), objs, selectors.Environment{}) {
-		fmt.Println(v)
-	}
-	// Output:
-	// ResourceClaimTemplate mig-invalid-template request mig-gpu: blocked-mig-profile: selects MIG profile 7g.80gb, which the policy blocks (7g.*)
 }
 
 // ExampleBuilder_GPUClaim writes the devices of a claim for four GPUs on one NVLink island (for
@@ -205,7 +105,7 @@ func ExampleDevicesFromSlices() {
 		fmt.Println(n, "of", len(devices), "devices:", expr)
 	}
 
-	linter := selectors.NewLinter(selectors.Environment{Slices: slices})
+	linter := lint.NewLinter(lint.Environment{Slices: slices})
 	for _, expr := range []string{
 		`device.attributes['gpu.nvidia.com'].memory >= 10000`,
 		`device.attributes['gpu.nvidia.com'].profile == '1g.10gb'`,

@@ -128,9 +128,7 @@ func runUpstreamCELTable(t *testing.T, cases []upstreamCELCase) {
 
 // runUpstreamCELCase returns what selectors did differently from upstream's expectation, or "".
 func runUpstreamCELCase(tc upstreamCELCase, f dracel.Features, env environment.Type) string {
-	features := selectors.DefaultFeatures()
-	features.ListTypeAttributes, features.ConsumableCapacity = f.EnableListTypeAttributes, f.EnableConsumableCapacity
-	c := selectors.NewCompiler(selectors.WithFeatures(features))
+	c := selectors.NewCompiler(selectors.WithCELFeatures(f))
 	compile := c.Compile
 	if env == environment.StoredExpressions {
 		compile = c.CompileStored
@@ -143,7 +141,7 @@ func runUpstreamCELCase(tc upstreamCELCase, f dracel.Features, env environment.T
 		if ce.Cost != tc.expectCost {
 			return fmt.Sprintf("estimated cost %d, upstream %d", ce.Cost, tc.expectCost)
 		}
-		sel, err = selectors.NewCompiler(selectors.WithFeatures(features), selectors.WithCostLimit(math.MaxUint64)).Compile(tc.expression)
+		sel, err = selectors.NewCompiler(selectors.WithCELFeatures(f), selectors.WithCostLimit(math.MaxUint64)).Compile(tc.expression)
 	}
 	switch {
 	case err != nil && tc.expectCompileError == "":

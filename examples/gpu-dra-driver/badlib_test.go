@@ -17,6 +17,9 @@ import (
 	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/selectors"
+	selcheck "github.com/gpudra/gpudra/selectors/check"
+	"github.com/gpudra/gpudra/selectors/lint"
+	"github.com/gpudra/gpudra/selectors/manifest"
 	"github.com/gpudra/gpudra/sharing/v1beta1"
 	"github.com/gpudra/gpudra/simulate"
 	"github.com/gpudra/gpudra/topology"
@@ -92,7 +95,7 @@ func (fx libFixture) cases() []libCase {
 	ctx := context.Background()
 	check := func(manifest string) func() error {
 		return func() error {
-			r, err := selectors.NewChecker().Check(ctx, "m", []byte(manifest))
+			r, err := selcheck.NewChecker().Check(ctx, "m", []byte(manifest))
 			if err != nil || r.OK() {
 				return err
 			}
@@ -107,7 +110,7 @@ func (fx libFixture) cases() []libCase {
 		return func() error { _, err := topology.BestSet(fx.topo, n, cand); return err }
 	}
 	policy := func(s string) func() error {
-		return func() error { _, err := selectors.ParsePolicy([]byte(s)); return err }
+		return func() error { _, err := lint.ParsePolicy([]byte(s)); return err }
 	}
 	config := func(s string) func() error { return func() error { _, err := mig.ParseConfig([]byte(s)); return err } }
 	decode := func(s string) func() error {
@@ -146,11 +149,11 @@ func (fx libFixture) cases() []libCase {
 		{"selectors: ParsePolicy negative max", policy("maxGPUsPerClaim: -1"), "must not be negative"},
 		{"selectors: ParsePolicy bad pattern", policy("blockedMIGProfiles: ['[']"), "blockedMIGProfiles"},
 		{"selectors: ParsePolicy binary", policy("\x00"), "policy: "},
-		{"selectors: ParseAPIVersions empty", func() error { _, err := selectors.ParseAPIVersions([]string{""}); return err }, "want GROUP/VERSION"},
-		{"selectors: ParseAPIVersions too many slashes", func() error { _, err := selectors.ParseAPIVersions([]string{"a/b/c"}); return err }, "want GROUP/VERSION"},
-		{"selectors: ParseAPIVersions bad group", func() error { _, err := selectors.ParseAPIVersions([]string{"A B/v1"}); return err }, "want GROUP/VERSION"},
-		{"selectors: ParseAPIVersions core", func() error { _, err := selectors.ParseAPIVersions([]string{"v1"}); return err }, ""},
-		{"selectors: DecodeManifest nil", func() error { _, err := selectors.DecodeManifest(nil); return err }, ""},
+		{"selectors: ParseAPIVersions empty", func() error { _, err := selcheck.ParseAPIVersions([]string{""}); return err }, "want GROUP/VERSION"},
+		{"selectors: ParseAPIVersions too many slashes", func() error { _, err := selcheck.ParseAPIVersions([]string{"a/b/c"}); return err }, "want GROUP/VERSION"},
+		{"selectors: ParseAPIVersions bad group", func() error { _, err := selcheck.ParseAPIVersions([]string{"A B/v1"}); return err }, "want GROUP/VERSION"},
+		{"selectors: ParseAPIVersions core", func() error { _, err := selcheck.ParseAPIVersions([]string{"v1"}); return err }, ""},
+		{"selectors: DecodeManifest nil", func() error { _, err := manifest.Decode(nil); return err }, ""},
 		{"selectors: Compile empty", func() error { _, err := selectors.NewCompiler().Compile(""); return err }, `CEL selector "": 1:0: Syntax error`},
 		{"selectors: Compile with cache size -1", func() error { _, err := selectors.NewCompiler(selectors.WithCacheSize(-1)).Compile("true"); return err }, ""},
 		{"mig: ParseLayout empty", layout(""), "empty layout"},

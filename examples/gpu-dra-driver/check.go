@@ -24,6 +24,10 @@ import (
 	"github.com/gpudra/gpudra"
 	inputpkg "github.com/gpudra/gpudra/internal/input"
 	"github.com/gpudra/gpudra/selectors"
+	selcheck "github.com/gpudra/gpudra/selectors/check"
+	"github.com/gpudra/gpudra/selectors/finding"
+	"github.com/gpudra/gpudra/selectors/lint"
+	"github.com/gpudra/gpudra/selectors/upgrade"
 )
 
 // checkOptions are the inputs of the check command, parsed from flags (or built by a caller).
@@ -108,7 +112,7 @@ func (o checkOptions) validate() error {
 	if errs := validation.IsDNS1123Label(o.namespace); len(errs) > 0 {
 		return fmt.Errorf("--namespace=%q: %s", o.namespace, strings.Join(errs, "; "))
 	}
-	if _, err := selectors.ParseAPIVersions(o.apiVersions); err != nil {
+	if _, err := selcheck.ParseAPIVersions(o.apiVersions); err != nil {
 		return fmt.Errorf("--api-versions: %w", err)
 	}
 	// The node flags are checked even when each file's target machine is used (--node-name).
@@ -146,21 +150,21 @@ func check(ctx context.Context, o checkOptions, stdin io.Reader, stdout io.Write
 	if err != nil {
 		return false, err
 	}
-	gvs, _ := selectors.ParseAPIVersions(o.apiVersions) // checked by validate
+	gvs, _ := selcheck.ParseAPIVersions(o.apiVersions) // checked by validate
 	targets := newTargets(o)
 	compiler := selectors.NewCompiler()
-	var reports []*selectors.Report
+	var reports []*selcheck.Report
 	for _, in := range inputs {
 		t, err := targets.forInput(ctx, in)
 		if err != nil {
 			return false, err
 		}
-		opts := []selectors.CheckerOption{selectors.WithCompiler(compiler), selectors.WithMachine(t.name, t.slices),
-			selectors.WithDeviceClasses(t.classes...), selectors.WithNamespace(o.namespace), selectors.WithAPIVersions(gvs...)}
+		opts := []selcheck.CheckerOption{selcheck.WithCompiler(compiler), selcheck.WithMachine(t.name, t.slices),
+			selcheck.WithDeviceClasses(t.classes...), selcheck.WithNamespace(o.namespace), selcheck.WithAPIVersions(gvs...)}
 		if policy != nil {
-			opts = append(opts, selectors.WithPolicy(policy))
+			opts = append(opts, selcheck.WithPolicy(policy))
 		}
-		rep, err := selectors.NewChecker(opts...).Check(ctx, in.name, in.data)
+		rep, err := selcheck.NewChecker(opts...).Check(ctx, in.name, in.data)
 		if err != nil {
 			return false, usageError(err) // the input is not YAML at all
 		}
@@ -179,7 +183,7 @@ func check(ctx context.Context, o checkOptions, stdin io.Reader, stdout io.Write
 }
 
 // readPolicy reads and parses --policy (nil without one); every failure is a usage error.
-func readPolicy(ctx context.Context, path string) (*selectors.Policy, error) {
+func readPolicy(ctx context.Context, path string) (*lint.Policy, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -187,7 +191,7 @@ func readPolicy(ctx context.Context, path string) (*selectors.Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	policy, err := selectors.ParsePolicy(data)
+	policy, err := lint.ParsePolicy(data)
 	if err != nil {
 		return nil, usageError(fmt.Errorf("--policy %s: %w", path, err))
 	}
@@ -235,7 +239,7 @@ func readInputs(ctx context.Context, paths []string, stdin io.Reader) ([]input, 
 }
 
 func printUpgraded(inputs []input, stdout io.Writer) (bool, error) {
-	u := selectors.NewUpgrader("")
+	u := upgrade.NewUpgrader("")
 	ok := true
 	for i, in := range inputs {
 		up, err := u.Upgrade(in.data)
@@ -491,7 +495,7 @@ func clusterTarget(ctx context.Context, client kubernetes.Interface) (*target, e
 }
 
 // writeCheckTable writes the reports for people.
-func writeCheckTable(w io.Writer, reports []*selectors.Report) error {
+func writeCheckTable(w io.Writer, reports []*selcheck.Report) error {
 	upgraded, failed := 0, 0
 	for _, r := range reports {
 		fmt.Fprintf(w, "%s", r.Source)
@@ -524,7 +528,7 @@ func writeCheckTable(w io.Writer, reports []*selectors.Report) error {
 	return nil
 }
 
-func writeFinding(w io.Writer, f selectors.Finding) {
+func writeFinding(w io.Writer, f finding.Finding) {
 	where := f.Object
 	if f.Field != "" {
 		where += " " + f.Field
@@ -538,7 +542,7 @@ func writeFinding(w io.Writer, f selectors.Finding) {
 	}
 }
 
-func writeClaims(w io.Writer, claims []selectors.ClaimResult) error {
+func writeClaims(w io.Writer, claims []selcheck.ClaimResult) error {
 	if len(claims) == 0 {
 		return nil
 	}

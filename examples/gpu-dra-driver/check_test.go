@@ -14,13 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/gpudra/gpudra/selectors"
+	selcheck "github.com/gpudra/gpudra/selectors/check"
+	"github.com/gpudra/gpudra/selectors/manifest"
 )
 
 // checkOutput is the JSON check prints.
 type checkOutput struct {
-	OK    bool                `json:"ok"`
-	Files []*selectors.Report `json:"files"`
+	OK    bool               `json:"ok"`
+	Files []*selcheck.Report `json:"files"`
 }
 
 func decodeCheck(t *testing.T, out string) checkOutput {
@@ -210,7 +211,7 @@ func TestCheckPrintUpgraded(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	objs, err := selectors.DecodeManifest([]byte(out))
+	objs, err := manifest.Decode([]byte(out))
 	if err != nil || len(objs) != 3 {
 		t.Fatalf("upgraded manifest: %v objects, %v\n%s", len(objs), err, out)
 	}
