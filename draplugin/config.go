@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/gpu"
 )
 
@@ -72,25 +73,10 @@ type Config struct {
 	SuperviseInterval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// TestHooks are for tests only (crash injection, fsync accounting); production drivers
+	// TestHooks are for tests only (crash injection, fsync accounting, failed checkpoint
+	// writes; package draplugin/testhooks); production drivers
 	// leave them empty.
-	TestHooks TestHooks
-}
-
-// TestHooks let tests stop the plugin where a crash could and see what it syncs. They exist
-// for tests only; production drivers leave them empty.
-type TestHooks struct {
-	// AfterStep, when set, is called at every CrashPoint of prepare and unprepare. An error stops
-	// the operation at once, without any cleanup, as a crash would.
-	AfterStep func(point CrashPoint, claimUID types.UID) error
-	// Synced, when set, is called after every fsync the plugin makes, with the file or directory
-	// synced: tests count what each operation pays for durability, or record what a power loss
-	// would leave.
-	Synced func(path string)
-	// CheckpointWrite, when set, is called before every write of the checkpoint file; an error
-	// fails that write as a full disk would (unlike AfterStep, not a crash: the plugin handles
-	// it as any failed write, rolling back a prepare).
-	CheckpointWrite func(path string) error
+	TestHooks testhooks.Hooks
 }
 
 // HealthConfig configures health monitoring.

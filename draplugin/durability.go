@@ -1,6 +1,7 @@
 package draplugin
 
 import (
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/pluginkit"
 )
@@ -26,4 +27,4 @@ const (
 )
 
 // syncer is the plugin's: the operating system's, reported to TestHooks.Synced when it is set.
-func (h TestHooks) syncer() atomicfile.Syncer { return pluginkit.Syncer(h.Synced) }
+func syncer(h testhooks.Hooks) atomicfile.Syncer { return pluginkit.Syncer(h.Synced) }

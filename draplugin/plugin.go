@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
@@ -44,7 +45,7 @@ type Plugin struct {
 	mig        MIGController
 	builder    *gpudra.Builder
 	sliceOpts  []gpudra.Option // the builder's options, for the builds that publish
-	hooks      TestHooks
+	hooks      testhooks.Hooks
 	now        func() time.Time
 	supervise  time.Duration
 	metrics    *metrics
@@ -91,7 +92,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
 		hooks: cfg.TestHooks, now: cfg.Now, fatal: pluginkit.NewFatal(), supervise: cfg.SuperviseInterval,
 		synced: map[string]uint64{}, republishReq: make(chan struct{}, 1),
-		files: atomicfile.New(atomicfile.WithSyncer(cfg.TestHooks.syncer())),
+		files: atomicfile.New(atomicfile.WithSyncer(syncer(cfg.TestHooks))),
 	}
 	if p.supervise == 0 {
 		p.supervise = time.Minute
@@ -478,6 +479,6 @@ func (p *Plugin) Close() error {
 }
 
 // crashPoint reports a crash point to the test hook.
-func (p *Plugin) crashPoint(point CrashPoint, uid types.UID) error {
+func (p *Plugin) crashPoint(point testhooks.CrashPoint, uid types.UID) error {
 	return pluginkit.AtCrashPoint(p.hooks.AfterStep, point, uid)
 }

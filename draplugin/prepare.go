@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/internal/pluginkit"
 	"github.com/gpudra/gpudra/sharing"
@@ -306,7 +307,7 @@ func (a *attempt) recordIntent(ctx context.Context) error {
 			return stepErr(StepCheckpoint, "", fmt.Errorf("record PrepareStarted: %w", err))
 		}
 	}
-	return a.p.crashPoint(CrashAfterPrepareStarted, a.claim.UID)
+	return a.p.crashPoint(testhooks.CrashAfterPrepareStarted, a.claim.UID)
 }
 
 // planDevice is the checkpoint entry of one device before anything is done.
@@ -387,7 +388,7 @@ func (a *attempt) createMIG(ctx context.Context) error {
 		pd.MIG.GIID, pd.MIG.CIID, pd.MIG.UUID = in.GIID, in.CIID, in.UUID
 		a.mig[d.result.Device] = migDevice{uuid: in.UUID, ids: cdi.MIGInstanceIDs{GI: in.GIID, CI: in.CIID}}
 		klog.FromContext(ctx).V(2).Info("Created MIG instance", "device", d.result.Device, "migUUID", in.UUID, "gi", in.GIID, "ci", in.CIID)
-		if err := a.p.crashPoint(CrashAfterMIGCreated, a.claim.UID); err != nil {
+		if err := a.p.crashPoint(testhooks.CrashAfterMIGCreated, a.claim.UID); err != nil {
 			return err
 		}
 	}
@@ -423,7 +424,7 @@ func (a *attempt) applySharing(ctx context.Context) error {
 	if err := setSharing(&a.st, rec, true); err != nil {
 		return a.fail(StepCheckpoint, "", err)
 	}
-	return a.p.crashPoint(CrashAfterSharingApplied, a.claim.UID)
+	return a.p.crashPoint(testhooks.CrashAfterSharingApplied, a.claim.UID)
 }
 
 // writeCDI is step 4: the claim's CDI spec, with the device IDs recorded in the entry.
@@ -451,7 +452,7 @@ func (a *attempt) writeCDI(_ context.Context) error {
 	if _, err := a.p.writer.Write(spec); err != nil {
 		return a.fail(StepWriteCDI, "", err)
 	}
-	return a.p.crashPoint(CrashAfterCDIWritten, a.claim.UID)
+	return a.p.crashPoint(testhooks.CrashAfterCDIWritten, a.claim.UID)
 }
 
 // complete is step 5: the claim is recorded as PrepareCompleted.
@@ -460,7 +461,7 @@ func (a *attempt) complete(_ context.Context) error {
 	if err := a.p.store.Put(a.st, stepDurability); err != nil {
 		return a.fail(StepCheckpoint, "", fmt.Errorf("record PrepareCompleted: %w", err))
 	}
-	return a.p.crashPoint(CrashAfterPrepareCompleted, a.claim.UID)
+	return a.p.crashPoint(testhooks.CrashAfterPrepareCompleted, a.claim.UID)
 }
 
 // sharingLookup describes the claim's devices to the sharing engine. A dynamic MIG device

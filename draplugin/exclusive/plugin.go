@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/internal/pluginkit"
 	"github.com/gpudra/gpudra/resourcepool"
@@ -32,7 +33,7 @@ type Plugin struct {
 	locks                *pluginkit.Locks
 	fatal                *pluginkit.Fatal
 	slices               []resourcepool.Option
-	hooks                TestHooks
+	hooks                testhooks.Hooks
 
 	mu        sync.Mutex
 	published map[string]bool // the device names Driver.Devices listed last
@@ -77,7 +78,8 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	if p.locks, err = pluginkit.NewLocks(cfg.StateDir); err != nil {
 		return nil, err
 	}
-	store, rep, err := pluginkit.OpenStore(ctx, pluginkit.StoreConfig{Dir: cfg.StateDir, BootIDPath: cfg.BootIDPath, Now: cfg.Now, Synced: cfg.TestHooks.Synced})
+	store, rep, err := pluginkit.OpenStore(ctx, pluginkit.StoreConfig{Dir: cfg.StateDir, BootIDPath: cfg.BootIDPath, Now: cfg.Now,
+		Synced: cfg.TestHooks.Synced, BeforeWrite: cfg.TestHooks.CheckpointWrite})
 	if err != nil {
 		return nil, errors.Join(err, p.locks.Close())
 	}
@@ -220,7 +222,7 @@ func (p *Plugin) lock(devices []string) (func(), error) {
 }
 
 // crashPoint reports a crash point to the test hook.
-func (p *Plugin) crashPoint(point CrashPoint, uid string) error {
+func (p *Plugin) crashPoint(point testhooks.CrashPoint, uid string) error {
 	return pluginkit.AtCrashPoint(p.hooks.AfterStep, point, types.UID(uid))
 }
 

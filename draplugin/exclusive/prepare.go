@@ -14,6 +14,7 @@ import (
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/internal/pluginkit"
@@ -132,7 +133,7 @@ func (p *Plugin) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 	if err := p.store.Put(st, pluginkit.StepDurability); err != nil {
 		return nil, fmt.Errorf("record PrepareStarted: %w", err)
 	}
-	if err := p.crashPoint(CrashAfterPrepareStarted, st.UID); err != nil {
+	if err := p.crashPoint(testhooks.CrashAfterPrepareStarted, st.UID); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -147,21 +148,21 @@ func (p *Plugin) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 		if err := p.prepareDevice(ctx, claim, &st.Devices[i]); err != nil {
 			return nil, err
 		}
-		if err := p.crashPoint(CrashAfterDevicePrepared, st.UID); err != nil {
+		if err := p.crashPoint(testhooks.CrashAfterDevicePrepared, st.UID); err != nil {
 			return nil, err
 		}
 	}
 	if err := p.writeSpec(&st); err != nil {
 		return nil, err
 	}
-	if err := p.crashPoint(CrashAfterCDIWritten, st.UID); err != nil {
+	if err := p.crashPoint(testhooks.CrashAfterCDIWritten, st.UID); err != nil {
 		return nil, err
 	}
 	st.Phase = checkpoint.PrepareCompleted
 	if err := p.store.Put(st, pluginkit.StepDurability); err != nil {
 		return nil, fmt.Errorf("record PrepareCompleted: %w", err)
 	}
-	if err := p.crashPoint(CrashAfterPrepareCompleted, st.UID); err != nil {
+	if err := p.crashPoint(testhooks.CrashAfterPrepareCompleted, st.UID); err != nil {
 		return nil, err
 	}
 	return p.result(claim, &st), nil
@@ -261,7 +262,7 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 		if err := p.store.Put(st, pluginkit.StepDurability); err != nil {
 			return fmt.Errorf("record UnprepareStarted: %w", err)
 		}
-		if err := p.crashPoint(CrashAfterUnprepareStarted, uid); err != nil {
+		if err := p.crashPoint(testhooks.CrashAfterUnprepareStarted, uid); err != nil {
 			return err
 		}
 	}
@@ -276,7 +277,7 @@ func (p *Plugin) release(ctx context.Context, st checkpoint.ClaimState, d atomic
 	var errs []error
 	if err := p.writer.Remove(st.UID); err != nil {
 		errs = append(errs, err)
-	} else if err := p.crashPoint(CrashAfterCDIRemoved, st.UID); err != nil {
+	} else if err := p.crashPoint(testhooks.CrashAfterCDIRemoved, st.UID); err != nil {
 		return err
 	}
 	for _, dev := range slices.Backward(st.Devices) {
@@ -284,7 +285,7 @@ func (p *Plugin) release(ctx context.Context, st checkpoint.ClaimState, d atomic
 			errs = append(errs, fmt.Errorf("device %s: unprepare: %w", dev.Device, err))
 			continue
 		}
-		if err := p.crashPoint(CrashAfterDeviceUnprepared, st.UID); err != nil {
+		if err := p.crashPoint(testhooks.CrashAfterDeviceUnprepared, st.UID); err != nil {
 			return err
 		}
 	}
@@ -294,7 +295,7 @@ func (p *Plugin) release(ctx context.Context, st checkpoint.ClaimState, d atomic
 	if err := p.store.Delete(st.UID, d); err != nil {
 		return fmt.Errorf("forget the claim: %w", err)
 	}
-	return p.crashPoint(CrashAfterUnprepareCompleted, st.UID)
+	return p.crashPoint(testhooks.CrashAfterUnprepareCompleted, st.UID)
 }
 
 // deviceNames are the devices a claim's entry records.
