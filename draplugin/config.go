@@ -24,15 +24,15 @@ import (
 type Config struct {
 	// NodeName is the node the plugin runs on; its pool carries the same name.
 	NodeName string
-	// Slices are the options of the ResourceSlice builder (gpudra.NewBuilder). They are the
+	// SliceOptions are the options of the ResourceSlice builder (gpudra.NewBuilder). They are the
 	// single source of what the plugin publishes and prepares: driver name (WithDriverName),
 	// dynamic MIG (WithDynamicMIG), consumable memory, PCIe roots, slice size and taints. The
 	// plugin adds its health taints to any WithDeviceTaints given here.
-	Slices []gpudra.Option
+	SliceOptions []gpudra.Option
 	// APIFeatures, when set, are the optional ResourceSlice features the API server keeps, as
 	// NegotiateFeatures found them: the plugin publishes no field of the others
-	// (gpudra.WithoutFeatures), whatever Slices asks, and logs once what it turned off and why.
-	// Nil publishes what Slices asks for.
+	// (gpudra.WithoutFeatures), whatever SliceOptions asks, and logs once what it turned off and why.
+	// Nil publishes what SliceOptions asks for.
 	APIFeatures *APIFeatures
 	// NVML is an initialized NVML ((*gpu.Session).Interface(), or a gpu/gputest machine). It is
 	// used to enumerate GPUs when Inventory is nil, by the default MIG controller, and for health

@@ -63,7 +63,7 @@
 //	plugin, err := draplugin.New(ctx, draplugin.Config{
 //		NodeName: node, NVML: session.Interface(), StateDir: "/var/lib/kubelet/plugins/gpu.nvidia.com",
 //		CDIGenerator: gen, CDIWriter: writer, Sharing: sharingManager,
-//		Slices: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
+//		SliceOptions: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
 //	})
 //	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client})
 //	defer plugin.Stop()

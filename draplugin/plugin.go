@@ -102,7 +102,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 	// The health taints need the device index, which needs the builder: build it once without
 	// them to learn the driver name and devices, then with them.
-	p.driverName = gpudra.NewBuilder(cfg.Slices...).DriverName()
+	p.driverName = gpudra.NewBuilder(cfg.SliceOptions...).DriverName()
 	p.health = newHealth(cfg.Health, p.driverName, p.now)
 	p.sliceOpts = sliceOptions(klog.FromContext(ctx), cfg, p.health.taints)
 	p.builder = gpudra.NewBuilder(p.sliceOpts...)

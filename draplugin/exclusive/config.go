@@ -36,7 +36,7 @@ type Driver interface {
 	Unprepare(ctx context.Context, claimUID types.UID, device string) error
 }
 
-// Config configures New. Every field but BootIDPath, Slices, Now and TestHooks is required.
+// Config configures New. Every field but BootIDPath, PoolOptions, Now and TestHooks is required.
 type Config struct {
 	// DriverName is the DRA driver name, a DNS subdomain (accel.example.com); it is also the
 	// attribute domain of the driver's devices.
@@ -53,8 +53,8 @@ type Config struct {
 	// BootIDPath is where the kernel boot ID is read (default /proc/sys/kernel/random/boot_id):
 	// claims prepared in another boot are unprepared by Reconcile.
 	BootIDPath string
-	// Slices are options of the node's pool (resourcepool.WithMaxDevicesPerSlice).
-	Slices []resourcepool.Option
+	// PoolOptions are options of the node's pool (resourcepool.WithMaxDevicesPerSlice).
+	PoolOptions []resourcepool.Option
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// TestHooks are for tests only (crash injection, fsync accounting, failed checkpoint

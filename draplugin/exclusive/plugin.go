@@ -70,7 +70,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		cfg.Now = time.Now
 	}
 	p := &Plugin{driverName: cfg.DriverName, nodeName: cfg.NodeName, driver: cfg.Driver, writer: cfg.CDIWriter,
-		fatal: pluginkit.NewFatal(), slices: cfg.Slices, hooks: cfg.TestHooks}
+		fatal: pluginkit.NewFatal(), slices: cfg.PoolOptions, hooks: cfg.TestHooks}
 	if _, err := p.Resources(ctx); err != nil {
 		return nil, err
 	}
