@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin/testhooks"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/locks"
 )
 
 // TestUnprepareOfAPrepareKubeletGaveUpOn: kubelet's prepare call ends (its deadline) and, the pod
@@ -104,7 +104,7 @@ func TestUnprepareOfAPrepareKubeletGaveUpOn(t *testing.T) {
 // holdAllGPULocks takes every GPU lock as another plugin process would and returns their release.
 func holdAllGPULocks(t *testing.T, e *env) func() {
 	t.Helper()
-	other, err := pluginkit.NewLocks(e.StateDir)
+	other, err := locks.NewLocks(e.StateDir)
 	if err != nil {
 		t.Fatal(err)
 	}

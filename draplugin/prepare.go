@@ -18,7 +18,8 @@ import (
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/checkpoint"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/claimstate"
+	"github.com/gpudra/gpudra/internal/crashpoint"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -36,7 +37,7 @@ func (p *Plugin) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	devices, err := p.prepare(ctx, claim)
 	p.metrics.observe(OpPrepare, p.now().Sub(start), err)
 	if err != nil {
-		err = fmt.Errorf("prepare claim %s: %w", pluginkit.ClaimRef(claim.Namespace, claim.Name, claim.UID), err)
+		err = fmt.Errorf("prepare claim %s: %w", claimstate.ClaimRef(claim.Namespace, claim.Name, claim.UID), err)
 		logger.Error(err, "Prepare failed")
 		return kubeletplugin.PrepareResult{Err: err}
 	}
@@ -55,7 +56,7 @@ func (p *Plugin) queueDeviceStatus(ctx context.Context, claim *resourceapi.Resou
 	if !ok || len(st.Devices) == 0 {
 		return
 	}
-	if err := p.status.prepared(st, pluginkit.ShareIDs(claim, p.driverName)); err != nil {
+	if err := p.status.prepared(st, claimstate.ShareIDs(claim, p.driverName)); err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot describe the prepared devices in the claim's status")
 	}
 }
@@ -121,7 +122,7 @@ func (p *Plugin) interruptedOn(gpus []string, except types.UID) []checkpoint.Cla
 func (p *Plugin) rollBackInterrupted(ctx context.Context, gpus, locked []string, except types.UID) {
 	logger := klog.FromContext(ctx)
 	for _, c := range p.interruptedOn(gpus, except) {
-		ref := pluginkit.Ref(c)
+		ref := claimstate.Ref(c)
 		if missing := slices.DeleteFunc(claimGPUs(c), func(u string) bool { return slices.Contains(locked, u) }); len(missing) > 0 {
 			// It appeared after the locks were chosen; the next prepare on these GPUs locks them.
 			logger.Info("Not rolling back an interrupted prepare of another claim: it also holds GPUs not locked", "interruptedClaim", ref, "gpus", missing)
@@ -168,7 +169,7 @@ func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim, o
 		if st.Recovered {
 			return p.completeRecovered(ctx, claim, st, ours)
 		}
-		if err := pluginkit.SameAllocation(st, resultsOf(ours)); err != nil {
+		if err := claimstate.SameAllocation(st, resultsOf(ours)); err != nil {
 			return nil, false, stepErr(StepValidate, "", err)
 		}
 		klog.FromContext(ctx).V(3).Info("Claim already prepared, returning the recorded devices")
@@ -188,7 +189,7 @@ func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim, o
 // completeRecovered fills in what the CDI spec of a recovered claim could not say (request
 // names, namespace and name) from the claim kubelet prepares again, and answers from it.
 func (p *Plugin) completeRecovered(ctx context.Context, claim *resourceapi.ResourceClaim, st checkpoint.ClaimState, ours []prepDevice) ([]kubeletplugin.Device, bool, error) {
-	st, err := pluginkit.CompleteRecovered(st, claim, resultsOf(ours))
+	st, err := claimstate.CompleteRecovered(st, claim, resultsOf(ours))
 	if err != nil {
 		return nil, false, stepErr(StepValidate, "", err)
 	}
@@ -210,7 +211,7 @@ func resultsOf(ours []prepDevice) []resourceapi.DeviceRequestAllocationResult {
 
 // resultFromState rebuilds the prepare result of a completed claim from the checkpoint.
 func (p *Plugin) resultFromState(claim *resourceapi.ResourceClaim, st checkpoint.ClaimState) []kubeletplugin.Device {
-	return pluginkit.Result(st, pluginkit.ShareIDs(claim, p.driverName))
+	return claimstate.Result(st, claimstate.ShareIDs(claim, p.driverName))
 }
 
 // ownerOf returns the claim (other than except) that records an instance at the placement for
@@ -222,7 +223,7 @@ func (p *Plugin) ownerOf(gpuUUID string, start int, except string) (string, bool
 		}
 		for _, d := range c.Devices {
 			if d.MIG != nil && !d.AdminAccess && d.MIG.ParentUUID == gpuUUID && d.MIG.Placement.Start == start {
-				return pluginkit.ClaimRef(c.Namespace, c.Name, types.UID(c.UID)), true
+				return claimstate.ClaimRef(c.Namespace, c.Name, types.UID(c.UID)), true
 			}
 		}
 	}
@@ -257,7 +258,7 @@ func (p *Plugin) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 		return nil, err
 	}
 	defer func() {
-		if err == nil || pluginkit.IsCrash(err) {
+		if err == nil || crashpoint.IsCrash(err) {
 			return
 		}
 		if rerr := p.rollback(context.WithoutCancel(ctx), a.st, false, stepDurability); rerr != nil {

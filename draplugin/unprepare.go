@@ -13,7 +13,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/claimstate"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/sharing"
 )
@@ -26,7 +26,7 @@ func (p *Plugin) unprepareClaim(ctx context.Context, claim kubeletplugin.Namespa
 	err := p.unprepare(ctx, claim)
 	p.metrics.observe(OpUnprepare, p.now().Sub(start), err)
 	if err != nil {
-		err = fmt.Errorf("unprepare claim %s: %w", pluginkit.ClaimRef(claim.Namespace, claim.Name, claim.UID), err)
+		err = fmt.Errorf("unprepare claim %s: %w", claimstate.ClaimRef(claim.Namespace, claim.Name, claim.UID), err)
 		logger.Error(err, "Unprepare failed")
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/draplugin/kubelettest"
 	"github.com/gpudra/gpudra/draplugin/testhooks"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/locks"
 )
 
 // TestPrepareUnprepare: a prepared claim gets a CDI spec whose device is the driver's edits
@@ -314,7 +314,7 @@ func TestPrepareGivenUpWhileWaitingForLocks(t *testing.T) {
 	n := newNode(t, 2)
 	p := n.plugin(testhooks.Hooks{})
 	c := allocated("late", result(nodeName, "accel-1"))
-	other, err := pluginkit.NewLocks(n.stateDir) // the other plugin process
+	other, err := locks.NewLocks(n.stateDir) // the other plugin process
 	if err != nil {
 		t.Fatal(err)
 	}

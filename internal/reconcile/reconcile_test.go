@@ -1,4 +1,4 @@
-package pluginkit_test
+package reconcile_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/internal/atomicfile"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/reconcile"
 )
 
 // report stands for a plugin's reconciliation report.
@@ -62,7 +62,7 @@ func TestReconcileOpening(t *testing.T) {
 		}
 	}
 	rep := &report{}
-	err = pluginkit.Reconcile(context.Background(), rep, lock, writer, &removed,
+	err = reconcile.Reconcile(context.Background(), rep, lock, writer, &removed,
 		step("a", errFirst), step("b", nil), step("c", errSecond))
 
 	if !errors.Is(err, errFirst) || !errors.Is(err, errSecond) {
@@ -101,7 +101,7 @@ func TestReconcileLockFails(t *testing.T) {
 	errLock := errors.New("lock file busy")
 	ran := false
 	var removed []string
-	err = pluginkit.Reconcile(context.Background(), &report{},
+	err = reconcile.Reconcile(context.Background(), &report{},
 		func() (func(), error) { return nil, errLock }, writer, &removed,
 		func(context.Context, *report) error { ran = true; return nil })
 	if !errors.Is(err, errLock) {

@@ -1,14 +1,12 @@
-package pluginkit
+package durability
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/internal/atomicfile"
@@ -99,30 +97,4 @@ func OpenStore(ctx context.Context, c StoreConfig) (*checkpoint.Store, checkpoin
 		return nil, rep, fmt.Errorf("open checkpoint: %w", err)
 	}
 	return store, rep, nil
-}
-
-// crashError marks an error of a test's crash hook: the operation stops at once, without any
-// cleanup, as a crash would.
-type crashError struct{ err error }
-
-func (e *crashError) Error() string { return e.err.Error() }
-func (e *crashError) Unwrap() error { return e.err }
-
-// AtCrashPoint calls a test's crash hook, when there is one, at a point of an operation on a
-// claim. An error of the hook comes back marked as a crash (IsCrash): the caller returns it at
-// once, without cleanup.
-func AtCrashPoint[P any](hook func(point P, claimUID types.UID) error, point P, uid types.UID) error {
-	if hook == nil {
-		return nil
-	}
-	if err := hook(point, uid); err != nil {
-		return &crashError{err}
-	}
-	return nil
-}
-
-// IsCrash reports whether err is, or wraps, the error of a crash hook (AtCrashPoint).
-func IsCrash(err error) bool {
-	var c *crashError
-	return errors.As(err, &c)
 }

@@ -1,16 +1,16 @@
-package pluginkit_test
+package lifecycle_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/lifecycle"
 )
 
 // TestInFlightWaitsForOperations: Wait returns only once every operation that began before it
 // has ended, and at once when none is under way.
 func TestInFlightWaitsForOperations(t *testing.T) {
-	var f pluginkit.InFlight
+	var f lifecycle.InFlight
 	f.Wait() // none under way
 	endA, endB := f.Begin(), f.Begin()
 	waited := make(chan struct{})

@@ -1,21 +1,21 @@
-package pluginkit_test
+package locks_test
 
 import (
 	"fmt"
 	"os"
 
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/locks"
 )
 
 // ExampleLocks serializes work on two accelerators: keys are locked in sorted order, so two
 // operations on overlapping devices cannot deadlock.
 func ExampleLocks() {
-	dir, err := os.MkdirTemp("", "pluginkit")
+	dir, err := os.MkdirTemp("", "locks")
 	if err != nil {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	locks, err := pluginkit.NewLocks(dir)
+	locks, err := locks.NewLocks(dir)
 	if err != nil {
 		panic(err)
 	}

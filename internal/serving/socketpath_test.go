@@ -1,4 +1,4 @@
-package pluginkit_test
+package serving_test
 
 import (
 	"net"
@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/serving"
 )
 
 // TestCheckSocketPaths: a registrar directory whose rolling-update socket path comes to exactly
@@ -33,17 +33,17 @@ func TestCheckSocketPaths(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		e       pluginkit.Endpoint
+		e       serving.Endpoint
 		wantErr string
 	}{
-		{"107 bytes", pluginkit.Endpoint{DriverName: driver, RegistrarDir: dirOf(107), PluginDir: base, RollingUpdatePodUID: uid}, ""},
-		{"108 bytes", pluginkit.Endpoint{DriverName: driver, RegistrarDir: dirOf(108), PluginDir: base, RollingUpdatePodUID: uid}, "registration socket"},
-		{"109 bytes: the helper shortens the name", pluginkit.Endpoint{DriverName: driver, RegistrarDir: dirOf(109), PluginDir: base, RollingUpdatePodUID: uid}, ""},
-		{"no rolling update", pluginkit.Endpoint{DriverName: driver, RegistrarDir: dirOf(108), PluginDir: base}, ""},
-		{"DRA socket", pluginkit.Endpoint{DriverName: driver, RegistrarDir: base, PluginDir: filepath.Join(base, strings.Repeat("p", 100)), RollingUpdatePodUID: uid}, "DRA socket"},
+		{"107 bytes", serving.Endpoint{DriverName: driver, RegistrarDir: dirOf(107), PluginDir: base, RollingUpdatePodUID: uid}, ""},
+		{"108 bytes", serving.Endpoint{DriverName: driver, RegistrarDir: dirOf(108), PluginDir: base, RollingUpdatePodUID: uid}, "registration socket"},
+		{"109 bytes: the helper shortens the name", serving.Endpoint{DriverName: driver, RegistrarDir: dirOf(109), PluginDir: base, RollingUpdatePodUID: uid}, ""},
+		{"no rolling update", serving.Endpoint{DriverName: driver, RegistrarDir: dirOf(108), PluginDir: base}, ""},
+		{"DRA socket", serving.Endpoint{DriverName: driver, RegistrarDir: base, PluginDir: filepath.Join(base, strings.Repeat("p", 100)), RollingUpdatePodUID: uid}, "DRA socket"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := pluginkit.CheckSocketPaths(tc.e)
+			err := serving.CheckSocketPaths(tc.e)
 			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Fatalf("CheckSocketPaths = %v, want an error about %q", err, tc.wantErr)
 			}

@@ -1,4 +1,4 @@
-package pluginkit
+package serving
 
 import (
 	"context"

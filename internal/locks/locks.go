@@ -1,4 +1,4 @@
-package pluginkit
+package locks
 
 import (
 	"errors"

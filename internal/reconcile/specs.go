@@ -1,4 +1,4 @@
-package pluginkit
+package reconcile
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/internal/claimstate"
+	"github.com/gpudra/gpudra/internal/durability"
 )
 
 // Adopted is what AdoptOrphans did: the UIDs of the claims it rebuilt from their CDI spec, and
@@ -36,7 +38,7 @@ func AdoptOrphans(ctx context.Context, store *checkpoint.Store, writer *cdi.Writ
 		}
 		st, err := adopt(uid)
 		if err == nil {
-			err = store.Put(st, ReconcileDurability)
+			err = store.Put(st, durability.ReconcileDurability)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("adopt the claim of CDI spec %s: %w", uid, err))
@@ -80,10 +82,10 @@ func ReconcileSpecs(ctx context.Context, store *checkpoint.Store, writer *cdi.Wr
 			continue
 		}
 		if err := rewrite(c); err != nil {
-			errs = append(errs, fmt.Errorf("rewrite CDI spec of claim %s: %w", Ref(c), err))
+			errs = append(errs, fmt.Errorf("rewrite CDI spec of claim %s: %w", claimstate.Ref(c), err))
 			continue
 		}
-		out.Rewritten = append(out.Rewritten, Ref(c))
+		out.Rewritten = append(out.Rewritten, claimstate.Ref(c))
 		logger.Info("Rewrote missing CDI spec", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
 	}
 	if !trusted {
