@@ -33,7 +33,7 @@
 //
 // # Crashes
 //
-// CrashAt (package draplugin/testhooks') returns test hooks that stop a prepare or unprepare at a chosen crash point, without
+// CrashAt (testhooks.CrashAt) returns test hooks that stop a prepare or unprepare at a chosen crash point, without
 // any cleanup, as a crash would; a new plugin on the same Node then sees what a restarted
 // process would.
 //
