@@ -12,12 +12,13 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test large-files func-size unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build image e2e e2e-binaries e2e-node e2e-node-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-scale demo render generate verify-generate
+.PHONY: all test large-files func-size nocgo unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build image e2e e2e-binaries e2e-node e2e-node-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-scale demo render generate verify-generate
 
 all: test
 
-## test: vet, staticcheck, gofmt and function-size checks, then unit and integration tests with the race detector.
-test: large-files func-size fmt-check verify-generate vet staticcheck unit
+## test: vet, staticcheck, gofmt and function-size checks, the cgo-free build, then unit and
+## integration tests with the race detector.
+test: large-files func-size fmt-check verify-generate vet staticcheck nocgo unit
 
 # The node-runtime tests write checkpoints, CDI specs and sockets by the thousand: on tmpfs when
 # the machine has one, as kubelet's pod directories and /run usually are. The race detector's
@@ -28,6 +29,15 @@ unit:
 
 vet:
 	$(GO) vet $(PKGS)
+
+## nocgo: what a driver for another kind of device imports (draplugin/exclusive, its test harness
+## exclusivetest, kubelettest, testhooks) builds, vets and passes its tests with CGO_ENABLED=0,
+## the FPGA-style test of docs/driver-authors.md included (guide_test.go checks that the guide's
+## examples of that section are in these packages). -race needs cgo: unit runs them with it.
+NOCGO_PKGS := ./draplugin/exclusive/... ./draplugin/kubelettest ./draplugin/testhooks
+nocgo:
+	CGO_ENABLED=0 $(GO) vet $(NOCGO_PKGS)
+	CGO_ENABLED=0 $(GO) test -count=1 $(NOCGO_PKGS)
 
 staticcheck:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)

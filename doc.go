@@ -51,7 +51,7 @@
 //
 //	plugin, err := draplugin.New(ctx, draplugin.Config{
 //		NodeName: nodeName, NVML: nvmlLib, StateDir: stateDir,
-//		CDIGenerator: gen, CDIWriter: writer, Slices: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
+//		CDIGenerator: gen, CDIWriter: writer, SliceOptions: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
 //	})
 //	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client})
 package gpudra

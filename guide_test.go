@@ -276,3 +276,62 @@ func TestGuideLineCount(t *testing.T) {
 		t.Errorf("%s says the second driver has %s lines; its non-test Go files have %s", guidePath, m[1], got)
 	}
 }
+
+// guideNoCgoSection is the guide's section for drivers of other devices: its examples must build
+// without cgo, which `make nocgo` (part of `make test`) checks for the packages in NOCGO_PKGS.
+const guideNoCgoSection = "## A driver for another kind of device"
+
+// TestGuideNoCgoExamplesAreChecked checks that every Example the guide shows in its section for
+// drivers of other devices is in a package that the Makefile's nocgo target builds and tests with
+// CGO_ENABLED=0, and that `make test` runs that target.
+func TestGuideNoCgoExamplesAreChecked(t *testing.T) {
+	data, err := os.ReadFile(guidePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	makefile, err := os.ReadFile("Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^NOCGO_PKGS := (.+)$`).FindSubmatch(makefile)
+	if m == nil {
+		t.Fatal("the Makefile has no NOCGO_PKGS")
+	}
+	pkgs := strings.Fields(string(m[1]))
+	if !regexp.MustCompile(`(?m)^test:.*\bnocgo\b`).Match(makefile) {
+		t.Error("make test does not run the nocgo target")
+	}
+	covered := func(dir string) bool {
+		for _, p := range pkgs {
+			p = strings.TrimPrefix(p, "./")
+			if rest, ok := strings.CutSuffix(p, "/..."); ok && (dir == rest || strings.HasPrefix(dir, rest+"/")) || dir == p {
+				return true
+			}
+		}
+		return false
+	}
+	start := strings.Index(string(data), "\n"+guideNoCgoSection+"\n")
+	if start < 0 {
+		t.Fatalf("%s has no section %q", guidePath, guideNoCgoSection)
+	}
+	startLine := strings.Count(string(data)[:start], "\n") + 2
+	endLine := strings.Count(string(data), "\n") + 1
+	if next := strings.Index(string(data)[start+1:], "\n## "); next >= 0 {
+		endLine = strings.Count(string(data)[:start+1+next], "\n") + 1
+	}
+	blocks, _ := parseGuide(data)
+	n := 0
+	for _, b := range blocks {
+		if b.line < startLine || b.line > endLine {
+			continue
+		}
+		n++
+		if dir := filepath.ToSlash(filepath.Dir(b.file)); !covered(dir) {
+			t.Errorf("%s:%d: %s is in %s, which the Makefile's NOCGO_PKGS (%s) does not build with CGO_ENABLED=0",
+				guidePath, b.line, b.example, dir, strings.Join(pkgs, " "))
+		}
+	}
+	if n == 0 {
+		t.Errorf("%s: section %q shows no Example", guidePath, guideNoCgoSection)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 )
 
 // BenchmarkPrepareGRPC measures NodePrepareResources and NodeUnprepareResources through the
@@ -44,7 +45,7 @@ func BenchmarkPrepareGRPC(b *testing.B) {
 			e := newEnv(b, "dgx-a100-40gb", true)
 			cs := tc.claims(e)
 			w := newSyncWatch(e.StateDir)
-			p := e.plugin(withHealth(draplugin.HealthConfig{Disabled: true}), withHooks(draplugin.TestHooks{Synced: w.synced}))
+			p := e.plugin(withHealth(draplugin.HealthConfig{Disabled: true}), withHooks(testhooks.Hooks{Synced: w.synced}))
 			srv := serve(b, e, p, cs...)
 			ctx := context.Background()
 			prep := make([]time.Duration, 0, b.N)

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/draplugin"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
+	"github.com/gpudra/gpudra/internal/locks"
 )
 
 // TestUnprepareOfAPrepareKubeletGaveUpOn: kubelet's prepare call ends (its deadline) and, the pod
@@ -41,14 +41,14 @@ func TestUnprepareOfAPrepareKubeletGaveUpOn(t *testing.T) {
 				c := e.claim(tc.class, tc.sel, "")
 				// hold stands for what keeps the prepare busy; the returned func lets it go on.
 				var hold func() func()
-				var hooks draplugin.TestHooks
+				var hooks testhooks.Hooks
 				switch situation {
 				case "waiting":
 					hold = func() func() { return holdAllGPULocks(t, e) }
 				case "working":
 					inStep, goOn := make(chan struct{}), make(chan struct{})
-					hooks.AfterStep = func(point draplugin.CrashPoint, uid types.UID) error {
-						if point == draplugin.CrashAfterCDIWritten && uid == c.UID {
+					hooks.AfterStep = func(point testhooks.CrashPoint, uid types.UID) error {
+						if point == testhooks.CrashAfterCDIWritten && uid == c.UID {
 							close(inStep)
 							<-goOn
 						}
@@ -104,7 +104,7 @@ func TestUnprepareOfAPrepareKubeletGaveUpOn(t *testing.T) {
 // holdAllGPULocks takes every GPU lock as another plugin process would and returns their release.
 func holdAllGPULocks(t *testing.T, e *env) func() {
 	t.Helper()
-	other, err := pluginkit.NewLocks(e.StateDir)
+	other, err := locks.NewLocks(e.StateDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +127,8 @@ func TestStopWaitsForOperationsUnderWay(t *testing.T) {
 	e := newEnv(t, "dgx-a100-40gb", true)
 	c := e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 0), "")
 	inStep, goOn := make(chan struct{}), make(chan struct{})
-	p := e.plugin(withHooks(draplugin.TestHooks{AfterStep: func(point draplugin.CrashPoint, uid types.UID) error {
-		if point == draplugin.CrashAfterMIGCreated {
+	p := e.plugin(withHooks(testhooks.Hooks{AfterStep: func(point testhooks.CrashPoint, uid types.UID) error {
+		if point == testhooks.CrashAfterMIGCreated {
 			close(inStep)
 			<-goOn
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 )
@@ -24,15 +25,15 @@ import (
 type Config struct {
 	// NodeName is the node the plugin runs on; its pool carries the same name.
 	NodeName string
-	// Slices are the options of the ResourceSlice builder (gpudra.NewBuilder). They are the
+	// SliceOptions are the options of the ResourceSlice builder (gpudra.NewBuilder). They are the
 	// single source of what the plugin publishes and prepares: driver name (WithDriverName),
 	// dynamic MIG (WithDynamicMIG), consumable memory, PCIe roots, slice size and taints. The
 	// plugin adds its health taints to any WithDeviceTaints given here.
-	Slices []gpudra.Option
+	SliceOptions []gpudra.Option
 	// APIFeatures, when set, are the optional ResourceSlice features the API server keeps, as
 	// NegotiateFeatures found them: the plugin publishes no field of the others
-	// (gpudra.WithoutFeatures), whatever Slices asks, and logs once what it turned off and why.
-	// Nil publishes what Slices asks for.
+	// (gpudra.WithoutFeatures), whatever SliceOptions asks, and logs once what it turned off and why.
+	// Nil publishes what SliceOptions asks for.
 	APIFeatures *APIFeatures
 	// NVML is an initialized NVML ((*nvmlgpu.Session).Interface(), or a gpu/gputest machine). It is
 	// used to enumerate GPUs when Inventory is nil, by the default MIG controller, and for health
@@ -74,25 +75,10 @@ type Config struct {
 	SuperviseInterval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// TestHooks are for tests only (crash injection, fsync accounting); production drivers
+	// TestHooks are for tests only (crash injection, fsync accounting, failed checkpoint
+	// writes; package draplugin/testhooks); production drivers
 	// leave them empty.
-	TestHooks TestHooks
-}
-
-// TestHooks let tests stop the plugin where a crash could and see what it syncs. They exist
-// for tests only; production drivers leave them empty.
-type TestHooks struct {
-	// AfterStep, when set, is called at every CrashPoint of prepare and unprepare. An error stops
-	// the operation at once, without any cleanup, as a crash would.
-	AfterStep func(point CrashPoint, claimUID types.UID) error
-	// Synced, when set, is called after every fsync the plugin makes, with the file or directory
-	// synced: tests count what each operation pays for durability, or record what a power loss
-	// would leave.
-	Synced func(path string)
-	// CheckpointWrite, when set, is called before every write of the checkpoint file; an error
-	// fails that write as a full disk would (unlike AfterStep, not a crash: the plugin handles
-	// it as any failed write, rolling back a prepare).
-	CheckpointWrite func(path string) error
+	TestHooks testhooks.Hooks
 }
 
 // HealthConfig configures health monitoring.

@@ -16,6 +16,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -53,7 +54,7 @@ func bystanders(e *env) []*resourceapi.ResourceClaim {
 }
 
 // stepsOf records the steps of a prepare and an unprepare of one claim of the kind.
-func stepsOf(t *testing.T, k crashKind) (prepare, unprepare []draplugin.CrashPoint) {
+func stepsOf(t *testing.T, k crashKind) (prepare, unprepare []testhooks.CrashPoint) {
 	e := newEnv(t, "dgx-a100-40gb", true)
 	c := k.claim(e)
 	rec := draplugintest.CrashAt(c.UID, -1)
@@ -270,13 +271,13 @@ func TestJoiningShareRecordsNoIntent(t *testing.T) {
 				cs = append(cs, c)
 			}
 			intents := map[string]bool{} // "prepare a", "unprepare b", ... → an intent was on disk
-			hooks := draplugin.TestHooks{AfterStep: func(point draplugin.CrashPoint, uid types.UID) error {
+			hooks := testhooks.Hooks{AfterStep: func(point testhooks.CrashPoint, uid types.UID) error {
 				name := map[types.UID]string{cs[0].UID: "a", cs[1].UID: "b"}[uid]
 				switch point {
-				case draplugin.CrashAfterPrepareStarted:
+				case testhooks.CrashAfterPrepareStarted:
 					b, err := os.ReadFile(filepath.Join(e.StateDir, "checkpoint.json"))
 					intents["prepare "+name] = err == nil && strings.Contains(string(b), string(uid))
-				case draplugin.CrashAfterUnprepareStarted:
+				case testhooks.CrashAfterUnprepareStarted:
 					intents["unprepare "+name] = true
 				}
 				return nil
@@ -308,7 +309,7 @@ func TestPlainUnprepareRecordsNoIntent(t *testing.T) {
 	for _, k := range crashKinds {
 		t.Run(k.name, func(t *testing.T) {
 			_, unprepare := stepsOf(t, k)
-			recorded := slices.Contains(unprepare, draplugin.CrashAfterUnprepareStarted)
+			recorded := slices.Contains(unprepare, testhooks.CrashAfterUnprepareStarted)
 			if recorded == k.plain {
 				t.Errorf("unprepare steps %v: UnprepareStarted recorded = %v, want %v", unprepare, recorded, !k.plain)
 			}

@@ -27,6 +27,26 @@ import (
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/apifeatures/*.yaml from the current output")
 
+// goldenDir holds one golden file per distinct output of TestPublishedSlicesPerGateCombination.
+// What the plugin publishes depends only on the features its slices use (wantFeatures), not on
+// which unused gates are off, so the file is named after those features (goldenName) and the
+// combinations that use the same features share it.
+var goldenDir = filepath.Join("testdata", "apifeatures")
+
+// goldenName is the golden file of the combination of gates off: "uses-" and the features
+// wantFeatures says the slices use, or "uses-none".
+func goldenName(off []gpudra.Feature) string {
+	short := map[gpudra.Feature]string{fPart: "partitionable", fCons: "consumable", fTaint: "taints", fBind: "binding"}
+	parts := []string{"uses"}
+	for _, f := range wantFeatures(off) {
+		parts = append(parts, short[f])
+	}
+	if len(parts) == 1 {
+		parts = append(parts, "none")
+	}
+	return strings.Join(parts, "-") + ".yaml"
+}
+
 // asked are the slice options of the degrade tests: every feature the builder can use. Dynamic
 // MIG is limited to 3g.20gb, which an A100-SXM4-40GB places at memory slices 0 and 4 (NVIDIA's
 // MIG user guide), to keep the golden files short.
@@ -65,10 +85,13 @@ func wantFeatures(off []gpudra.Feature) []gpudra.Feature {
 
 // TestPublishedSlicesPerGateCombination negotiates with a fake API server for every combination
 // of gates turned off, builds the plugin with the result and compares what it publishes with a
-// golden file per combination. Independently of the golden files: the server would store the
+// golden file (goldenName: one per distinct output, shared by the combinations whose slices use
+// the same features). Independently of the golden files: the server would store the
 // slices as they are (zero dropped fields), every feature it keeps that the driver asked for is
 // still used, dynamic MIG falls back to full GPUs, and New logs exactly one line about it.
 func TestPublishedSlicesPerGateCombination(t *testing.T) {
+	checkGoldenFiles(t)
+	written := map[string]string{} // with -update: the golden files written, by path
 	for _, off := range gateSubsets() {
 		t.Run(subsetName(off), func(t *testing.T) {
 			ctx, logs := bufferedCtx(t)
@@ -97,7 +120,7 @@ func TestPublishedSlicesPerGateCombination(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkDegraded(t, rs, off)
-			compareGolden(t, filepath.Join("testdata", "apifeatures", subsetName(off)+".yaml"), rs)
+			compareGolden(t, filepath.Join(goldenDir, goldenName(off)), rs, written)
 		})
 	}
 }
@@ -170,8 +193,36 @@ func checkNegotiationLog(t *testing.T, logs string, off []gpudra.Feature) {
 	}
 }
 
+// checkGoldenFiles fails on a golden file that no combination of gates compares with (a stale
+// one, left by a renamed combination) and on a combination without its file.
+func checkGoldenFiles(t *testing.T) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, off := range gateSubsets() {
+		want[goldenName(off)] = true
+	}
+	entries, err := os.ReadDir(goldenDir)
+	if err != nil && !*updateGolden {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, e := range entries {
+		have[e.Name()] = true
+		if !want[e.Name()] {
+			t.Errorf("%s is compared with no combination of gates: remove it", filepath.Join(goldenDir, e.Name()))
+		}
+	}
+	for name := range want {
+		if !have[name] && !*updateGolden {
+			t.Errorf("%s is missing (run go test ./draplugin -run TestPublishedSlicesPerGateCombination -update)", filepath.Join(goldenDir, name))
+		}
+	}
+}
+
 // compareGolden compares the slices, as a YAML stream, with a golden file (-update rewrites it).
-func compareGolden(t *testing.T, golden string, rs []*resourceapi.ResourceSlice) {
+// With -update it writes the file, and fails when another combination sharing the file wrote
+// something else in this run (written holds what each path got).
+func compareGolden(t *testing.T, golden string, rs []*resourceapi.ResourceSlice, written map[string]string) {
 	t.Helper()
 	var buf bytes.Buffer
 	for _, s := range rs {
@@ -183,6 +234,11 @@ func compareGolden(t *testing.T, golden string, rs []*resourceapi.ResourceSlice)
 		buf.Write(y)
 	}
 	if *updateGolden {
+		if prev, ok := written[golden]; ok && prev != buf.String() {
+			t.Errorf("%s: combinations using the same features publish different slices: the golden files cannot be shared (-earlier +this):\n%s",
+				golden, cmp.Diff(prev, buf.String()))
+		}
+		written[golden] = buf.String()
 		if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
 			t.Fatal(err)
 		}

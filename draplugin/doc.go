@@ -4,8 +4,8 @@
 //
 // A driver for another kind of device, allocated one claim at a time, uses package
 // draplugin/exclusive instead: the same checkpoint, locks, CDI writing, reconciliation and
-// kubelet registration (shared through internal/pluginkit), around three methods the driver
-// author writes, and nothing of NVML.
+// kubelet registration, around three methods the driver author writes, and nothing of NVML.
+// Both plugins take the test hooks of package draplugin/testhooks.
 //
 // # Prepare and unprepare
 //
@@ -27,13 +27,14 @@
 //
 // Reconcile (Start calls it) repairs what a crash or a reboot left: it rolls back interrupted
 // prepares, finishes interrupted unprepares, forgets the claims of an earlier boot (kubelet
-// prepares them again), rewrites lost CDI specs and removes leaked instances and specs. TestHooks.AfterStep lets tests
-// stop the plugin at every CrashPoint; package draplugintest builds a fake node to do so.
+// prepares them again), rewrites lost CDI specs and removes leaked instances and specs. Config.TestHooks
+// (package draplugin/testhooks) lets tests stop the plugin at every crash point; package
+// draplugintest builds a fake node to do so.
 //
 // Every record and CDI spec survives a crash of the process at no cost (a rename). A power
 // loss is a reboot, which undoes what prepare did on the node, and after which Reconcile
 // forgets every claim of the earlier boot, so neither prepare nor unprepare pays for an fsync
-// (docs/reliability.md, "Durability"). TestHooks.Synced reports every fsync.
+// (docs/reliability.md, "Durability"). Config.TestHooks.Synced reports every fsync.
 //
 // # Health
 //
@@ -62,7 +63,7 @@
 //	plugin, err := draplugin.New(ctx, draplugin.Config{
 //		NodeName: node, NVML: session.Interface(), StateDir: "/var/lib/kubelet/plugins/gpu.nvidia.com",
 //		CDIGenerator: gen, CDIWriter: writer, Sharing: sharingManager,
-//		Slices: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
+//		SliceOptions: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
 //	})
 //	report, err := plugin.Start(ctx, draplugin.StartConfig{KubeClient: client})
 //	defer plugin.Stop()

@@ -1,8 +1,9 @@
 package draplugin
 
 import (
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/atomicfile"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/durability"
 )
 
 // What each write of the plugin must survive, and so what it pays for. The reasoning is in
@@ -16,14 +17,14 @@ const (
 	// stepDurability is for every record prepare and unprepare make on their way (intent,
 	// completion, UnprepareStarted, the deletion) and for the CDI spec: they must survive a
 	// crash of the process, which the rename gives for free.
-	stepDurability = pluginkit.StepDurability
+	stepDurability = durability.StepDurability
 	// reconcileDurability is for what reconciliation changes: after a power loss it draws the
 	// same conclusions from the same evidence again.
-	reconcileDurability = pluginkit.ReconcileDurability
+	reconcileDurability = durability.ReconcileDurability
 	// baselineDurability is for the MIG baseline, which belongs to one boot: a power loss starts
 	// another.
 	baselineDurability = atomicfile.ProcessCrash
 )
 
 // syncer is the plugin's: the operating system's, reported to TestHooks.Synced when it is set.
-func (h TestHooks) syncer() atomicfile.Syncer { return pluginkit.Syncer(h.Synced) }
+func syncer(h testhooks.Hooks) atomicfile.Syncer { return durability.Syncer(h.Synced) }

@@ -22,6 +22,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/draplugin"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/gpu/nvmlgpu"
@@ -69,13 +70,13 @@ func (w *syncWatch) snapshot() {
 }
 
 // afterStep is TestHooks.AfterStep: every crash point follows a checkpoint write or a side effect.
-func (w *syncWatch) afterStep(draplugin.CrashPoint, types.UID) error {
+func (w *syncWatch) afterStep(testhooks.CrashPoint, types.UID) error {
 	w.snapshot()
 	return nil
 }
 
-func (w *syncWatch) hooks() draplugin.TestHooks {
-	return draplugin.TestHooks{Synced: w.synced, AfterStep: w.afterStep}
+func (w *syncWatch) hooks() testhooks.Hooks {
+	return testhooks.Hooks{Synced: w.synced, AfterStep: w.afterStep}
 }
 
 // take returns the number of fsyncs since the last take.

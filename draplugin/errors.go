@@ -64,32 +64,3 @@ func (e *StepError) Unwrap() error { return e.Err }
 func stepErr(step Step, device string, err error) error {
 	return &StepError{Step: step, Device: device, Err: err}
 }
-
-// CrashPoint names a point between two steps of prepare or unprepare at which a test can stop
-// the plugin as a crash would (TestHooks.AfterStep).
-type CrashPoint string
-
-// The crash points, in the order prepare and unprepare pass them.
-const (
-	// CrashAfterPrepareStarted: what will be done is planned, and recorded as PrepareStarted
-	// when it creates MIG instances or changes host settings.
-	CrashAfterPrepareStarted CrashPoint = "prepare-started"
-	// CrashAfterMIGCreated: one dynamic MIG instance was created (once per created instance).
-	CrashAfterMIGCreated CrashPoint = "mig-created"
-	// CrashAfterSharingApplied: the sharing engine made its host changes.
-	CrashAfterSharingApplied CrashPoint = "sharing-applied"
-	// CrashAfterCDIWritten: the claim's CDI spec was written.
-	CrashAfterCDIWritten CrashPoint = "cdi-written"
-	// CrashAfterPrepareCompleted: the claim was recorded as PrepareCompleted.
-	CrashAfterPrepareCompleted CrashPoint = "prepare-completed"
-	// CrashAfterUnprepareStarted: the claim was recorded as UnprepareStarted.
-	CrashAfterUnprepareStarted CrashPoint = "unprepare-started"
-	// CrashAfterCDIRemoved: the claim's CDI spec was removed.
-	CrashAfterCDIRemoved CrashPoint = "cdi-removed"
-	// CrashAfterSharingUndone: the claim's host changes were undone.
-	CrashAfterSharingUndone CrashPoint = "sharing-undone"
-	// CrashAfterMIGDestroyed: one MIG instance the plugin had created was destroyed.
-	CrashAfterMIGDestroyed CrashPoint = "mig-destroyed"
-	// CrashAfterUnprepareCompleted: the claim was removed from the checkpoint.
-	CrashAfterUnprepareCompleted CrashPoint = "unprepare-completed"
-)

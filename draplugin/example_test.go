@@ -43,7 +43,7 @@ func ExampleNew() {
 	ctx := context.Background()
 	plugin, err := draplugin.New(ctx, draplugin.Config{
 		NodeName: "node-1", NVML: machine, StateDir: filepath.Join(dir, "state"), BootIDPath: filepath.Join(dir, "boot_id"),
-		CDIGenerator: gen, CDIWriter: writer, Slices: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
+		CDIGenerator: gen, CDIWriter: writer, SliceOptions: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
 	})
 	if err != nil {
 		fmt.Println(err)

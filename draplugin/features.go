@@ -312,7 +312,7 @@ func missing(path string, sent, got any, out *[]string) {
 // health taints, and without the features the API server drops (Config.APIFeatures), which it
 // logs in one line.
 func sliceOptions(logger klog.Logger, cfg Config, taints func(device string) []resourceapi.DeviceTaint) []gpudra.Option {
-	opts := append(slices.Clone(cfg.Slices), gpudra.WithDeviceTaints(taints))
+	opts := append(slices.Clone(cfg.SliceOptions), gpudra.WithDeviceTaints(taints))
 	f := cfg.APIFeatures
 	if f == nil {
 		return opts

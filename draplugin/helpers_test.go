@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/gpu/gputest"
 )
 
@@ -66,7 +67,7 @@ func (e *env) plugin(mutate ...func(*draplugin.Config)) *draplugin.Plugin {
 	return p
 }
 
-func withHooks(h draplugin.TestHooks) func(*draplugin.Config) {
+func withHooks(h testhooks.Hooks) func(*draplugin.Config) {
 	return func(c *draplugin.Config) { c.TestHooks = h }
 }
 

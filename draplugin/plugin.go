@@ -16,10 +16,15 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/crashpoint"
+	"github.com/gpudra/gpudra/internal/durability"
+	"github.com/gpudra/gpudra/internal/lifecycle"
+	"github.com/gpudra/gpudra/internal/locks"
+	"github.com/gpudra/gpudra/internal/serving"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -44,14 +49,14 @@ type Plugin struct {
 	mig        MIGController
 	builder    *gpudra.Builder
 	sliceOpts  []gpudra.Option // the builder's options, for the builds that publish
-	hooks      TestHooks
+	hooks      testhooks.Hooks
 	now        func() time.Time
 	supervise  time.Duration
 	metrics    *metrics
 	health     *health
 	devices    *deviceIndex
 
-	locks *pluginkit.Locks // per physical GPU, by UUID
+	locks *locks.Locks // per physical GPU, by UUID
 
 	// synced records, per GPU, the checkpoint reload count at which the sharing engine's
 	// registry was last synced for it (see syncSharing).
@@ -60,7 +65,7 @@ type Plugin struct {
 
 	// ops tracks the operations that change the node (prepare, unprepare, a round of MPS
 	// supervision), for Stop to wait for.
-	ops pluginkit.InFlight
+	ops lifecycle.InFlight
 
 	helperMu sync.Mutex
 	helper   *kubeletplugin.Helper
@@ -71,7 +76,7 @@ type Plugin struct {
 	// status writes claims' status.devices; nil unless Start runs it.
 	status *statusWriter
 
-	fatal *pluginkit.Fatal // the kubelet-plugin helper's fatal error
+	fatal *lifecycle.Fatal // the kubelet-plugin helper's fatal error
 }
 
 var _ kubeletplugin.DRAPlugin = (*Plugin)(nil)
@@ -89,9 +94,9 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	p := &Plugin{
 		nodeName: cfg.NodeName, lib: cfg.NVML, inv: inv, stateDir: cfg.StateDir,
 		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
-		hooks: cfg.TestHooks, now: cfg.Now, fatal: pluginkit.NewFatal(), supervise: cfg.SuperviseInterval,
+		hooks: cfg.TestHooks, now: cfg.Now, fatal: lifecycle.NewFatal(), supervise: cfg.SuperviseInterval,
 		synced: map[string]uint64{}, republishReq: make(chan struct{}, 1),
-		files: atomicfile.New(atomicfile.WithSyncer(cfg.TestHooks.syncer())),
+		files: atomicfile.New(atomicfile.WithSyncer(syncer(cfg.TestHooks))),
 	}
 	if p.supervise == 0 {
 		p.supervise = time.Minute
@@ -101,7 +106,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 	// The health taints need the device index, which needs the builder: build it once without
 	// them to learn the driver name and devices, then with them.
-	p.driverName = gpudra.NewBuilder(cfg.Slices...).DriverName()
+	p.driverName = gpudra.NewBuilder(cfg.SliceOptions...).DriverName()
 	p.health = newHealth(cfg.Health, p.driverName, p.now)
 	p.sliceOpts = sliceOptions(klog.FromContext(ctx), cfg, p.health.taints)
 	p.builder = gpudra.NewBuilder(p.sliceOpts...)
@@ -120,7 +125,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 	logCatalogDifferences(klog.FromContext(ctx), inv)
 	logEnumerationFailures(klog.FromContext(ctx), inv)
-	if p.locks, err = pluginkit.NewLocks(p.stateDir); err != nil {
+	if p.locks, err = locks.NewLocks(p.stateDir); err != nil {
 		return nil, err
 	}
 	if err := p.openCheckpoint(ctx, cfg.BootIDPath); err != nil {
@@ -131,7 +136,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 }
 
 func (p *Plugin) openCheckpoint(ctx context.Context, bootIDPath string) error {
-	store, rep, err := pluginkit.OpenStore(ctx, pluginkit.StoreConfig{Dir: p.stateDir, BootIDPath: bootIDPath, Now: p.now, Synced: p.hooks.Synced,
+	store, rep, err := durability.OpenStore(ctx, durability.StoreConfig{Dir: p.stateDir, BootIDPath: bootIDPath, Now: p.now, Synced: p.hooks.Synced,
 		BeforeWrite: p.hooks.CheckpointWrite})
 	if err != nil {
 		return err
@@ -214,7 +219,7 @@ func instancesAsMIGDevices(g *gpu.GPU, insts []MIGInstance) []gpu.MIGDevice {
 // each gets its own result, so one failing claim does not fail the others.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	defer p.ops.Begin()()
-	return pluginkit.Concurrently(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
+	return serving.Concurrently(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
 		func(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult { return p.prepareClaim(ctx, c) }), nil
 }
 
@@ -224,7 +229,7 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 // an unprepare is harmless, since Reconcile forgets every claim of an earlier boot.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	defer p.ops.Begin()()
-	return pluginkit.Concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
+	return serving.Concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
 		func(c kubeletplugin.NamespacedObject) error { return p.unprepareClaim(ctx, c) }), nil
 }
 
@@ -247,12 +252,12 @@ func (p *Plugin) Err() error { return p.fatal.Err() }
 // starts the health monitor and publishes the ResourceSlices. It returns once the plugin
 // serves; Stop (or cancelling ctx for the background work) ends it. On a node with no slice of
 // the driver it creates the first slices itself, a second sooner than the helper's
-// ResourceSlice controller would (pluginkit.PublishFirst), and the controller takes them over.
+// ResourceSlice controller would, and the controller takes them over.
 func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, error) {
 	if sc.KubeClient == nil {
 		return nil, errors.New("start plugin: KubeClient is required")
 	}
-	if err := pluginkit.CheckSocketPaths(p.endpoint(sc)); err != nil {
+	if err := serving.CheckSocketPaths(p.endpoint(sc)); err != nil {
 		return nil, fmt.Errorf("start plugin: %w", err)
 	}
 	report, err := p.Reconcile(ctx)
@@ -268,7 +273,7 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 		p.status.resync(p.store.List())
 		go p.status.run(ctx, stopped)
 	}
-	helper, err := kubeletplugin.Start(ctx, p, pluginkit.HelperOptions(p.endpoint(sc))...)
+	helper, err := kubeletplugin.Start(ctx, p, serving.HelperOptions(p.endpoint(sc))...)
 	if err != nil {
 		close(stopped)
 		return report, fmt.Errorf("start kubelet plugin %s: %w", p.driverName, err)
@@ -283,7 +288,7 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 		p.health.startMonitor(ctx, p.lib, p.inv)
 	}
 	if !sc.NoPublish {
-		if err := pluginkit.PublishFirst(ctx, helper, sc.KubeClient, p.driverName, p.nodeName, p.Resources); err != nil {
+		if err := serving.PublishFirst(ctx, helper, sc.KubeClient, p.driverName, p.nodeName, p.Resources); err != nil {
 			p.Stop()
 			return report, err
 		}
@@ -345,8 +350,8 @@ func (p *Plugin) superviseMPS(ctx context.Context) error {
 	return err
 }
 
-func (p *Plugin) endpoint(sc StartConfig) pluginkit.Endpoint {
-	return pluginkit.Endpoint{DriverName: p.driverName, NodeName: p.nodeName, KubeClient: sc.KubeClient,
+func (p *Plugin) endpoint(sc StartConfig) serving.Endpoint {
+	return serving.Endpoint{DriverName: p.driverName, NodeName: p.nodeName, KubeClient: sc.KubeClient,
 		RegistrarDir: sc.RegistrarDir, PluginDir: sc.PluginDir, RollingUpdatePodUID: sc.RollingUpdatePodUID, Options: sc.Options}
 }
 
@@ -354,7 +359,7 @@ func (p *Plugin) endpoint(sc StartConfig) pluginkit.Endpoint {
 // the current health taints and MIG partitions. Start publishes the first time; afterwards the
 // plugin republishes by itself (see Start).
 func (p *Plugin) Publish(ctx context.Context) error {
-	return pluginkit.Publish(ctx, p.Helper(), p.Resources)
+	return serving.Publish(ctx, p.Helper(), p.Resources)
 }
 
 // republish asks for the slices to be published again soon; requests made while one is pending
@@ -478,6 +483,6 @@ func (p *Plugin) Close() error {
 }
 
 // crashPoint reports a crash point to the test hook.
-func (p *Plugin) crashPoint(point CrashPoint, uid types.UID) error {
-	return pluginkit.AtCrashPoint(p.hooks.AfterStep, point, uid)
+func (p *Plugin) crashPoint(point testhooks.CrashPoint, uid types.UID) error {
+	return crashpoint.At(p.hooks, point, uid)
 }

@@ -16,8 +16,10 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/checkpoint"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/claimstate"
+	"github.com/gpudra/gpudra/internal/crashpoint"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -35,7 +37,7 @@ func (p *Plugin) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	devices, err := p.prepare(ctx, claim)
 	p.metrics.observe(OpPrepare, p.now().Sub(start), err)
 	if err != nil {
-		err = fmt.Errorf("prepare claim %s: %w", pluginkit.ClaimRef(claim.Namespace, claim.Name, claim.UID), err)
+		err = fmt.Errorf("prepare claim %s: %w", claimstate.ClaimRef(claim.Namespace, claim.Name, claim.UID), err)
 		logger.Error(err, "Prepare failed")
 		return kubeletplugin.PrepareResult{Err: err}
 	}
@@ -54,7 +56,7 @@ func (p *Plugin) queueDeviceStatus(ctx context.Context, claim *resourceapi.Resou
 	if !ok || len(st.Devices) == 0 {
 		return
 	}
-	if err := p.status.prepared(st, pluginkit.ShareIDs(claim, p.driverName)); err != nil {
+	if err := p.status.prepared(st, claimstate.ShareIDs(claim, p.driverName)); err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot describe the prepared devices in the claim's status")
 	}
 }
@@ -120,7 +122,7 @@ func (p *Plugin) interruptedOn(gpus []string, except types.UID) []checkpoint.Cla
 func (p *Plugin) rollBackInterrupted(ctx context.Context, gpus, locked []string, except types.UID) {
 	logger := klog.FromContext(ctx)
 	for _, c := range p.interruptedOn(gpus, except) {
-		ref := pluginkit.Ref(c)
+		ref := claimstate.Ref(c)
 		if missing := slices.DeleteFunc(claimGPUs(c), func(u string) bool { return slices.Contains(locked, u) }); len(missing) > 0 {
 			// It appeared after the locks were chosen; the next prepare on these GPUs locks them.
 			logger.Info("Not rolling back an interrupted prepare of another claim: it also holds GPUs not locked", "interruptedClaim", ref, "gpus", missing)
@@ -167,7 +169,7 @@ func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim, o
 		if st.Recovered {
 			return p.completeRecovered(ctx, claim, st, ours)
 		}
-		if err := pluginkit.SameAllocation(st, resultsOf(ours)); err != nil {
+		if err := claimstate.SameAllocation(st, resultsOf(ours)); err != nil {
 			return nil, false, stepErr(StepValidate, "", err)
 		}
 		klog.FromContext(ctx).V(3).Info("Claim already prepared, returning the recorded devices")
@@ -187,7 +189,7 @@ func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim, o
 // completeRecovered fills in what the CDI spec of a recovered claim could not say (request
 // names, namespace and name) from the claim kubelet prepares again, and answers from it.
 func (p *Plugin) completeRecovered(ctx context.Context, claim *resourceapi.ResourceClaim, st checkpoint.ClaimState, ours []prepDevice) ([]kubeletplugin.Device, bool, error) {
-	st, err := pluginkit.CompleteRecovered(st, claim, resultsOf(ours))
+	st, err := claimstate.CompleteRecovered(st, claim, resultsOf(ours))
 	if err != nil {
 		return nil, false, stepErr(StepValidate, "", err)
 	}
@@ -209,7 +211,7 @@ func resultsOf(ours []prepDevice) []resourceapi.DeviceRequestAllocationResult {
 
 // resultFromState rebuilds the prepare result of a completed claim from the checkpoint.
 func (p *Plugin) resultFromState(claim *resourceapi.ResourceClaim, st checkpoint.ClaimState) []kubeletplugin.Device {
-	return pluginkit.Result(st, pluginkit.ShareIDs(claim, p.driverName))
+	return claimstate.Result(st, claimstate.ShareIDs(claim, p.driverName))
 }
 
 // ownerOf returns the claim (other than except) that records an instance at the placement for
@@ -221,7 +223,7 @@ func (p *Plugin) ownerOf(gpuUUID string, start int, except string) (string, bool
 		}
 		for _, d := range c.Devices {
 			if d.MIG != nil && !d.AdminAccess && d.MIG.ParentUUID == gpuUUID && d.MIG.Placement.Start == start {
-				return pluginkit.ClaimRef(c.Namespace, c.Name, types.UID(c.UID)), true
+				return claimstate.ClaimRef(c.Namespace, c.Name, types.UID(c.UID)), true
 			}
 		}
 	}
@@ -256,7 +258,7 @@ func (p *Plugin) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 		return nil, err
 	}
 	defer func() {
-		if err == nil || pluginkit.IsCrash(err) {
+		if err == nil || crashpoint.IsCrash(err) {
 			return
 		}
 		if rerr := p.rollback(context.WithoutCancel(ctx), a.st, false, stepDurability); rerr != nil {
@@ -306,7 +308,7 @@ func (a *attempt) recordIntent(ctx context.Context) error {
 			return stepErr(StepCheckpoint, "", fmt.Errorf("record PrepareStarted: %w", err))
 		}
 	}
-	return a.p.crashPoint(CrashAfterPrepareStarted, a.claim.UID)
+	return a.p.crashPoint(testhooks.CrashAfterPrepareStarted, a.claim.UID)
 }
 
 // planDevice is the checkpoint entry of one device before anything is done.
@@ -387,7 +389,7 @@ func (a *attempt) createMIG(ctx context.Context) error {
 		pd.MIG.GIID, pd.MIG.CIID, pd.MIG.UUID = in.GIID, in.CIID, in.UUID
 		a.mig[d.result.Device] = migDevice{uuid: in.UUID, ids: cdi.MIGInstanceIDs{GI: in.GIID, CI: in.CIID}}
 		klog.FromContext(ctx).V(2).Info("Created MIG instance", "device", d.result.Device, "migUUID", in.UUID, "gi", in.GIID, "ci", in.CIID)
-		if err := a.p.crashPoint(CrashAfterMIGCreated, a.claim.UID); err != nil {
+		if err := a.p.crashPoint(testhooks.CrashAfterMIGCreated, a.claim.UID); err != nil {
 			return err
 		}
 	}
@@ -423,7 +425,7 @@ func (a *attempt) applySharing(ctx context.Context) error {
 	if err := setSharing(&a.st, rec, true); err != nil {
 		return a.fail(StepCheckpoint, "", err)
 	}
-	return a.p.crashPoint(CrashAfterSharingApplied, a.claim.UID)
+	return a.p.crashPoint(testhooks.CrashAfterSharingApplied, a.claim.UID)
 }
 
 // writeCDI is step 4: the claim's CDI spec, with the device IDs recorded in the entry.
@@ -451,7 +453,7 @@ func (a *attempt) writeCDI(_ context.Context) error {
 	if _, err := a.p.writer.Write(spec); err != nil {
 		return a.fail(StepWriteCDI, "", err)
 	}
-	return a.p.crashPoint(CrashAfterCDIWritten, a.claim.UID)
+	return a.p.crashPoint(testhooks.CrashAfterCDIWritten, a.claim.UID)
 }
 
 // complete is step 5: the claim is recorded as PrepareCompleted.
@@ -460,7 +462,7 @@ func (a *attempt) complete(_ context.Context) error {
 	if err := a.p.store.Put(a.st, stepDurability); err != nil {
 		return a.fail(StepCheckpoint, "", fmt.Errorf("record PrepareCompleted: %w", err))
 	}
-	return a.p.crashPoint(CrashAfterPrepareCompleted, a.claim.UID)
+	return a.p.crashPoint(testhooks.CrashAfterPrepareCompleted, a.claim.UID)
 }
 
 // sharingLookup describes the claim's devices to the sharing engine. A dynamic MIG device

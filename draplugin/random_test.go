@@ -19,6 +19,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 	"github.com/gpudra/gpudra/sharing"
 )
@@ -148,7 +149,7 @@ func runSequence(t *testing.T, seed uint64, ops int) {
 
 // start starts a plugin process that reconciles, as a driver's start does.
 func (w *world) start() *draplugin.Plugin {
-	p := w.e.plugin(withHooks(draplugin.TestHooks{AfterStep: w.afterStep}))
+	p := w.e.plugin(withHooks(testhooks.Hooks{AfterStep: w.afterStep}))
 	if rep, err := p.Reconcile(context.Background()); err != nil {
 		// Start serves after a partial reconciliation: what it left (an interrupted unprepare
 		// that met the fault, seed 53) is completed by kubelet's retry, which settle makes and
@@ -301,7 +302,7 @@ func (w *world) armCrash(_ *draplugin.Plugin, c *resourceapi.ResourceClaim) {
 }
 
 // afterStep is every pod's crash hook: it asks the armed crasher, if any.
-func (w *world) afterStep(point draplugin.CrashPoint, uid types.UID) error {
+func (w *world) afterStep(point testhooks.CrashPoint, uid types.UID) error {
 	if w.crash == nil {
 		return nil
 	}

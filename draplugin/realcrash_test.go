@@ -24,6 +24,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/gpu/nvmlgpu"
 )
@@ -86,7 +87,7 @@ func (k *killer) nvml(call string) {
 
 func (k *killer) host(call string) error { k.event("host", call); return nil }
 
-func (k *killer) point(p draplugin.CrashPoint, uid string) error {
+func (k *killer) point(p testhooks.CrashPoint, uid string) error {
 	k.event("point", string(p)+" "+uid)
 	return nil
 }
@@ -119,7 +120,7 @@ func crashChild() int {
 	}
 	ctx := context.Background()
 	p, err := node.NewPlugin(ctx, func(c *draplugin.Config) {
-		c.TestHooks.AfterStep = func(pt draplugin.CrashPoint, uid types.UID) error { return k.point(pt, string(uid)) }
+		c.TestHooks.AfterStep = func(pt testhooks.CrashPoint, uid types.UID) error { return k.point(pt, string(uid)) }
 		c.SuperviseInterval = -1
 	})
 	if err != nil {

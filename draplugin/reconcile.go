@@ -14,7 +14,8 @@ import (
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/claimstate"
+	"github.com/gpudra/gpudra/internal/reconcile"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -113,7 +114,7 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	if p.dynamicMIG() && p.mig != nil {
 		steps = append(steps, p.reconcileMIG)
 	}
-	return rep, pluginkit.Reconcile(ctx, rep, p.lockAll, p.writer, &rep.TempFilesRemoved, steps...)
+	return rep, reconcile.Reconcile(ctx, rep, p.lockAll, p.writer, &rep.TempFilesRemoved, steps...)
 }
 
 // lockAll takes the locks of every GPU of the node and of every GPU a claim records.
@@ -148,10 +149,10 @@ func (p *Plugin) forgetRebooted(ctx context.Context, rep *ReconcileReport) error
 			continue
 		}
 		if err := p.store.Delete(c.UID, reconcileDurability); err != nil {
-			errs = append(errs, fmt.Errorf("claim %s: %w", pluginkit.Ref(c), err))
+			errs = append(errs, fmt.Errorf("claim %s: %w", claimstate.Ref(c), err))
 			continue
 		}
-		rep.Forgotten = append(rep.Forgotten, pluginkit.Ref(c))
+		rep.Forgotten = append(rep.Forgotten, claimstate.Ref(c))
 		klog.FromContext(ctx).Info("Forgot claim prepared before a reboot; kubelet prepares it again", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
 	}
 	return errors.Join(errs...)
@@ -194,15 +195,15 @@ func (p *Plugin) finishInterrupted(ctx context.Context, rep *ReconcileReport) er
 		switch c.Phase {
 		case checkpoint.PrepareStarted:
 			if err := p.rollback(cctx, c, true, reconcileDurability); err != nil {
-				errs = append(errs, fmt.Errorf("roll back claim %s: %w", pluginkit.Ref(c), err))
+				errs = append(errs, fmt.Errorf("roll back claim %s: %w", claimstate.Ref(c), err))
 			} else {
-				rep.RolledBack = append(rep.RolledBack, pluginkit.Ref(c))
+				rep.RolledBack = append(rep.RolledBack, claimstate.Ref(c))
 			}
 		case checkpoint.UnprepareStarted:
 			if err := p.finishUnprepare(cctx, c, reconcileDurability); err != nil {
-				errs = append(errs, fmt.Errorf("finish unprepare of claim %s: %w", pluginkit.Ref(c), err))
+				errs = append(errs, fmt.Errorf("finish unprepare of claim %s: %w", claimstate.Ref(c), err))
 			} else {
-				rep.UnprepareFinished = append(rep.UnprepareFinished, pluginkit.Ref(c))
+				rep.UnprepareFinished = append(rep.UnprepareFinished, claimstate.Ref(c))
 			}
 		}
 	}
@@ -220,20 +221,20 @@ func (p *Plugin) forgetVanished(ctx context.Context, rep *ReconcileReport) error
 		updated, gone := p.currentStatic(c)
 		switch {
 		case gone != "" && p.onUnreadableGPU(c):
-			rep.Unreadable = append(rep.Unreadable, pluginkit.Ref(c))
+			rep.Unreadable = append(rep.Unreadable, claimstate.Ref(c))
 			klog.FromContext(ctx).Info("Keeping claim whose GPU could not be read; it is checked again at the next start",
 				"claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID, "device", gone)
 		case gone != "":
 			if err := p.forget(ctx, c); err != nil {
-				errs = append(errs, fmt.Errorf("claim %s: %w", pluginkit.Ref(c), err))
+				errs = append(errs, fmt.Errorf("claim %s: %w", claimstate.Ref(c), err))
 				continue
 			}
-			rep.Forgotten = append(rep.Forgotten, pluginkit.Ref(c))
+			rep.Forgotten = append(rep.Forgotten, claimstate.Ref(c))
 			klog.FromContext(ctx).Info("Forgot claim whose MIG device no longer exists; kubelet prepares it again or the pod fails",
 				"claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID, "device", gone)
 		case updated != nil:
 			if err := p.store.Put(*updated, reconcileDurability); err != nil {
-				errs = append(errs, fmt.Errorf("claim %s: %w", pluginkit.Ref(c), err))
+				errs = append(errs, fmt.Errorf("claim %s: %w", claimstate.Ref(c), err))
 			}
 		}
 	}
@@ -289,7 +290,7 @@ func (p *Plugin) forget(ctx context.Context, c checkpoint.ClaimState) error {
 // the checkpoint does not hold, when it is trusted. A spec that exists was written in this boot
 // (forgetRebooted dropped the claims of earlier ones) and atomically, so it is kept as it is.
 func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error {
-	done, err := pluginkit.ReconcileSpecs(ctx, p.store, p.writer, p.trusted(), p.rewriteSpec)
+	done, err := reconcile.ReconcileSpecs(ctx, p.store, p.writer, p.trusted(), p.rewriteSpec)
 	rep.Prepared, rep.SpecsRewritten, rep.SpecsPruned = done.Prepared, done.Rewritten, done.Pruned
 	return err
 }

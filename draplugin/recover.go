@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpudra/gpudra/internal/checkpoint"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/reconcile"
 	"github.com/gpudra/gpudra/sharing"
 )
 
@@ -26,7 +26,7 @@ func (p *Plugin) adoptOrphans(ctx context.Context, rep *ReconcileReport) error {
 	if p.trusted() {
 		return nil
 	}
-	done, err := pluginkit.AdoptOrphans(ctx, p.store, p.writer, func(uid string) (checkpoint.ClaimState, error) { return p.adopt(ctx, uid) })
+	done, err := reconcile.AdoptOrphans(ctx, p.store, p.writer, func(uid string) (checkpoint.ClaimState, error) { return p.adopt(ctx, uid) })
 	rep.Adopted, rep.NotAdopted = done.Adopted, done.NotAdopted
 	return err
 }

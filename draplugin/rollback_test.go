@@ -13,8 +13,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpudra/gpudra"
-	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 )
 
@@ -86,7 +86,7 @@ func TestFailedPrepareLeavesNothing(t *testing.T) {
 			e := newEnv(t, "dgx-a100-40gb", true)
 			var writes atomic.Int32 // checkpoint writes once armed
 			armed := atomic.Bool{}
-			p := e.plugin(withHooks(draplugin.TestHooks{CheckpointWrite: func(string) error {
+			p := e.plugin(withHooks(testhooks.Hooks{CheckpointWrite: func(string) error {
 				if armed.Load() && int(writes.Add(1)) == tc.checkpointWrite {
 					return errors.New("injected: no space left on device")
 				}

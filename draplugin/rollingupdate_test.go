@@ -13,6 +13,7 @@ import (
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 )
 
 // TestRollingUpdateUnprepareThroughTheNewPod: kubelet prepares through the old plugin pod and
@@ -219,8 +220,8 @@ func TestRollingUpdateShareAfterACrashedFirstShare(t *testing.T) {
 			if _, err := prepareOne(t, old, first); !errors.Is(err, draplugintest.ErrCrash) {
 				t.Fatalf("prepare of the first share: %v, want the crash", err)
 			}
-			if seen := crash.Seen(); seen[len(seen)-1] != draplugin.CrashAfterSharingApplied {
-				t.Fatalf("crashed at %v, the scenario needs %s", seen, draplugin.CrashAfterSharingApplied)
+			if seen := crash.Seen(); seen[len(seen)-1] != testhooks.CrashAfterSharingApplied {
+				t.Fatalf("crashed at %v, the scenario needs %s", seen, testhooks.CrashAfterSharingApplied)
 			}
 			restore := "SetComputeMode " + e.Inventory.GPUs[0].UUID + " DEFAULT"
 			if rollbackFails {

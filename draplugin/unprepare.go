@@ -10,9 +10,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/claimstate"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/sharing"
 )
@@ -25,7 +26,7 @@ func (p *Plugin) unprepareClaim(ctx context.Context, claim kubeletplugin.Namespa
 	err := p.unprepare(ctx, claim)
 	p.metrics.observe(OpUnprepare, p.now().Sub(start), err)
 	if err != nil {
-		err = fmt.Errorf("unprepare claim %s: %w", pluginkit.ClaimRef(claim.Namespace, claim.Name, claim.UID), err)
+		err = fmt.Errorf("unprepare claim %s: %w", claimstate.ClaimRef(claim.Namespace, claim.Name, claim.UID), err)
 		logger.Error(err, "Unprepare failed")
 		return err
 	}
@@ -74,7 +75,7 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 		if err := p.store.Put(st, stepDurability); err != nil {
 			return p.unprepareFail(StepCheckpoint, "", fmt.Errorf("record UnprepareStarted: %w", err))
 		}
-		if err := p.crashPoint(CrashAfterUnprepareStarted, claim.UID); err != nil {
+		if err := p.crashPoint(testhooks.CrashAfterUnprepareStarted, claim.UID); err != nil {
 			return err
 		}
 	}
@@ -129,7 +130,7 @@ func (p *Plugin) finishUnprepare(ctx context.Context, st checkpoint.ClaimState, 
 	if err := p.writer.Remove(st.UID); err != nil {
 		return p.unprepareFail(StepRemoveCDI, "", err)
 	}
-	if err := p.crashPoint(CrashAfterCDIRemoved, uid); err != nil {
+	if err := p.crashPoint(testhooks.CrashAfterCDIRemoved, uid); err != nil {
 		return err
 	}
 	ss, err := sharingOf(st)
@@ -142,7 +143,7 @@ func (p *Plugin) finishUnprepare(ctx context.Context, st checkpoint.ClaimState, 
 			return p.unprepareFail(StepUndoSharing, "", err)
 		}
 	}
-	if err := p.crashPoint(CrashAfterSharingUndone, uid); err != nil {
+	if err := p.crashPoint(testhooks.CrashAfterSharingUndone, uid); err != nil {
 		return err
 	}
 	if err := p.destroyCreated(ctx, st); err != nil {
@@ -151,7 +152,7 @@ func (p *Plugin) finishUnprepare(ctx context.Context, st checkpoint.ClaimState, 
 	if err := p.store.Delete(st.UID, d); err != nil {
 		return p.unprepareFail(StepCheckpoint, "", err)
 	}
-	return p.crashPoint(CrashAfterUnprepareCompleted, uid)
+	return p.crashPoint(testhooks.CrashAfterUnprepareCompleted, uid)
 }
 
 // destroyCreated destroys the MIG instances the plugin created for the claim, newest first.
@@ -172,7 +173,7 @@ func (p *Plugin) destroyCreated(ctx context.Context, st checkpoint.ClaimState) e
 			return p.unprepareFail(StepDestroyMIG, d.Device, err)
 		}
 		klog.FromContext(ctx).V(2).Info("Destroyed MIG instance", "device", d.Device, "migUUID", d.MIG.UUID)
-		if err := p.crashPoint(CrashAfterMIGDestroyed, types.UID(st.UID)); err != nil {
+		if err := p.crashPoint(testhooks.CrashAfterMIGDestroyed, types.UID(st.UID)); err != nil {
 			return err
 		}
 	}

@@ -1,17 +1,14 @@
 package draplugintest
 
 import (
-	"fmt"
 	"slices"
-	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/draplugin/kubelettest"
 )
 
 // NewAPIClient returns a fake API client holding objs that answers as a Kubernetes API server
@@ -28,73 +25,10 @@ import (
 // server keeps, on update, the fields of a disabled feature that the stored slice already uses;
 // this fake drops them on update too.
 func NewAPIClient(disabled []gpudra.Feature, objs ...runtime.Object) *fake.Clientset {
-	client := fake.NewSimpleClientset(objs...)
-	verbs := metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
-	client.Resources = []*metav1.APIResourceList{{
-		GroupVersion: resourceapi.SchemeGroupVersion.String(),
-		APIResources: []metav1.APIResource{
-			{Name: "resourceslices", Kind: "ResourceSlice", Verbs: verbs},
-			{Name: "resourceclaims", Namespaced: true, Kind: "ResourceClaim", Verbs: verbs},
-		},
-	}}
-	s := &sliceServer{tracker: client.Tracker(), disabled: slices.Clone(disabled)}
-	client.PrependReactor("create", "resourceslices", s.create)
-	client.PrependReactor("update", "resourceslices", s.update)
-	return client
-}
-
-// sliceServer writes ResourceSlices as an API server with some feature gates off.
-type sliceServer struct {
-	tracker  k8stesting.ObjectTracker
-	disabled []gpudra.Feature
-	mu       sync.Mutex
-	seq      int
-}
-
-func (s *sliceServer) create(a k8stesting.Action) (bool, runtime.Object, error) {
-	ca, ok := a.(k8stesting.CreateActionImpl)
-	if !ok || ca.GetSubresource() != "" {
-		return false, nil, nil
-	}
-	in, ok := ca.GetObject().(*resourceapi.ResourceSlice)
-	if !ok {
-		return true, nil, fmt.Errorf("create resourceslices: got a %T", ca.GetObject())
-	}
-	out := DropDisabledFields(in, s.disabled...)
-	if out.Name == "" && out.GenerateName != "" {
-		s.mu.Lock()
-		s.seq++
-		out.Name = fmt.Sprintf("%s%05d", out.GenerateName, s.seq)
-		s.mu.Unlock()
-	}
-	if slices.Contains(ca.CreateOptions.DryRun, metav1.DryRunAll) {
-		return true, out, nil
-	}
-	if err := s.tracker.Create(ca.GetResource(), out, "", ca.CreateOptions); err != nil {
-		return true, nil, err
-	}
-	stored, err := s.tracker.Get(ca.GetResource(), "", out.Name)
-	return true, stored, err
-}
-
-func (s *sliceServer) update(a k8stesting.Action) (bool, runtime.Object, error) {
-	ua, ok := a.(k8stesting.UpdateActionImpl)
-	if !ok || ua.GetSubresource() != "" {
-		return false, nil, nil
-	}
-	in, ok := ua.GetObject().(*resourceapi.ResourceSlice)
-	if !ok {
-		return true, nil, fmt.Errorf("update resourceslices: got a %T", ua.GetObject())
-	}
-	out := DropDisabledFields(in, s.disabled...)
-	if slices.Contains(ua.UpdateOptions.DryRun, metav1.DryRunAll) {
-		return true, out, nil
-	}
-	if err := s.tracker.Update(ua.GetResource(), out, "", ua.UpdateOptions); err != nil {
-		return true, nil, err
-	}
-	stored, err := s.tracker.Get(ua.GetResource(), "", out.Name)
-	return true, stored, err
+	disabled = slices.Clone(disabled)
+	return kubelettest.NewAPIClient(func(s *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {
+		return DropDisabledFields(s, disabled...)
+	}, objs...)
 }
 
 // DropDisabledFields returns a copy of slice without the fields of the disabled features, as

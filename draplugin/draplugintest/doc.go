@@ -22,13 +22,18 @@
 // GetInfo, then NodePrepareResources / NodeUnprepareResources). ConnectKubelet does the same
 // for a plugin started elsewhere, for example a driver process in an end-to-end test.
 //
+// The kubelet and API-server fakes that are not GPU-specific live in package
+// draplugin/kubelettest, which builds without cgo; Kubelet, ConnectKubelet, Prepare, Unprepare
+// and UID are its, here so that a GPU driver's test needs one import. A driver for another kind
+// of device is tested with package draplugin/exclusive/exclusivetest.
+//
 // Serve's fake API client is NewAPIClient: it answers discovery for resource.k8s.io/v1 and,
 // like an API server with feature gates off (WithAPIFeaturesOff), drops the fields of those
 // features from the ResourceSlices written to it, dry runs included (DropDisabledFields).
 //
 // # Crashes
 //
-// CrashAt returns test hooks that stop a prepare or unprepare at a chosen crash point, without
+// CrashAt (testhooks.CrashAt) returns test hooks that stop a prepare or unprepare at a chosen crash point, without
 // any cleanup, as a crash would; a new plugin on the same Node then sees what a restarted
 // process would.
 //

@@ -51,8 +51,9 @@ type Node struct {
 	BootIDPath string
 	// Generator generates CDI specs for the fake driver installation under Dir.
 	Generator *cdi.Generator
-	// Slices are the slice builder options the node's plugins publish with.
-	Slices []gpudra.Option
+	// SliceOptions are the slice builder options the node's plugins publish with
+	// (draplugin.Config.SliceOptions).
+	SliceOptions []gpudra.Option
 
 	machineName string
 	machineOpts []gputest.Option
@@ -73,12 +74,12 @@ type NodeOption func(*Node)
 
 // WithDynamicMIG publishes MIG-capable GPUs as dynamic MIG partitions.
 func WithDynamicMIG() NodeOption {
-	return func(n *Node) { n.Slices = append(n.Slices, gpudra.WithDynamicMIG(nil)) }
+	return func(n *Node) { n.SliceOptions = append(n.SliceOptions, gpudra.WithDynamicMIG(nil)) }
 }
 
 // WithSliceOptions adds slice builder options (consumable memory, PCIe roots, ...).
 func WithSliceOptions(opts ...gpudra.Option) NodeOption {
-	return func(n *Node) { n.Slices = append(n.Slices, opts...) }
+	return func(n *Node) { n.SliceOptions = append(n.SliceOptions, opts...) }
 }
 
 // WithMachineOptions starts the fake machine with these options (MIG layouts, faults, ...).
@@ -163,7 +164,7 @@ func (n *Node) build() error {
 	if err != nil {
 		return err
 	}
-	n.sim = simulate.New(n.Name, selectors.DeviceClasses(gpudra.NewBuilder(n.Slices...).DriverName()), slices)
+	n.sim = simulate.New(n.Name, selectors.DeviceClasses(gpudra.NewBuilder(n.SliceOptions...).DriverName()), slices)
 	return nil
 }
 
@@ -280,11 +281,11 @@ func (n *Node) Config() (draplugin.Config, error) {
 	if err != nil {
 		return draplugin.Config{}, err
 	}
-	driver := gpudra.NewBuilder(n.Slices...).DriverName()
+	driver := gpudra.NewBuilder(n.SliceOptions...).DriverName()
 	mgr := sharing.NewManager(driver, sharing.WithTimeSlicer(n.Host),
 		sharing.WithComputeModeSetter(n.Host), sharing.WithMPSDaemons(n.Host), sharing.WithMPSRoot(n.MPSDir))
 	return draplugin.Config{
-		NodeName: n.Name, Slices: slices.Clone(n.Slices), NVML: n.NVML, StateDir: n.StateDir,
+		NodeName: n.Name, SliceOptions: slices.Clone(n.SliceOptions), NVML: n.NVML, StateDir: n.StateDir,
 		BootIDPath: n.BootIDPath, CDIGenerator: n.Generator, CDIWriter: w, Sharing: mgr,
 	}, nil
 }
@@ -304,7 +305,7 @@ func (n *Node) NewPlugin(ctx context.Context, mutate ...func(*draplugin.Config))
 
 // ResourceSlices renders the slices the node publishes (without health taints).
 func (n *Node) ResourceSlices() ([]*resourceapi.ResourceSlice, error) {
-	b := gpudra.NewBuilder(n.Slices...)
+	b := gpudra.NewBuilder(n.SliceOptions...)
 	res, err := b.Build(n.Name, n.Inventory)
 	if err != nil {
 		return nil, err

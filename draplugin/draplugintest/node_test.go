@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 )
 
 const timeSlicing = `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`
@@ -133,7 +134,7 @@ func TestCrasherStopsAtTheNthPoint(t *testing.T) {
 	if _, err := draplugintest.Prepare(ctx, p, c); !errors.Is(err, draplugintest.ErrCrash) {
 		t.Fatalf("prepare: %v, want a simulated crash", err)
 	}
-	if got := crash.Seen(); len(got) != 2 || !slices.Contains(got, draplugin.CrashAfterPrepareStarted) {
+	if got := crash.Seen(); len(got) != 2 || !slices.Contains(got, testhooks.CrashAfterPrepareStarted) {
 		t.Errorf("seen %v", got)
 	}
 }

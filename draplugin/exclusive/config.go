@@ -13,6 +13,7 @@ import (
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/resourcepool"
 )
 
@@ -35,7 +36,7 @@ type Driver interface {
 	Unprepare(ctx context.Context, claimUID types.UID, device string) error
 }
 
-// Config configures New. Every field but BootIDPath, Slices, Now and TestHooks is required.
+// Config configures New. Every field but BootIDPath, PoolOptions, Now and TestHooks is required.
 type Config struct {
 	// DriverName is the DRA driver name, a DNS subdomain (accel.example.com); it is also the
 	// attribute domain of the driver's devices.
@@ -52,12 +53,13 @@ type Config struct {
 	// BootIDPath is where the kernel boot ID is read (default /proc/sys/kernel/random/boot_id):
 	// claims prepared in another boot are unprepared by Reconcile.
 	BootIDPath string
-	// Slices are options of the node's pool (resourcepool.WithMaxDevicesPerSlice).
-	Slices []resourcepool.Option
+	// PoolOptions are options of the node's pool (resourcepool.WithMaxDevicesPerSlice).
+	PoolOptions []resourcepool.Option
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// TestHooks are for tests only; production drivers leave them empty.
-	TestHooks TestHooks
+	// TestHooks are for tests only (crash injection, fsync accounting, failed checkpoint
+	// writes; package draplugin/testhooks); production drivers leave them empty.
+	TestHooks testhooks.Hooks
 }
 
 func (c *Config) validate() error {
@@ -77,39 +79,6 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
-
-// TestHooks let tests stop the plugin where a crash could and see what it syncs.
-type TestHooks struct {
-	// AfterStep, when set, is called at every CrashPoint of prepare and unprepare. An error stops
-	// the operation at once, without any cleanup, as a crash would.
-	AfterStep func(point CrashPoint, claimUID types.UID) error
-	// Synced, when set, is called after every fsync with the file or directory synced.
-	Synced func(path string)
-}
-
-// CrashPoint names a point between two steps of prepare or unprepare at which a test can stop
-// the plugin as a crash would (TestHooks.AfterStep).
-type CrashPoint string
-
-// The crash points, in the order prepare and unprepare pass them.
-const (
-	// CrashAfterPrepareStarted: the claim's devices are recorded (PrepareStarted), nothing done.
-	CrashAfterPrepareStarted CrashPoint = "prepare-started"
-	// CrashAfterDevicePrepared: Driver.Prepare succeeded for one device (once per device).
-	CrashAfterDevicePrepared CrashPoint = "device-prepared"
-	// CrashAfterCDIWritten: the claim's CDI spec was written.
-	CrashAfterCDIWritten CrashPoint = "cdi-written"
-	// CrashAfterPrepareCompleted: the claim was recorded as PrepareCompleted.
-	CrashAfterPrepareCompleted CrashPoint = "prepare-completed"
-	// CrashAfterUnprepareStarted: the claim was recorded as UnprepareStarted.
-	CrashAfterUnprepareStarted CrashPoint = "unprepare-started"
-	// CrashAfterCDIRemoved: the claim's CDI spec was removed (also when a prepare is undone).
-	CrashAfterCDIRemoved CrashPoint = "cdi-removed"
-	// CrashAfterDeviceUnprepared: Driver.Unprepare succeeded for one device (once per device).
-	CrashAfterDeviceUnprepared CrashPoint = "device-unprepared"
-	// CrashAfterUnprepareCompleted: the claim was removed from the checkpoint.
-	CrashAfterUnprepareCompleted CrashPoint = "unprepare-completed"
-)
 
 // StartConfig configures Start.
 type StartConfig struct {

@@ -8,8 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpudra/gpudra/draplugin/draplugintest"
-	"github.com/gpudra/gpudra/draplugin/exclusive"
+	"github.com/gpudra/gpudra/draplugin/kubelettest"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 )
 
 // errCrash is what the crash hook returns: the plugin stops where it is, as a killed process.
@@ -19,11 +19,11 @@ var errCrash = errors.New("crash")
 type crasher struct {
 	mu   sync.Mutex
 	n    int
-	seen []exclusive.CrashPoint
+	seen []testhooks.CrashPoint
 }
 
-func (c *crasher) hooks() exclusive.TestHooks {
-	return exclusive.TestHooks{AfterStep: func(point exclusive.CrashPoint, _ types.UID) error {
+func (c *crasher) hooks() testhooks.Hooks {
+	return testhooks.Hooks{AfterStep: func(point testhooks.CrashPoint, _ types.UID) error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.seen = append(c.seen, point)
@@ -49,7 +49,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 				cr.n = 0 // armed below
 			}
 			p := n.plugin(cr.hooks())
-			_, err := draplugintest.Prepare(t.Context(), p, c)
+			_, err := kubelettest.Prepare(t.Context(), p, c)
 			if op == "unprepare" {
 				if err != nil {
 					t.Fatal(err)
@@ -57,7 +57,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 				cr.mu.Lock()
 				cr.seen, cr.n = nil, k
 				cr.mu.Unlock()
-				err = draplugintest.Unprepare(t.Context(), p, c)
+				err = kubelettest.Unprepare(t.Context(), p, c)
 			}
 			if err == nil {
 				if k == 1 {
@@ -72,7 +72,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d-%s", op, k, point), func(t *testing.T) {
 				p2, rep := n.restart(p)
 				held, _ := n.driver.state()
-				prepared := op == "prepare" && point == exclusive.CrashAfterPrepareCompleted
+				prepared := op == "prepare" && point == testhooks.CrashAfterPrepareCompleted
 				if prepared {
 					if rep.Prepared != 1 || len(held) != 2 || len(n.specs()) != 1 {
 						t.Fatalf("a completed prepare was not kept whole: report %s, held %v, specs %v", rep, held, n.specs())
@@ -82,7 +82,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 				}
 				// kubelet retries the call that never answered.
 				if op == "prepare" {
-					devices, err := draplugintest.Prepare(t.Context(), p2, c)
+					devices, err := kubelettest.Prepare(t.Context(), p2, c)
 					if err != nil || len(devices) != 2 {
 						t.Fatalf("retried prepare: %v, %v", devices, err)
 					}
@@ -91,7 +91,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 					}
 					return
 				}
-				if err := draplugintest.Unprepare(t.Context(), p2, c); err != nil {
+				if err := kubelettest.Unprepare(t.Context(), p2, c); err != nil {
 					t.Fatalf("retried unprepare: %v", err)
 				}
 				if held, _ := n.driver.state(); len(held) > 0 || len(n.specs()) > 0 {

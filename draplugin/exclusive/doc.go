@@ -21,8 +21,9 @@
 //     claims of an earlier boot unprepared, lost specs rewritten, orphan specs removed, and,
 //     when the checkpoint was lost, claims adopted from their specs rather than destroyed.
 //
-// It imports nothing of NVML; package draplugin is the GPU counterpart, and both share their
-// machinery (internal/pluginkit). Health monitoring is not offered: WatchHealthStatus answers
+// It imports nothing of NVML and builds with CGO_ENABLED=0; package draplugin is the GPU
+// counterpart, and both share their machinery and their test hooks (package
+// draplugin/testhooks). Health monitoring is not offered: WatchHealthStatus answers
 // kubeletplugin.ErrHealthNotSupported.
 //
 // # Writing a driver
@@ -43,6 +44,13 @@
 //	report, err := plugin.Start(ctx, exclusive.StartConfig{KubeClient: client})
 //	defer plugin.Stop()
 //	<-ctx.Done() // or plugin.Done(): a fatal error of the kubelet-plugin helper
+//
+// # Testing a driver
+//
+// Package draplugin/exclusive/exclusivetest is a fake node for a driver's tests: it lays out
+// the plugin's directories, serves the plugin on its real sockets, registers a fake kubelet
+// through the registration socket and prepares claims allocated by the scheduler's allocator
+// through the DRA socket, all without cgo.
 //
 // examples/accel-dra-driver is a complete driver built this way.
 package exclusive

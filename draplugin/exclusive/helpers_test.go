@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/draplugin/exclusive"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 )
 
 const (
@@ -134,7 +135,7 @@ func (n *node) reboot(id string) {
 }
 
 // plugin builds a plugin on the node; it is closed when the test ends.
-func (n *node) plugin(hooks exclusive.TestHooks) *exclusive.Plugin {
+func (n *node) plugin(hooks testhooks.Hooks) *exclusive.Plugin {
 	p, err := exclusive.New(context.Background(), exclusive.Config{DriverName: driverName, NodeName: nodeName, Driver: n.driver,
 		StateDir: n.stateDir, CDIWriter: n.writer, BootIDPath: n.bootPath, TestHooks: hooks})
 	if err != nil {
@@ -149,7 +150,7 @@ func (n *node) restart(old *exclusive.Plugin) (*exclusive.Plugin, *exclusive.Rec
 	if old != nil {
 		_ = old.Close()
 	}
-	p := n.plugin(exclusive.TestHooks{})
+	p := n.plugin(testhooks.Hooks{})
 	rep, err := p.Reconcile(context.Background())
 	if err != nil {
 		n.t.Fatalf("reconcile: %v", err)

@@ -13,8 +13,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/checkpoint"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/crashpoint"
+	"github.com/gpudra/gpudra/internal/durability"
+	"github.com/gpudra/gpudra/internal/lifecycle"
+	"github.com/gpudra/gpudra/internal/locks"
+	"github.com/gpudra/gpudra/internal/serving"
 	"github.com/gpudra/gpudra/resourcepool"
 )
 
@@ -29,16 +34,16 @@ type Plugin struct {
 	writer               *cdi.Writer
 	store                *checkpoint.Store
 	checkpoint           CheckpointStatus
-	locks                *pluginkit.Locks
-	fatal                *pluginkit.Fatal
+	locks                *locks.Locks
+	fatal                *lifecycle.Fatal
 	slices               []resourcepool.Option
-	hooks                TestHooks
+	hooks                testhooks.Hooks
 
 	mu        sync.Mutex
 	published map[string]bool // the device names Driver.Devices listed last
 
 	// ops tracks the prepare and unprepare calls under way, for Stop to wait for.
-	ops pluginkit.InFlight
+	ops lifecycle.InFlight
 
 	helperMu sync.Mutex
 	helper   *kubeletplugin.Helper
@@ -74,15 +79,16 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		cfg.Now = time.Now
 	}
 	p := &Plugin{driverName: cfg.DriverName, nodeName: cfg.NodeName, driver: cfg.Driver, writer: cfg.CDIWriter,
-		fatal: pluginkit.NewFatal(), slices: cfg.Slices, hooks: cfg.TestHooks}
+		fatal: lifecycle.NewFatal(), slices: cfg.PoolOptions, hooks: cfg.TestHooks}
 	if _, err := p.Resources(ctx); err != nil {
 		return nil, err
 	}
 	var err error
-	if p.locks, err = pluginkit.NewLocks(cfg.StateDir); err != nil {
+	if p.locks, err = locks.NewLocks(cfg.StateDir); err != nil {
 		return nil, err
 	}
-	store, rep, err := pluginkit.OpenStore(ctx, pluginkit.StoreConfig{Dir: cfg.StateDir, BootIDPath: cfg.BootIDPath, Now: cfg.Now, Synced: cfg.TestHooks.Synced})
+	store, rep, err := durability.OpenStore(ctx, durability.StoreConfig{Dir: cfg.StateDir, BootIDPath: cfg.BootIDPath, Now: cfg.Now,
+		Synced: cfg.TestHooks.Synced, BeforeWrite: cfg.TestHooks.CheckpointWrite})
 	if err != nil {
 		return nil, errors.Join(err, p.locks.Close())
 	}
@@ -138,17 +144,17 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 	if sc.KubeClient == nil {
 		return nil, errors.New("start plugin: KubeClient is required")
 	}
-	endpoint := pluginkit.Endpoint{
+	endpoint := serving.Endpoint{
 		DriverName: p.driverName, NodeName: p.nodeName, KubeClient: sc.KubeClient, RegistrarDir: sc.RegistrarDir,
 		PluginDir: sc.PluginDir, RollingUpdatePodUID: sc.RollingUpdatePodUID, Options: sc.Options}
-	if err := pluginkit.CheckSocketPaths(endpoint); err != nil {
+	if err := serving.CheckSocketPaths(endpoint); err != nil {
 		return nil, fmt.Errorf("start plugin: %w", err)
 	}
 	report, err := p.Reconcile(ctx)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Reconciliation at start left work undone")
 	}
-	helper, err := kubeletplugin.Start(ctx, p, pluginkit.HelperOptions(endpoint)...)
+	helper, err := kubeletplugin.Start(ctx, p, serving.HelperOptions(endpoint)...)
 	if err != nil {
 		return report, fmt.Errorf("start kubelet plugin %s: %w", p.driverName, err)
 	}
@@ -156,7 +162,7 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 	p.helper = helper
 	p.helperMu.Unlock()
 	if !sc.NoPublish {
-		if err := pluginkit.PublishFirst(ctx, helper, sc.KubeClient, p.driverName, p.nodeName, p.Resources); err != nil {
+		if err := serving.PublishFirst(ctx, helper, sc.KubeClient, p.driverName, p.nodeName, p.Resources); err != nil {
 			p.Stop()
 			return report, err
 		}
@@ -171,7 +177,7 @@ func (p *Plugin) Publish(ctx context.Context) error {
 	p.helperMu.Lock()
 	helper := p.helper
 	p.helperMu.Unlock()
-	return pluginkit.Publish(ctx, helper, p.Resources)
+	return serving.Publish(ctx, helper, p.Resources)
 }
 
 // Stop stops the gRPC servers, then waits for the prepares and unprepares under way to end, so
@@ -225,8 +231,8 @@ func (p *Plugin) lock(devices []string) (func(), error) {
 }
 
 // crashPoint reports a crash point to the test hook.
-func (p *Plugin) crashPoint(point CrashPoint, uid string) error {
-	return pluginkit.AtCrashPoint(p.hooks.AfterStep, point, types.UID(uid))
+func (p *Plugin) crashPoint(point testhooks.CrashPoint, uid string) error {
+	return crashpoint.At(p.hooks, point, types.UID(uid))
 }
 
 // ourResults are the claim's allocation results of this driver. A device of this driver in

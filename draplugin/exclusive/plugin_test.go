@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +17,9 @@ import (
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/draplugin/draplugintest"
-	"github.com/gpudra/gpudra/draplugin/exclusive"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/draplugin/kubelettest"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
+	"github.com/gpudra/gpudra/internal/locks"
 )
 
 // TestPrepareUnprepare: a prepared claim gets a CDI spec whose device is the driver's edits
@@ -27,11 +28,11 @@ import (
 // unprepare removes the spec and releases the device; unpreparing again succeeds.
 func TestPrepareUnprepare(t *testing.T) {
 	n := newNode(t, 4)
-	p := n.plugin(exclusive.TestHooks{})
+	p := n.plugin(testhooks.Hooks{})
 	c := allocated("train", result(nodeName, "accel-2"))
 	want := []kubeletplugin.Device{{Requests: []string{"accel"}, PoolName: nodeName, DeviceName: "accel-2", CDIDeviceIDs: []string{cdiID(c, "accel-2")}}}
 	for i := range 2 {
-		got, err := draplugintest.Prepare(t.Context(), p, c)
+		got, err := kubelettest.Prepare(t.Context(), p, c)
 		if err != nil {
 			t.Fatalf("prepare %d: %v", i, err)
 		}
@@ -57,14 +58,14 @@ func TestPrepareUnprepare(t *testing.T) {
 	}
 
 	moved := allocated("train", result(nodeName, "accel-3"))
-	if _, err := draplugintest.Prepare(t.Context(), p, moved); err == nil || !strings.Contains(err.Error(), "is now allocated") {
+	if _, err := kubelettest.Prepare(t.Context(), p, moved); err == nil || !strings.Contains(err.Error(), "is now allocated") {
 		t.Fatalf("prepare of a claim allocated another device: error %v", err)
 	}
 	if held, calls := n.driver.state(); len(calls) > 0 || held["accel-3"] != "" {
 		t.Errorf("a refused re-prepare called the driver: %v (held %v)", calls, held)
 	}
 
-	if err := draplugintest.Unprepare(t.Context(), p, c); err != nil {
+	if err := kubelettest.Unprepare(t.Context(), p, c); err != nil {
 		t.Fatalf("unprepare: %v", err)
 	}
 	held, calls = n.driver.state()
@@ -74,7 +75,7 @@ func TestPrepareUnprepare(t *testing.T) {
 	if got := n.specs(); len(got) > 0 {
 		t.Errorf("specs left after unprepare: %v", got)
 	}
-	if err := draplugintest.Unprepare(t.Context(), p, c); err != nil {
+	if err := kubelettest.Unprepare(t.Context(), p, c); err != nil {
 		t.Fatalf("second unprepare: %v", err)
 	}
 	if _, calls := n.driver.state(); len(calls) > 0 {
@@ -113,8 +114,8 @@ func TestClaimsThatCannotBePreparedHereLeaveNothing(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, 4)
-			p := n.plugin(exclusive.TestHooks{})
-			devices, err := draplugintest.Prepare(t.Context(), p, tc.claim)
+			p := n.plugin(testhooks.Hooks{})
+			devices, err := kubelettest.Prepare(t.Context(), p, tc.claim)
 			switch {
 			case tc.want == "" && (err != nil || len(devices) > 0):
 				t.Fatalf("prepare: %v, %v; want success with no devices", devices, err)
@@ -137,10 +138,10 @@ func TestClaimsThatCannotBePreparedHereLeaveNothing(t *testing.T) {
 // too, the claim stays recorded and the next start undoes it.
 func TestFailedPrepareIsUndone(t *testing.T) {
 	n := newNode(t, 4)
-	p := n.plugin(exclusive.TestHooks{})
+	p := n.plugin(testhooks.Hooks{})
 	c := allocated("c", result(nodeName, "accel-0"), result(nodeName, "accel-1"))
 	n.driver.setFail("prepare accel-1", errors.New("firmware did not answer"))
-	if _, err := draplugintest.Prepare(t.Context(), p, c); err == nil || !strings.Contains(err.Error(), "device accel-1: prepare: firmware did not answer") {
+	if _, err := kubelettest.Prepare(t.Context(), p, c); err == nil || !strings.Contains(err.Error(), "device accel-1: prepare: firmware did not answer") {
 		t.Fatalf("prepare: error %v", err)
 	}
 	held, calls := n.driver.state()
@@ -150,7 +151,7 @@ func TestFailedPrepareIsUndone(t *testing.T) {
 	}
 
 	n.driver.setFail("unprepare accel-0", errors.New("device busy"))
-	_, err := draplugintest.Prepare(t.Context(), p, c)
+	_, err := kubelettest.Prepare(t.Context(), p, c)
 	if err == nil || !strings.Contains(err.Error(), "undoing the attempt failed too") || !strings.Contains(err.Error(), "device accel-0: unprepare: device busy") {
 		t.Fatalf("prepare with a failing undo: error %v", err)
 	}
@@ -163,8 +164,33 @@ func TestFailedPrepareIsUndone(t *testing.T) {
 	if held, _ := n.driver.state(); len(held) > 0 {
 		t.Errorf("held after the restart: %v", held)
 	}
-	if _, err := draplugintest.Prepare(t.Context(), p2, c); err != nil {
+	if _, err := kubelettest.Prepare(t.Context(), p2, c); err != nil {
 		t.Fatalf("prepare after the restart: %v", err)
+	}
+}
+
+// TestFailedCheckpointWriteIsUndone: a checkpoint write that fails (testhooks.Hooks.CheckpointWrite,
+// as a full disk) fails the prepare, which is undone, and the next prepare succeeds.
+func TestFailedCheckpointWriteIsUndone(t *testing.T) {
+	n := newNode(t, 2)
+	var full atomic.Bool
+	p := n.plugin(testhooks.Hooks{CheckpointWrite: func(string) error {
+		if full.Load() {
+			return errors.New("no space left on device")
+		}
+		return nil
+	}})
+	c := allocated("c", result(nodeName, "accel-0"))
+	full.Store(true)
+	if _, err := kubelettest.Prepare(t.Context(), p, c); err == nil || !strings.Contains(err.Error(), "no space left on device") {
+		t.Fatalf("prepare on a full disk: error %v", err)
+	}
+	if held, _ := n.driver.state(); len(held) > 0 || len(n.specs()) > 0 {
+		t.Fatalf("a failed prepare left: held %v, specs %v", held, n.specs())
+	}
+	full.Store(false)
+	if _, err := kubelettest.Prepare(t.Context(), p, c); err != nil {
+		t.Fatalf("prepare after the disk was freed: %v", err)
 	}
 }
 
@@ -172,9 +198,9 @@ func TestFailedPrepareIsUndone(t *testing.T) {
 // reconciliation (kubelet prepares it again after a reboot), and preparing it again works.
 func TestRebootReleasesClaims(t *testing.T) {
 	n := newNode(t, 2)
-	p := n.plugin(exclusive.TestHooks{})
+	p := n.plugin(testhooks.Hooks{})
 	c := allocated("c", result(nodeName, "accel-1"))
-	if _, err := draplugintest.Prepare(t.Context(), p, c); err != nil {
+	if _, err := kubelettest.Prepare(t.Context(), p, c); err != nil {
 		t.Fatal(err)
 	}
 	n.reboot("boot-2")
@@ -185,7 +211,7 @@ func TestRebootReleasesClaims(t *testing.T) {
 	if held, _ := n.driver.state(); len(held) > 0 || len(n.specs()) > 0 {
 		t.Errorf("after the reboot: held %v, specs %v", held, n.specs())
 	}
-	if _, err := draplugintest.Prepare(t.Context(), p2, c); err != nil {
+	if _, err := kubelettest.Prepare(t.Context(), p2, c); err != nil {
 		t.Fatalf("prepare after the reboot: %v", err)
 	}
 }
@@ -195,11 +221,11 @@ func TestRebootReleasesClaims(t *testing.T) {
 // lists is kept and reported.
 func TestLostCheckpoint(t *testing.T) {
 	n := newNode(t, 3)
-	p := n.plugin(exclusive.TestHooks{})
+	p := n.plugin(testhooks.Hooks{})
 	kept := allocated("kept", result(nodeName, "accel-0"))
 	gone := allocated("gone", result(nodeName, "accel-2"))
 	for _, c := range []*resourceapi.ResourceClaim{kept, gone} {
-		if _, err := draplugintest.Prepare(t.Context(), p, c); err != nil {
+		if _, err := kubelettest.Prepare(t.Context(), p, c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,7 +238,7 @@ func TestLostCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.driver.setDevices(2) // accel-2 is gone
-	p2 := n.plugin(exclusive.TestHooks{})
+	p2 := n.plugin(testhooks.Hooks{})
 	rep, err := p2.Reconcile(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "accel-2") {
 		t.Errorf("reconcile: error %v, want one naming accel-2", err)
@@ -226,14 +252,14 @@ func TestLostCheckpoint(t *testing.T) {
 	if diff := cmp.Diff(slices.Sorted(slices.Values([]string{string(gone.UID), string(kept.UID)})), n.specs()); diff != "" {
 		t.Errorf("specs after adoption (-want +got):\n%s", diff)
 	}
-	got, err := draplugintest.Prepare(t.Context(), p2, kept)
+	got, err := kubelettest.Prepare(t.Context(), p2, kept)
 	if err != nil || len(got) != 1 || got[0].CDIDeviceIDs[0] != cdiID(kept, "accel-0") || got[0].Requests[0] != "accel" {
 		t.Fatalf("prepare of the adopted claim: %v, %v", got, err)
 	}
 	if after, _ := n.writer.Read(string(kept.UID)); !cmp.Equal(before, after) {
 		t.Errorf("the adopted claim's spec changed: %s", cmp.Diff(before, after))
 	}
-	if err := draplugintest.Unprepare(t.Context(), p2, kept); err != nil {
+	if err := kubelettest.Unprepare(t.Context(), p2, kept); err != nil {
 		t.Fatal(err)
 	}
 	if held, _ := n.driver.state(); held["accel-0"] != "" {
@@ -245,9 +271,9 @@ func TestLostCheckpoint(t *testing.T) {
 // content; a spec of a claim a trusted checkpoint does not hold is removed.
 func TestSpecsReconciled(t *testing.T) {
 	n := newNode(t, 2)
-	p := n.plugin(exclusive.TestHooks{})
+	p := n.plugin(testhooks.Hooks{})
 	c := allocated("c", result(nodeName, "accel-1"))
-	if _, err := draplugintest.Prepare(t.Context(), p, c); err != nil {
+	if _, err := kubelettest.Prepare(t.Context(), p, c); err != nil {
 		t.Fatal(err)
 	}
 	before, err := n.writer.Read(string(c.UID))
@@ -286,9 +312,9 @@ func TestSpecsReconciled(t *testing.T) {
 // the prepare must not go on: kubelet has forgotten the claim and would never unprepare it.
 func TestPrepareGivenUpWhileWaitingForLocks(t *testing.T) {
 	n := newNode(t, 2)
-	p := n.plugin(exclusive.TestHooks{})
+	p := n.plugin(testhooks.Hooks{})
 	c := allocated("late", result(nodeName, "accel-1"))
-	other, err := pluginkit.NewLocks(n.stateDir) // the other plugin process
+	other, err := locks.NewLocks(n.stateDir) // the other plugin process
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,13 +325,13 @@ func TestPrepareGivenUpWhileWaitingForLocks(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	prepared := make(chan error, 1)
 	go func() {
-		_, err := draplugintest.Prepare(ctx, p, c)
+		_, err := kubelettest.Prepare(ctx, p, c)
 		prepared <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // the prepare waits for the lock
 	cancel()
 	unprepared := make(chan error, 1)
-	go func() { unprepared <- draplugintest.Unprepare(t.Context(), p, c) }()
+	go func() { unprepared <- kubelettest.Unprepare(t.Context(), p, c) }()
 	time.Sleep(100 * time.Millisecond)
 	release()
 	if err := <-unprepared; err != nil {
@@ -328,8 +354,8 @@ func TestPrepareGivenUpWhileWaitingForLocks(t *testing.T) {
 func TestStopWaitsForOperationsUnderWay(t *testing.T) {
 	n := newNode(t, 2)
 	inStep, goOn := make(chan struct{}), make(chan struct{})
-	p := n.plugin(exclusive.TestHooks{AfterStep: func(point exclusive.CrashPoint, _ types.UID) error {
-		if point == exclusive.CrashAfterDevicePrepared {
+	p := n.plugin(testhooks.Hooks{AfterStep: func(point testhooks.CrashPoint, _ types.UID) error {
+		if point == testhooks.CrashAfterDevicePrepared {
 			close(inStep)
 			<-goOn
 		}
@@ -338,7 +364,7 @@ func TestStopWaitsForOperationsUnderWay(t *testing.T) {
 	c := allocated("busy", result(nodeName, "accel-1"))
 	prepared := make(chan error, 1)
 	go func() {
-		_, err := draplugintest.Prepare(t.Context(), p, c)
+		_, err := kubelettest.Prepare(t.Context(), p, c)
 		prepared <- err
 	}()
 	<-inStep

@@ -14,9 +14,13 @@ import (
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/claimstate"
+	"github.com/gpudra/gpudra/internal/crashpoint"
+	"github.com/gpudra/gpudra/internal/durability"
+	"github.com/gpudra/gpudra/internal/serving"
 )
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin. Claims are prepared concurrently,
@@ -32,12 +36,12 @@ import (
 // changed, which is an error.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	defer p.ops.Begin()()
-	return pluginkit.Concurrently(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
+	return serving.Concurrently(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
 		func(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
 			logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(c), "claimUID", c.UID)
 			devices, err := p.prepare(klog.NewContext(ctx, logger), c)
 			if err != nil {
-				err = fmt.Errorf("prepare claim %s: %w", pluginkit.ClaimRef(c.Namespace, c.Name, c.UID), err)
+				err = fmt.Errorf("prepare claim %s: %w", claimstate.ClaimRef(c.Namespace, c.Name, c.UID), err)
 				logger.Error(err, "Prepare failed")
 				return kubeletplugin.PrepareResult{Err: err}
 			}
@@ -91,7 +95,7 @@ func (p *Plugin) result(claim *resourceapi.ResourceClaim, st *checkpoint.ClaimSt
 	if st == nil {
 		return nil
 	}
-	return pluginkit.Result(*st, pluginkit.ShareIDs(claim, p.driverName))
+	return claimstate.Result(*st, claimstate.ShareIDs(claim, p.driverName))
 }
 
 // resume handles a claim the checkpoint holds: a prepared claim is answered from its entry
@@ -100,23 +104,23 @@ func (p *Plugin) result(claim *resourceapi.ResourceClaim, st *checkpoint.ClaimSt
 func (p *Plugin) resume(ctx context.Context, claim *resourceapi.ResourceClaim, results []resourceapi.DeviceRequestAllocationResult, st checkpoint.ClaimState) (*checkpoint.ClaimState, error) {
 	switch {
 	case st.Phase == checkpoint.PrepareCompleted && st.Recovered:
-		st, err := pluginkit.CompleteRecovered(st, claim, results)
+		st, err := claimstate.CompleteRecovered(st, claim, results)
 		if err != nil {
 			return nil, err
 		}
-		if err := p.store.Put(st, pluginkit.StepDurability); err != nil {
+		if err := p.store.Put(st, durability.StepDurability); err != nil {
 			return nil, fmt.Errorf("record the recovered claim: %w", err)
 		}
 		klog.FromContext(ctx).Info("Claim recovered from its CDI spec is prepared again; its record is complete now")
 		return &st, nil
 	case st.Phase == checkpoint.PrepareCompleted:
-		if err := pluginkit.SameAllocation(st, results); err != nil {
+		if err := claimstate.SameAllocation(st, results); err != nil {
 			return nil, err
 		}
 		klog.FromContext(ctx).V(3).Info("Claim already prepared, returning the recorded devices")
 		return &st, nil
 	}
-	if err := p.release(ctx, st, pluginkit.StepDurability); err != nil {
+	if err := p.release(ctx, st, durability.StepDurability); err != nil {
 		return nil, fmt.Errorf("undo the claim's interrupted %s: %w", st.Phase, err)
 	}
 	return nil, nil
@@ -129,17 +133,17 @@ func (p *Plugin) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 	for _, r := range results {
 		st.Devices = append(st.Devices, checkpoint.PreparedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device})
 	}
-	if err := p.store.Put(st, pluginkit.StepDurability); err != nil {
+	if err := p.store.Put(st, durability.StepDurability); err != nil {
 		return nil, fmt.Errorf("record PrepareStarted: %w", err)
 	}
-	if err := p.crashPoint(CrashAfterPrepareStarted, st.UID); err != nil {
+	if err := p.crashPoint(testhooks.CrashAfterPrepareStarted, st.UID); err != nil {
 		return nil, err
 	}
 	defer func() {
-		if err == nil || pluginkit.IsCrash(err) {
+		if err == nil || crashpoint.IsCrash(err) {
 			return
 		}
-		if rerr := p.release(context.WithoutCancel(ctx), st, pluginkit.StepDurability); rerr != nil {
+		if rerr := p.release(context.WithoutCancel(ctx), st, durability.StepDurability); rerr != nil {
 			err = fmt.Errorf("%w; undoing the attempt failed too, so the claim stays recorded and is undone by the next prepare, unprepare or start: %w", err, rerr)
 		}
 	}()
@@ -147,21 +151,21 @@ func (p *Plugin) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 		if err := p.prepareDevice(ctx, claim, &st.Devices[i]); err != nil {
 			return nil, err
 		}
-		if err := p.crashPoint(CrashAfterDevicePrepared, st.UID); err != nil {
+		if err := p.crashPoint(testhooks.CrashAfterDevicePrepared, st.UID); err != nil {
 			return nil, err
 		}
 	}
 	if err := p.writeSpec(&st); err != nil {
 		return nil, err
 	}
-	if err := p.crashPoint(CrashAfterCDIWritten, st.UID); err != nil {
+	if err := p.crashPoint(testhooks.CrashAfterCDIWritten, st.UID); err != nil {
 		return nil, err
 	}
 	st.Phase = checkpoint.PrepareCompleted
-	if err := p.store.Put(st, pluginkit.StepDurability); err != nil {
+	if err := p.store.Put(st, durability.StepDurability); err != nil {
 		return nil, fmt.Errorf("record PrepareCompleted: %w", err)
 	}
-	if err := p.crashPoint(CrashAfterPrepareCompleted, st.UID); err != nil {
+	if err := p.crashPoint(testhooks.CrashAfterPrepareCompleted, st.UID); err != nil {
 		return nil, err
 	}
 	return p.result(claim, &st), nil
@@ -217,11 +221,11 @@ func (p *Plugin) writeSpec(st *checkpoint.ClaimState) error {
 // before an unprepare revives nothing.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	defer p.ops.Begin()()
-	results := pluginkit.Concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
+	results := serving.Concurrently(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
 		func(c kubeletplugin.NamespacedObject) error {
 			logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID)
 			if err := p.unprepare(klog.NewContext(ctx, logger), c); err != nil {
-				err = fmt.Errorf("unprepare claim %s: %w", pluginkit.ClaimRef(c.Namespace, c.Name, c.UID), err)
+				err = fmt.Errorf("unprepare claim %s: %w", claimstate.ClaimRef(c.Namespace, c.Name, c.UID), err)
 				logger.Error(err, "Unprepare failed")
 				return err
 			}
@@ -258,14 +262,14 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 	}
 	if st.Phase == checkpoint.PrepareCompleted {
 		st.Phase = checkpoint.UnprepareStarted
-		if err := p.store.Put(st, pluginkit.StepDurability); err != nil {
+		if err := p.store.Put(st, durability.StepDurability); err != nil {
 			return fmt.Errorf("record UnprepareStarted: %w", err)
 		}
-		if err := p.crashPoint(CrashAfterUnprepareStarted, uid); err != nil {
+		if err := p.crashPoint(testhooks.CrashAfterUnprepareStarted, uid); err != nil {
 			return err
 		}
 	}
-	return p.release(ctx, st, pluginkit.StepDurability)
+	return p.release(ctx, st, durability.StepDurability)
 }
 
 // release undoes what is recorded of a claim and forgets it with durability d: the CDI spec is
@@ -276,7 +280,7 @@ func (p *Plugin) release(ctx context.Context, st checkpoint.ClaimState, d atomic
 	var errs []error
 	if err := p.writer.Remove(st.UID); err != nil {
 		errs = append(errs, err)
-	} else if err := p.crashPoint(CrashAfterCDIRemoved, st.UID); err != nil {
+	} else if err := p.crashPoint(testhooks.CrashAfterCDIRemoved, st.UID); err != nil {
 		return err
 	}
 	for _, dev := range slices.Backward(st.Devices) {
@@ -284,7 +288,7 @@ func (p *Plugin) release(ctx context.Context, st checkpoint.ClaimState, d atomic
 			errs = append(errs, fmt.Errorf("device %s: unprepare: %w", dev.Device, err))
 			continue
 		}
-		if err := p.crashPoint(CrashAfterDeviceUnprepared, st.UID); err != nil {
+		if err := p.crashPoint(testhooks.CrashAfterDeviceUnprepared, st.UID); err != nil {
 			return err
 		}
 	}
@@ -294,7 +298,7 @@ func (p *Plugin) release(ctx context.Context, st checkpoint.ClaimState, d atomic
 	if err := p.store.Delete(st.UID, d); err != nil {
 		return fmt.Errorf("forget the claim: %w", err)
 	}
-	return p.crashPoint(CrashAfterUnprepareCompleted, st.UID)
+	return p.crashPoint(testhooks.CrashAfterUnprepareCompleted, st.UID)
 }
 
 // deviceNames are the devices a claim's entry records.

@@ -10,7 +10,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/internal/checkpoint"
-	"github.com/gpudra/gpudra/internal/pluginkit"
+	"github.com/gpudra/gpudra/internal/claimstate"
+	"github.com/gpudra/gpudra/internal/durability"
+	"github.com/gpudra/gpudra/internal/reconcile"
 )
 
 // ReconcileReport says what Reconcile found and did. Claims are named "namespace/name (uid)";
@@ -63,7 +65,7 @@ func (r *ReconcileReport) String() string {
 // Reconcile goes on after a failed repair and returns all errors joined with the report.
 func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	rep := &ReconcileReport{Checkpoint: p.checkpoint}
-	return rep, pluginkit.Reconcile(ctx, rep, p.lockAll, p.writer, &rep.TempFilesRemoved, p.adoptOrphans, p.finishClaims, p.reconcileSpecs)
+	return rep, reconcile.Reconcile(ctx, rep, p.lockAll, p.writer, &rep.TempFilesRemoved, p.adoptOrphans, p.finishClaims, p.reconcileSpecs)
 }
 
 // trusted says whether the checkpoint can be believed about what is NOT prepared.
@@ -92,7 +94,7 @@ func (p *Plugin) adoptOrphans(ctx context.Context, rep *ReconcileReport) error {
 	if p.trusted() {
 		return nil
 	}
-	done, err := pluginkit.AdoptOrphans(ctx, p.store, p.writer, p.adopt)
+	done, err := reconcile.AdoptOrphans(ctx, p.store, p.writer, p.adopt)
 	rep.Adopted, rep.NotAdopted = done.Adopted, done.NotAdopted
 	return err
 }
@@ -137,11 +139,11 @@ func (p *Plugin) finishClaims(ctx context.Context, rep *ReconcileReport) error {
 			continue
 		}
 		cctx := klog.NewContext(ctx, klog.FromContext(ctx).WithValues("claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID))
-		if err := p.release(cctx, c, pluginkit.ReconcileDurability); err != nil {
-			errs = append(errs, fmt.Errorf("claim %s (%s): %w", pluginkit.Ref(c), c.Phase, err))
+		if err := p.release(cctx, c, durability.ReconcileDurability); err != nil {
+			errs = append(errs, fmt.Errorf("claim %s (%s): %w", claimstate.Ref(c), c.Phase, err))
 			continue
 		}
-		*done = append(*done, pluginkit.Ref(c))
+		*done = append(*done, claimstate.Ref(c))
 	}
 	return errors.Join(errs...)
 }
@@ -151,7 +153,7 @@ func (p *Plugin) finishClaims(ctx context.Context, rep *ReconcileReport) error {
 // trusted. A spec that exists was written in this boot (claims of earlier boots are released)
 // and atomically, so it is kept as it is.
 func (p *Plugin) reconcileSpecs(ctx context.Context, rep *ReconcileReport) error {
-	done, err := pluginkit.ReconcileSpecs(ctx, p.store, p.writer, p.trusted(),
+	done, err := reconcile.ReconcileSpecs(ctx, p.store, p.writer, p.trusted(),
 		func(c checkpoint.ClaimState) error { return p.writeSpec(&c) })
 	rep.Prepared, rep.SpecsRewritten, rep.SpecsPruned = done.Prepared, done.Rewritten, done.Pruned
 	return err

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -17,8 +16,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/draplugin/exclusive"
+	"github.com/gpudra/gpudra/draplugin/exclusive/exclusivetest"
+	"github.com/gpudra/gpudra/draplugin/kubelettest"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 )
 
 // The crash test runs the plugin serve builds in a child process (this test binary,
@@ -59,13 +60,22 @@ func crashChild(dir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	cfg, err := nodeIn(dir).pluginConfig()
+	node, err := exclusivetest.NewNode(exclusivetest.WithDir(dir), exclusivetest.WithNodeName(testNode))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	o := onNode(node)
+	cfg, err := o.pluginConfig()
+	if err == nil {
+		cfg, err = node.Config(cfg)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	armed, seen := op == "prepare", 0
-	cfg.TestHooks.AfterStep = func(point exclusive.CrashPoint, _ types.UID) error {
+	cfg.TestHooks.AfterStep = func(point testhooks.CrashPoint, _ types.UID) error {
 		if !armed {
 			return nil
 		}
@@ -84,13 +94,13 @@ func crashChild(dir string) int {
 		return 2
 	}
 	c := crashClaim()
-	if _, err := draplugintest.Prepare(ctx, p, c); err != nil {
+	if _, err := kubelettest.Prepare(ctx, p, c); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	if op == "unprepare" {
 		armed = true
-		if err := draplugintest.Unprepare(ctx, p, c); err != nil {
+		if err := kubelettest.Unprepare(ctx, p, c); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
@@ -111,9 +121,8 @@ func TestKilledAtEveryCrashPoint(t *testing.T) {
 	for _, op := range []string{"prepare", "unprepare"} {
 		for k := 1; ; k++ {
 			o := fakeNode(t, 2)
-			dir := filepath.Dir(o.root) // as nodeIn lays it out
 			cmd := exec.Command(exe, "-test.run=^$")
-			cmd.Env = append(os.Environ(), crashEnvDir+"="+dir, crashEnvOp+"="+op, crashEnvAt+"="+strconv.Itoa(k))
+			cmd.Env = append(os.Environ(), crashEnvDir+"="+o.node.Dir, crashEnvOp+"="+op, crashEnvAt+"="+strconv.Itoa(k))
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()
@@ -129,7 +138,7 @@ func TestKilledAtEveryCrashPoint(t *testing.T) {
 			}
 			point := lastLine(out)
 			t.Run(fmt.Sprintf("%s/%d-%s", op, k, point), func(t *testing.T) {
-				checkAfterKill(t, o, op, exclusive.CrashPoint(point))
+				checkAfterKill(t, o, op, testhooks.CrashPoint(point))
 			})
 		}
 	}
@@ -137,9 +146,9 @@ func TestKilledAtEveryCrashPoint(t *testing.T) {
 
 // checkAfterKill restarts the plugin on a node whose plugin was killed during op at point and
 // checks the node after reconciliation and after kubelet's retry.
-func checkAfterKill(t *testing.T, o *options, op string, point exclusive.CrashPoint) {
+func checkAfterKill(t *testing.T, o *accelNode, op string, point testhooks.CrashPoint) {
 	c := crashClaim()
-	p, cfg := o.newPlugin(t, exclusive.TestHooks{})
+	p, cfg := o.newPlugin(t, testhooks.Hooks{})
 	rep, err := p.Reconcile(t.Context())
 	if err != nil {
 		t.Fatalf("reconcile: %v", err)
@@ -149,7 +158,7 @@ func checkAfterKill(t *testing.T, o *options, op string, point exclusive.CrashPo
 		t.Fatal(err)
 	}
 	owners := []types.UID{o.owner(t, 0), o.owner(t, 1)}
-	if op == "prepare" && point == exclusive.CrashAfterPrepareCompleted {
+	if op == "prepare" && point == testhooks.CrashAfterPrepareCompleted {
 		if rep.Prepared != 1 || owners[0] != c.UID || owners[1] != c.UID || len(specs) != 1 {
 			t.Fatalf("a completed prepare was not kept whole: report %s, reserved for %q, specs %v", rep, owners, specs)
 		}
@@ -160,20 +169,20 @@ func checkAfterKill(t *testing.T, o *options, op string, point exclusive.CrashPo
 	// (unless the kill came after the entry was removed).
 	undone := map[string]int{"prepare": len(rep.RolledBack), "unprepare": len(rep.UnprepareFinished)}
 	want := map[string]int{"prepare": 0, "unprepare": 0}
-	if point != exclusive.CrashAfterPrepareCompleted && point != exclusive.CrashAfterUnprepareCompleted {
+	if point != testhooks.CrashAfterPrepareCompleted && point != testhooks.CrashAfterUnprepareCompleted {
 		want[op] = 1
 	}
 	if !maps.Equal(want, undone) {
 		t.Errorf("claims undone by reconciliation %v, want %v: report %s", undone, want, rep)
 	}
 	if op == "prepare" {
-		devices, err := draplugintest.Prepare(t.Context(), p, c)
+		devices, err := kubelettest.Prepare(t.Context(), p, c)
 		if err != nil || len(devices) != 2 || o.owner(t, 0) != c.UID || o.owner(t, 1) != c.UID {
 			t.Fatalf("retried prepare: %v, %v; reserved for %q and %q", devices, err, o.owner(t, 0), o.owner(t, 1))
 		}
 		return
 	}
-	if err := draplugintest.Unprepare(t.Context(), p, c); err != nil {
+	if err := kubelettest.Unprepare(t.Context(), p, c); err != nil {
 		t.Fatalf("retried unprepare: %v", err)
 	}
 	if specs, _ := cfg.CDIWriter.List(); o.owner(t, 0)+o.owner(t, 1) != "" || len(specs) > 0 {

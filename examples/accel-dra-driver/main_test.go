@@ -8,38 +8,44 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"sigs.k8s.io/yaml"
 	"tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/draplugin/exclusive"
+	"github.com/gpudra/gpudra/draplugin/exclusive/exclusivetest"
+	"github.com/gpudra/gpudra/draplugin/kubelettest"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/simulate"
 )
 
 const testNode = "node-1"
 
-// fakeNode lays out n imaginary accelerators of model A1 under a temporary root, with the
-// plugin's state, CDI, socket and registration directories beside it.
-func fakeNode(t *testing.T, n int) *options {
-	o := nodeIn(t.TempDir())
-	for _, d := range []string{filepath.Join(o.root, "dev"), o.pluginDir, o.registrarDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+// accelNode is a fake node (package exclusivetest: directories, boot ID, kubelet, API server)
+// with imaginary accelerators under root/ in its directory, and the options serve gets there.
+type accelNode struct {
+	*options
+	node *exclusivetest.Node
+}
+
+// fakeNode lays out n imaginary accelerators of model A1 on a new fake node; the node is removed
+// when the test ends.
+func fakeNode(t *testing.T, n int) *accelNode {
+	node, err := exclusivetest.NewNode(exclusivetest.WithNodeName(testNode))
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = node.Close() })
+	o := onNode(node)
 	for i := range n {
 		sys := filepath.Join(o.root, "sys", "class", "accel", fmt.Sprintf("accel%d", i))
-		if err := os.MkdirAll(sys, 0o755); err != nil {
-			t.Fatal(err)
+		for _, d := range []string{filepath.Join(o.root, "dev"), sys} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
 		for path, content := range map[string]string{filepath.Join(o.root, "dev", fmt.Sprintf("accel%d", i)): "", filepath.Join(sys, "model"): "A1\n"} {
 			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
@@ -50,10 +56,11 @@ func fakeNode(t *testing.T, n int) *options {
 	return o
 }
 
-// nodeIn is the options of the fake node laid out in dir (by fakeNode).
-func nodeIn(dir string) *options {
-	return &options{nodeName: testNode, root: filepath.Join(dir, "root"), cdiRoot: filepath.Join(dir, "cdi"),
-		stateDir: filepath.Join(dir, "state"), pluginDir: filepath.Join(dir, "p"), registrarDir: filepath.Join(dir, "r")}
+// onNode is the fake node with serve's options for its directories (the accelerators are
+// under root/ in the node's directory).
+func onNode(node *exclusivetest.Node) *accelNode {
+	return &accelNode{node: node, options: &options{nodeName: node.Name, root: filepath.Join(node.Dir, "root"), cdiRoot: node.CDIDir,
+		stateDir: node.StateDir, pluginDir: node.PluginDir, registrarDir: node.RegistrarDir}}
 }
 
 // owner is the claim accel<n> is reserved for, read as the imaginary kernel driver keeps it.
@@ -65,13 +72,17 @@ func (o *options) owner(t *testing.T, n int) types.UID {
 	return u
 }
 
-// newPlugin builds the plugin serve builds, with test hooks; it is closed when the test ends.
-func (o *options) newPlugin(t *testing.T, hooks exclusive.TestHooks) (*exclusive.Plugin, exclusive.Config) {
+// newPlugin builds the plugin serve builds, with test hooks and the fake node's boot ID; it is
+// closed when the test ends.
+func (o *accelNode) newPlugin(t *testing.T, hooks testhooks.Hooks) (*exclusive.Plugin, exclusive.Config) {
 	cfg, err := o.pluginConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.TestHooks = hooks
+	if cfg, err = o.node.Config(cfg); err != nil {
+		t.Fatal(err)
+	}
 	p, err := exclusive.New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -80,10 +91,6 @@ func (o *options) newPlugin(t *testing.T, hooks exclusive.TestHooks) (*exclusive
 	return p, cfg
 }
 
-// accelClass is the DeviceClass of the driver's devices.
-var accelClass = &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: driverName}, Spec: resourceapi.DeviceClassSpec{
-	Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + driverName + `"`}}}}}
-
 // TestServePublishAllocatePrepare runs the driver as serve does against a fake API server and
 // talks to it as kubelet: the published slices are allocated by the scheduler's allocator, the
 // claim is prepared through the DRA socket, its CDI spec gives the container the chosen
@@ -91,31 +98,25 @@ var accelClass = &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: dr
 // and removes the spec.
 func TestServePublishAllocatePrepare(t *testing.T) {
 	o := fakeNode(t, 4)
-	p, cfg := o.newPlugin(t, exclusive.TestHooks{})
-	client := draplugintest.NewFakeClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: "node-uid"}})
-	if _, err := p.Start(t.Context(), exclusive.StartConfig{KubeClient: client, PluginDir: o.pluginDir, RegistrarDir: o.registrarDir,
-		Options: []kubeletplugin.Option{kubeletplugin.GRPCVerbosity(-1)}}); err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop()
-	kubelet, err := draplugintest.ConnectKubelet(t.Context(), filepath.Join(o.registrarDir, driverName+"-reg.sock"), driverName)
+	p, cfg := o.newPlugin(t, testhooks.Hooks{})
+	srv, err := o.node.Serve(t.Context(), p, exclusive.StartConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kubelet.Close()
+	defer srv.Stop()
 
-	slices := publishedSlices(t, client)
-	claim, err := simulate.New(testNode, []*resourceapi.DeviceClass{accelClass}, slices).Allocate(t.Context(),
-		draplugintest.Claim("train", driverName, `device.attributes["`+driverName+`"].index == 2`, ""))
+	slices, err := srv.ResourceSlices(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.ResourceV1().ResourceClaims(claim.Namespace).Create(t.Context(), claim, metav1.CreateOptions{}); err != nil {
+	claim, err := simulate.New(testNode, []*resourceapi.DeviceClass{exclusivetest.DeviceClass(driverName)}, slices).Allocate(t.Context(),
+		kubelettest.Claim("train", driverName, `device.attributes["`+driverName+`"].index == 2`))
+	if err != nil {
 		t.Fatal(err)
 	}
 	wantID := driverName + "/claim=" + string(claim.UID) + "-accel-2"
 	for i := range 2 {
-		resp, err := kubelet.Prepare(t.Context(), claim)
+		resp, err := srv.Prepare(t.Context(), claim)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +141,7 @@ func TestServePublishAllocatePrepare(t *testing.T) {
 		t.Errorf("container edits of accel-2 (-want +got):\n%s", diff)
 	}
 
-	resp, err := kubelet.Unprepare(t.Context(), claim)
+	resp, err := srv.Unprepare(t.Context(), claim)
 	if err != nil || resp.Claims[string(claim.UID)].Error != "" {
 		t.Fatalf("unprepare: %v %+v", err, resp)
 	}
@@ -152,29 +153,9 @@ func TestServePublishAllocatePrepare(t *testing.T) {
 	}
 }
 
-// publishedSlices waits for the plugin's slices to reach the API server.
-func publishedSlices(t *testing.T, client kubernetes.Interface) []*resourceapi.ResourceSlice {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		list, err := client.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(list.Items) > 0 {
-			out := make([]*resourceapi.ResourceSlice, 0, len(list.Items))
-			for i := range list.Items {
-				out = append(out, &list.Items[i])
-			}
-			return out
-		}
-	}
-	t.Fatal("no ResourceSlice was published")
-	return nil
-}
-
 // allocated is a claim allocated one device of the driver in pool, for request "accel".
 func allocated(name, pool, device string) *resourceapi.ResourceClaim {
-	c := draplugintest.Claim(name, driverName, "", "")
+	c := kubelettest.Claim(name, driverName, "")
 	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
 		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "accel", Driver: driverName, Pool: pool, Device: device}}}}
 	return c
@@ -199,8 +180,8 @@ func TestBadClaimsLeaveNothing(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(o.root, "sys", "class", "accel", "accel1", "owner"), []byte("other\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			p, cfg := o.newPlugin(t, exclusive.TestHooks{})
-			if _, err := draplugintest.Prepare(t.Context(), p, c.claim); err == nil || !strings.Contains(err.Error(), c.want) {
+			p, cfg := o.newPlugin(t, testhooks.Hooks{})
+			if _, err := kubelettest.Prepare(t.Context(), p, c.claim); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("prepare: error %v, want one containing %q", err, c.want)
 			}
 			uids, _ := cfg.CDIWriter.List()

@@ -21,6 +21,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/draplugin/exclusive"
+	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 )
 
@@ -29,7 +30,7 @@ import (
 // drivers on a node share /var/run/cdi.
 type twoDrivers struct {
 	gpuNode  *draplugintest.Node
-	accel    *options
+	accel    *accelNode
 	gpuSpecs *cdi.Writer // the GPU driver's writer, to read and list its specs
 	accelCfg exclusive.Config
 }
@@ -72,7 +73,7 @@ func (d *twoDrivers) startGPU(t *testing.T) (*draplugin.Plugin, *draplugin.Recon
 // startAccel starts this driver's plugin as serve does (exclusive.New, then Reconcile).
 func (d *twoDrivers) startAccel(t *testing.T) (*exclusive.Plugin, *exclusive.ReconcileReport) {
 	t.Helper()
-	p, _ := d.accel.newPlugin(t, exclusive.TestHooks{})
+	p, _ := d.accel.newPlugin(t, testhooks.Hooks{})
 	rep, err := p.Reconcile(t.Context())
 	if err != nil {
 		t.Fatalf("accel driver: reconcile: %v", err)

@@ -204,7 +204,7 @@ func (d *demo) newPlugin(ctx context.Context, dir string) error {
 	}
 	d.plugin, err = draplugin.New(ctx, draplugin.Config{
 		NodeName: d.nf.nodeName, NVML: d.node.nvml, Inventory: d.node.inv, StateDir: filepath.Join(dir, "state"), BootIDPath: bootID,
-		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, Slices: d.nf.builderOptions(d.node),
+		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, SliceOptions: d.nf.builderOptions(d.node),
 		Health: draplugin.HealthConfig{Disabled: true},
 	})
 	return err

@@ -393,7 +393,7 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node, client kubernetes.I
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	plugin, err := draplugin.New(ctx, draplugin.Config{
 		NodeName: s.node.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: s.stateDir,
-		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, Slices: s.node.builderOptions(n), Metrics: reg, APIFeatures: features,
+		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, SliceOptions: s.node.builderOptions(n), Metrics: reg, APIFeatures: features,
 		Health: draplugin.HealthConfig{TaintEffect: resourceapi.DeviceTaintEffect(s.taintEffect), RecoveryWindow: s.recovery},
 	})
 	if err != nil {
