@@ -32,6 +32,26 @@ type Node struct {
 	Containerd *Containerd
 	// Kubelet is the node's kubelet.
 	Kubelet *Kubelet
+
+	// hostDirs are directories outside Dir that kubelet creates and that did not exist before
+	// Start, deepest first: Stop removes them again when they are empty.
+	hostDirs []string
+}
+
+// kubeletHostDir is the one directory kubelet v1.37 creates outside its --root-dir: its device
+// manager's socket directory is a constant (pluginapi.DevicePluginPath), not under the root.
+const kubeletHostDir = "/var/lib/kubelet/device-plugins"
+
+// missingDirs returns dir and those of its parents that do not exist, deepest first.
+func missingDirs(dir string) []string {
+	var out []string
+	for d := dir; d != "/" && d != "."; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // Config says how to start a Node.
@@ -67,13 +87,15 @@ func Start(ctx context.Context, cp *framework.ControlPlane, bins *binaries.Node,
 			return n, err
 		}
 	}
+	n.hostDirs = missingDirs(kubeletHostDir)
 	n.Kubelet, err = StartKubelet(ctx, cp, bins, filepath.Join(cfg.Dir, "kubelet"), cfg.Name, n.Containerd.Socket, cfg.Labels)
 	return n, err
 }
 
 // Stop stops kubelet, kills every container the node's containerd runs, stops containerd and
 // its shims, and unmounts everything mounted below Dir (container root filesystems, volumes),
-// so that Dir can be removed.
+// so that Dir can be removed. It also removes kubelet's device-plugin directory outside Dir
+// when Start found none and it is empty again.
 func (n *Node) Stop() {
 	if n.Kubelet != nil {
 		n.Kubelet.Stop()
@@ -86,6 +108,13 @@ func (n *Node) Stop() {
 	}
 	killProcessesMentioning(n.Dir)
 	unmountBelow(n.Dir)
+	if len(n.hostDirs) > 0 && n.hostDirs[0] == kubeletHostDir {
+		// The directory is this kubelet's: the socket it leaves there is its own.
+		_ = os.Remove(filepath.Join(kubeletHostDir, "kubelet.sock"))
+	}
+	for _, d := range n.hostDirs {
+		_ = os.Remove(d) // only when empty: never what another kubelet put there
+	}
 }
 
 // makeShared makes dir a mount point of its own with shared propagation, as systemd makes "/"
