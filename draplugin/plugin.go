@@ -293,6 +293,7 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 			return report, err
 		}
 		go p.publishLoop(ctx, stopped)
+		serving.WatchDeletions(ctx, sc.KubeClient, p.driverName, p.nodeName, stopped, p.republish)
 	}
 	if p.supervise > 0 {
 		go p.superviseLoop(ctx, stopped)

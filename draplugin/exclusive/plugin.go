@@ -47,6 +47,7 @@ type Plugin struct {
 
 	helperMu sync.Mutex
 	helper   *kubeletplugin.Helper
+	stopped  chan struct{} // closed by Stop: ends the watch for deleted slices
 }
 
 var _ kubeletplugin.DRAPlugin = (*Plugin)(nil)
@@ -158,14 +159,20 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 	if err != nil {
 		return report, fmt.Errorf("start kubelet plugin %s: %w", p.driverName, err)
 	}
+	stopped := make(chan struct{})
 	p.helperMu.Lock()
-	p.helper = helper
+	p.helper, p.stopped = helper, stopped
 	p.helperMu.Unlock()
 	if !sc.NoPublish {
 		if err := serving.PublishFirst(ctx, helper, sc.KubeClient, p.driverName, p.nodeName, p.Resources); err != nil {
 			p.Stop()
 			return report, err
 		}
+		serving.WatchDeletions(ctx, sc.KubeClient, p.driverName, p.nodeName, stopped, func() {
+			if err := p.Publish(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Publishing ResourceSlices again after a deletion failed")
+			}
+		})
 	}
 	return report, nil
 }
@@ -185,9 +192,12 @@ func (p *Plugin) Publish(ctx context.Context) error {
 // Prepared claims stay prepared.
 func (p *Plugin) Stop() {
 	p.helperMu.Lock()
-	helper := p.helper
-	p.helper = nil
+	helper, stopped := p.helper, p.stopped
+	p.helper, p.stopped = nil, nil
 	p.helperMu.Unlock()
+	if stopped != nil {
+		close(stopped)
+	}
 	if helper != nil {
 		helper.Stop()
 	}

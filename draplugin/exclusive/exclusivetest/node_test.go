@@ -7,8 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpudra/gpudra/draplugin/exclusive"
 	"github.com/gpudra/gpudra/draplugin/exclusive/exclusivetest"
@@ -179,4 +182,49 @@ func TestCrashAndRestart(t *testing.T) {
 	if _, err := kubelettest.Prepare(t.Context(), restarted, c); err != nil {
 		t.Fatalf("retried prepare: %v", err)
 	}
+}
+
+// TestDeletedSlicesComeBack: kubelet deletes its node's ResourceSlices when it starts; an
+// exclusive plugin publishes them again about a second later, not after the helper's 30-second
+// sync delay (the test gives up after 10 s).
+func TestDeletedSlicesComeBack(t *testing.T) {
+	n := newNode(t)
+	srv, err := n.Serve(t.Context(), newPlugin(t, n, testhooks.Hooks{}), exclusive.StartConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	// srv.ResourceSlices waits for slices; the API's own list says when there are none.
+	count := func() int {
+		list, err := srv.Client.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Items)
+	}
+	want := len(mustSlices(t, srv))
+	for _, s := range mustSlices(t, srv) {
+		if err := srv.Client.ResourceV1().ResourceSlices().Delete(t.Context(), s.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d slices left after deleting them all", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for count() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("the deleted ResourceSlices did not come back within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func mustSlices(t *testing.T, srv *exclusivetest.Server) []*resourceapi.ResourceSlice {
+	t.Helper()
+	published, err := srv.ResourceSlices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return published
 }

@@ -1,0 +1,63 @@
+package serving
+
+import (
+	"context"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// RepublishDelay is how long after one of its ResourceSlices is deleted a plugin publishes
+// again: long enough for the helper's ResourceSlice controller to see the deletion in its own
+// informer (it compares what should exist with that cache), far shorter than the controller's
+// sync delay.
+const RepublishDelay = time.Second
+
+// WatchDeletions calls republish RepublishDelay after a ResourceSlice of driver on node is
+// deleted, until ctx ends or stop is closed; it returns once its informer is started.
+//
+// Why: kubelet deletes every ResourceSlice of its node when it starts, and a user may delete
+// one by hand. The helper's ResourceSlice controller (k8s.io/dynamic-resource-allocation v0.37)
+// recreates them only after its sync delay, 30 seconds, which the kubelet-plugin helper does not
+// let a driver change; until then none of the node's devices can be allocated. A publish hands
+// the controller the same pool again, which makes it sync at once. Deletions the plugin's own
+// publishes make (a pool that shrank) cost one publish that changes nothing.
+func WatchDeletions(ctx context.Context, client kubernetes.Interface, driver, node string, stop <-chan struct{}, republish func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-ctx.Done():
+		case <-stop:
+		}
+	}()
+	selector := fields.AndSelectors(fields.OneTermEqualSelector("spec.nodeName", node),
+		fields.OneTermEqualSelector("spec.driver", driver)).String()
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
+	informer := factory.Resource().V1().ResourceSlices().Informer()
+	logger := klog.FromContext(ctx)
+	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		s, ok := obj.(*resourceapi.ResourceSlice)
+		// A fake client ignores field selectors: check what the API server would have.
+		if !ok || s.Spec.Driver != driver || s.Spec.NodeName == nil || *s.Spec.NodeName != node {
+			return
+		}
+		logger.V(2).Info("ResourceSlice deleted; publishing again", "slice", s.Name, "in", RepublishDelay)
+		time.AfterFunc(RepublishDelay, republish)
+	}})
+	if err != nil {
+		logger.Error(err, "Watching for deleted ResourceSlices failed; a deleted slice comes back after the helper's sync delay")
+		return
+	}
+	factory.Start(done)
+}
