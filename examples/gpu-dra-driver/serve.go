@@ -47,6 +47,7 @@ type serveFlags struct {
 	metricsAddr  string
 	podUID       string
 	fakeControl  string
+	fakeTmpfs    bool
 	strategies   string
 	allowed      map[string]bool
 	qps          float64
@@ -108,6 +109,7 @@ func (s *serveFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics) and a liveness check through the plugin's sockets (/healthz) on this address, e.g. :8080; empty: off")
 	fs.StringVar(&s.podUID, "pod-uid", os.Getenv("POD_UID"), "the plugin pod's UID (downward API): enables kubelet rolling updates")
 	fs.StringVar(&s.fakeControl, "fake-control", "", "TESTS ONLY, --nvml=fake only: serve the fake machine's test controls (inject XIDs, mark GPUs healthy, list MIG instances) over HTTP on this loopback address")
+	fs.BoolVar(&s.fakeTmpfs, "fake-mps-tmpfs", false, "TESTS ONLY, --nvml=fake only: mount a real tmpfs on each MPS daemon's shm directory, as on a real node (needs CAP_SYS_ADMIN), so that its propagation to containers can be tested")
 	fs.StringVar(&s.strategies, "sharing-strategies", strategyTimeSlicing+","+strategyMPS, "sharing strategies claims may ask for in their opaque config (comma-separated subset of TimeSlicing,MPS; empty: exclusive use only)")
 	completeValues(cmd, "sharing-strategies", strategyTimeSlicing+","+strategyMPS, strategyTimeSlicing, strategyMPS, "")
 	fs.Float64Var(&s.qps, "kube-api-qps", 200, "API client QPS; kubelet's helper GETs every claim before prepare, so a low limit delays pods")
@@ -164,7 +166,7 @@ func (s *serveFlags) validate() error {
 		return errors.New("--node-name (or $NODE_NAME) is required: it names this node's pool and must be the Kubernetes node name")
 	}
 	fake := s.node.nvmlMode == "fake"
-	for _, name := range []string{flagMachine, flagMIGConfig, "fake-control"} {
+	for _, name := range []string{flagMachine, flagMIGConfig, "fake-control", "fake-mps-tmpfs"} {
 		if changed(s.fs, name) && !fake {
 			return fmt.Errorf("--%s needs --nvml=fake: serve uses the node's real GPUs unless a fake machine is asked for", name)
 		}
@@ -426,7 +428,11 @@ func (s *serveFlags) hostActions(n *node) ([]sharing.Option, error) {
 		}
 		n.host = host
 		cm = recordedComputeMode{ComputeModeSetter: cm, host: n.host}
-		ts, mps = n.host, fakeMPSDirs{MPSDaemons: n.host}
+		dirs := fakeMPSDirs{MPSDaemons: n.host}
+		if s.fakeTmpfs {
+			dirs.mounter = sharing.NewTmpfsMounter()
+		}
+		ts, mps = n.host, dirs
 	} else {
 		ts = sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRootDir(s.node.driverRoot)))
 		mps = sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRootDir(s.node.driverRoot)))
@@ -452,15 +458,26 @@ func (r recordedComputeMode) SetComputeMode(ctx context.Context, uuid string, mo
 
 // fakeMPSDirs gives the fake host's MPS daemons the directories a real daemon's setup creates
 // (pipe, log and shm, with the same modes) and removes them when the daemon stops: containers
-// bind-mount them, so on a real node a fake machine's MPS claims need them as real ones do. The
-// shm tmpfs stays recorded, not mounted.
+// bind-mount them, so on a real node a fake machine's MPS claims need them as real ones do. With
+// a mounter (--fake-mps-tmpfs) the shm directory gets its tmpfs as on a real node; without, the
+// tmpfs stays recorded, not mounted.
 type fakeMPSDirs struct {
 	sharing.MPSDaemons
+	mounter sharing.Mounter
 }
 
 func (f fakeMPSDirs) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error {
 	if err := spec.CreateDirs(); err != nil {
 		return err
+	}
+	if f.mounter != nil {
+		size := spec.ShmSizeBytes
+		if size == 0 {
+			size = sharing.DefaultMPSShmSize
+		}
+		if err := f.mounter.Mount(ctx, spec.ShmDir, size); err != nil {
+			return err
+		}
 	}
 	return f.MPSDaemons.Start(ctx, spec)
 }
@@ -468,6 +485,16 @@ func (f fakeMPSDirs) Start(ctx context.Context, spec sharing.MPSDaemonSpec) erro
 func (f fakeMPSDirs) Stop(ctx context.Context, spec sharing.MPSDaemonSpec) error {
 	if err := f.MPSDaemons.Stop(ctx, spec); err != nil {
 		return err
+	}
+	return f.removeDirs(ctx, spec)
+}
+
+// removeDirs unmounts the shm tmpfs (when mounted) and removes the daemon's directories.
+func (f fakeMPSDirs) removeDirs(ctx context.Context, spec sharing.MPSDaemonSpec) error {
+	if f.mounter != nil {
+		if err := f.mounter.Unmount(ctx, spec.ShmDir); err != nil {
+			return err
+		}
 	}
 	return spec.RemoveDirs(klog.FromContext(ctx))
 }

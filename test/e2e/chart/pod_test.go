@@ -93,3 +93,46 @@ func TestDriverRootMayAppearLater(t *testing.T) {
 		})
 	}
 }
+
+// TestMPSMountsReachTheHost: where the plugin mounts MPS shm tmpfs (real GPUs, and a fake
+// machine with mountTmpfs) it runs privileged and its plugin directory propagates mounts both
+// ways, so the host (and the containers that bind-mount the shm directory as /dev/shm) see the
+// daemon's tmpfs, not an empty directory; the unprivileged fake mode mounts nothing and may not
+// ask for Bidirectional (the API server refuses it for an unprivileged container).
+func TestMPSMountsReachTheHost(t *testing.T) {
+	for name, tc := range map[string]struct {
+		vals       map[string]any
+		privileged bool
+		flag       bool
+	}{
+		"real-gpus":          {vals: nil, privileged: true},
+		"gpu-operator-root":  {vals: map[string]any{"nvidiaDriverRoot": "/run/nvidia/driver"}, privileged: true},
+		"fake-machine":       {vals: map[string]any{"fakeMachine": map[string]any{"name": "l4x8"}}},
+		"fake-with-tmpfs":    {vals: map[string]any{"fakeMachine": map[string]any{"name": "l4x8", "mountTmpfs": true}}, privileged: true, flag: true},
+		"fake-tmpfs-no-root": {vals: map[string]any{"fakeMachine": map[string]any{"name": "l4x8", "driverRoot": "/opt/fake", "mountTmpfs": true}}, privileged: true, flag: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := daemonSet(t, render(t, kubeVersion, tc.vals)).Spec.Template.Spec.Containers[0]
+			privileged := c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+			if privileged != tc.privileged {
+				t.Errorf("privileged = %v, want %v", privileged, tc.privileged)
+			}
+			var prop corev1.MountPropagationMode
+			for _, m := range c.VolumeMounts {
+				if m.Name == "plugin-dir" && m.MountPropagation != nil {
+					prop = *m.MountPropagation
+				}
+			}
+			if want := map[bool]corev1.MountPropagationMode{true: corev1.MountPropagationBidirectional}[tc.privileged]; prop != want {
+				t.Errorf("plugin-dir mountPropagation = %q, want %q", prop, want)
+			}
+			var flag bool
+			for _, a := range c.Args {
+				flag = flag || a == "--fake-mps-tmpfs"
+			}
+			if flag != tc.flag {
+				t.Errorf("--fake-mps-tmpfs in args = %v, want %v (args %v)", flag, tc.flag, c.Args)
+			}
+		})
+	}
+}

@@ -153,6 +153,8 @@ func TestValuesServeWouldRefuse(t *testing.T) {
 		// serve refuses --mig-config without --nvml=fake; the chart would drop it silently.
 		{"mig-config-without-machine", map[string]any{"fakeMachine": map[string]any{"migConfig": "all-balanced"}}, "fakeMachine.migConfig needs fakeMachine.name"},
 		{"fake-driver-root-without-machine", map[string]any{"fakeMachine": map[string]any{"driverRoot": "/opt/fake"}}, "fakeMachine.driverRoot needs fakeMachine.name"},
+		{"fake-tmpfs-without-machine", map[string]any{"fakeMachine": map[string]any{"mountTmpfs": true}}, "fakeMachine.mountTmpfs needs fakeMachine.name"},
+		{"fake-tmpfs-not-bool", map[string]any{"fakeMachine": map[string]any{"name": "l4x8", "mountTmpfs": "yes"}}, "/fakeMachine/mountTmpfs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := framework.RenderChart(chartDir, kubeVersion, release(tc.vals))

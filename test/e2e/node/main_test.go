@@ -200,6 +200,9 @@ func (s *Suite) chartValues(extra map[string]any) map[string]any {
 		"fakeMachine": map[string]any{
 			"name":       machine,
 			"driverRoot": s.DriverRoot,
+			// MPS shm tmpfs mounted for real, privileged with Bidirectional propagation as
+			// in the real-GPU mode: TestNodeMPS checks that containers get the daemon's tmpfs.
+			"mountTmpfs": true,
 		},
 		"logVerbosity": 4,
 	}

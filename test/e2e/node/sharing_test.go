@@ -2,11 +2,15 @@ package node
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -86,16 +90,34 @@ func TestNodeMPS(t *testing.T) {
 		if entries := r.Dirs[pipe]; len(entries) > 0 && strings.HasPrefix(entries[0], "error:") {
 			t.Errorf("container %s: cannot read the MPS pipe directory %s: %v", c, pipe, entries)
 		}
+		// The daemon's shm directory is bind-mounted as /dev/shm. On the host (ext4 here) it
+		// is a tmpfs only if the plugin's mount propagated out of its container.
+		if fstype := r.Mounts["/dev/shm"]; fstype != "tmpfs" {
+			t.Errorf("container %s: /dev/shm is %q, want the MPS daemon's tmpfs (mounts %v)", c, fstype, r.Mounts)
+		}
 	}
 	uuid := strAttr(s.device(ctx, t, devs[0]), "uuid")
 	st := s.hostState(t)
 	if len(st.Daemons) != 1 || st.ComputeModes[uuid] != sharing.ComputeModeExclusiveProcess {
 		t.Errorf("while the pod runs: daemons %v, compute mode of %s %v; want one daemon and EXCLUSIVE_PROCESS", st.Daemons, uuid, st.ComputeModes[uuid])
 	}
+	var shmDirs []string
+	for _, d := range st.Daemons {
+		shmDirs = append(shmDirs, d.ShmDir)
+		var sfs unix.Statfs_t
+		if err := unix.Statfs(d.ShmDir, &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
+			t.Errorf("on the host, MPS daemon %s's shm directory %s is not a tmpfs (statfs type %#x, %v): the plugin's mount did not propagate", d.ID, d.ShmDir, sfs.Type, err)
+		}
+	}
 	s.deletePod(ctx, t, pod)
 	s.waitUnprepared(ctx, t, string(claim.UID))
 	st = s.hostState(t)
 	if len(st.Daemons) != 0 || st.ComputeModes[uuid] != sharing.ComputeModeDefault {
 		t.Errorf("after unprepare: daemons %v, compute mode of %s %v; want none and DEFAULT", st.Daemons, uuid, st.ComputeModes[uuid])
+	}
+	for _, d := range shmDirs {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("after unprepare: the shm directory %s is still there (%v)", d, err)
+		}
 	}
 }

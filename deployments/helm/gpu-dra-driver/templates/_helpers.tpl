@@ -54,5 +54,8 @@ auto: where the API server authorizes claim status per driver and node, 1.36+). 
 {{- if .Values.fakeMachine.driverRoot -}}
 {{- fail "fakeMachine.driverRoot needs fakeMachine.name: it is the fake machine's driver installation; set nvidiaDriverRoot for real GPUs" -}}
 {{- end -}}
+{{- if .Values.fakeMachine.mountTmpfs -}}
+{{- fail "fakeMachine.mountTmpfs needs fakeMachine.name: real GPUs always get their MPS tmpfs mounts (serve refuses --fake-mps-tmpfs without --nvml=fake)" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
