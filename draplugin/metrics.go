@@ -34,7 +34,8 @@ const (
 	// repeats the current state (the same XID again) changes nothing and is not counted.
 	MetricHealthEvents = "gpudra_plugin_health_events_total"
 	// MetricPublish counts the ResourceSlice publishes of the plugin: the first one of Start
-	// and every Publish, the republishes after health and MIG changes included (label result:
+	// and every Publish, the republishes after health and MIG changes and after kubelet
+	// deleted the node's slices included (label result:
 	// "success", "error"). A failed republish is retried with back-off, so its errors count the
 	// retries. Success means the slices were built and handed to the kubelet-plugin helper,
 	// whose ResourceSlice controller writes them to the API server.
