@@ -18,7 +18,10 @@ import (
 
 // gpuHealth is why a GPU is unhealthy.
 type gpuHealth struct {
-	reason  string // taint value
+	reason string // taint value
+	// class is the reason's class for MetricHealthEvents: HealthReasonXID, HealthReasonECC,
+	// HealthReasonGPULost or HealthReasonMarked.
+	class   string
 	message string
 	since   time.Time
 	// last is when the latest event of the same reason arrived.
@@ -49,7 +52,7 @@ type health struct {
 	// migDevices names the published MIG devices of a GPU with the given GPU instance id (and
 	// compute instance id, unless it is noInstance).
 	migDevices func(gpuUUID string, gi, ci uint32) []string
-	onChange   func(ctx context.Context)
+	onChange   func(ctx context.Context, change healthChange)
 
 	mu sync.Mutex
 	// unhealthy is keyed by GPU UUID (the whole GPU and its devices) or by the name of a MIG
@@ -95,7 +98,7 @@ const noInstance = ^uint32(0)
 
 // attach gives the health state the devices it reports on, how to find MIG devices by their
 // instance ids, and what to call after a change.
-func (h *health) attach(devices *deviceIndex, migDevices func(gpuUUID string, gi, ci uint32) []string, onChange func(ctx context.Context)) {
+func (h *health) attach(devices *deviceIndex, migDevices func(gpuUUID string, gi, ci uint32) []string, onChange func(ctx context.Context, change healthChange)) {
 	h.devices, h.migDevices, h.onChange = devices, migDevices, onChange
 }
 
@@ -135,37 +138,47 @@ func (h *health) count() int {
 	return len(h.unhealthy)
 }
 
+// healthChange is a health transition of a GPU or MIG device, as MetricHealthEvents counts it:
+// the state entered ("unhealthy", "healthy") and the class of the taint set or removed.
+type healthChange struct {
+	state, class string
+}
+
 // set changes the health of a GPU (by UUID) or of one MIG device (by name) and, when it
 // changed, wakes watchers and calls onChange.
 func (h *health) set(ctx context.Context, target string, bad *gpuHealth) {
-	if !h.update(target, bad) {
+	old, changed := h.update(target, bad)
+	if !changed {
 		return
 	}
 	logger := klog.FromContext(ctx)
+	change := healthChange{state: "unhealthy"}
 	if bad != nil {
+		change.class = bad.class
 		logger.Info("Device unhealthy", "target", target, "reason", bad.reason, "message", bad.message)
 	} else {
+		change = healthChange{state: "healthy", class: old.class}
 		logger.Info("Device healthy again", "target", target)
 	}
-	h.onChange(ctx)
+	h.onChange(ctx, change)
 }
 
 // update records the health of a target and wakes watchers; it reports whether anything
-// changed.
-func (h *health) update(target string, bad *gpuHealth) bool {
+// changed, and the state it replaced.
+func (h *health) update(target string, bad *gpuHealth) (gpuHealth, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	old, was := h.unhealthy[target]
 	switch {
 	case bad == nil && !was:
-		return false
+		return old, false
 	case bad == nil:
 		delete(h.unhealthy, target)
 	case was && old.reason == bad.reason:
 		// The same trouble again: it stays, and its quiet window starts over.
 		old.last = bad.last
 		h.unhealthy[target] = old
-		return false
+		return old, false
 	default:
 		h.unhealthy[target] = *bad
 	}
@@ -175,11 +188,14 @@ func (h *health) update(target string, bad *gpuHealth) bool {
 		default:
 		}
 	}
-	return true
+	return old, true
 }
 
-// onHealthChange republishes the slices with the new taints.
-func (p *Plugin) onHealthChange(context.Context) { p.republish() }
+// onHealthChange counts the transition and republishes the slices with the new taints.
+func (p *Plugin) onHealthChange(_ context.Context, change healthChange) {
+	p.metrics.healthEvent(change.state, change.class)
+	p.republish()
+}
 
 // MarkUnhealthy taints every device of the physical GPU of device (a DRA device name or a GPU
 // UUID) with reason as the taint value, for health sources other than NVML events.
@@ -189,7 +205,7 @@ func (p *Plugin) MarkUnhealthy(ctx context.Context, device, reason, message stri
 		return fmt.Errorf("unknown device %q: neither a published device nor a GPU UUID of node %s", device, p.nodeName)
 	}
 	now := p.now()
-	p.health.set(ctx, u, &gpuHealth{reason: reason, message: message, since: now, last: now})
+	p.health.set(ctx, u, &gpuHealth{reason: reason, class: HealthReasonMarked, message: message, since: now, last: now})
 	return nil
 }
 
@@ -433,7 +449,7 @@ func (h *health) gpuLost(ctx context.Context, gpus []watchedGPU, e nvml.EventDat
 	for _, w := range gpus {
 		if _, r := w.dev.GetUUID(); r == nvml.ERROR_GPU_IS_LOST || (e.Device != nil && w.dev == e.Device) {
 			now := h.now()
-			h.set(ctx, w.uuid, &gpuHealth{reason: "gpu-lost", message: "the GPU fell off the bus (NVML ERROR_GPU_IS_LOST)", since: now, last: now, recovers: recoverAnswers})
+			h.set(ctx, w.uuid, &gpuHealth{reason: "gpu-lost", class: HealthReasonGPULost, message: "the GPU fell off the bus (NVML ERROR_GPU_IS_LOST)", since: now, last: now, recovers: recoverAnswers})
 			lost = true
 		}
 	}
@@ -479,9 +495,9 @@ func (h *health) event(ctx context.Context, gpus []watchedGPU, e nvml.EventData)
 			logger.V(2).Info("Ignoring benign XID", "gpu", u, "xid", e.EventData)
 			return
 		}
-		bad = gpuHealth{reason: fmt.Sprintf("xid-%d", e.EventData), message: fmt.Sprintf("XID %d reported by the driver", e.EventData)}
+		bad = gpuHealth{reason: fmt.Sprintf("xid-%d", e.EventData), class: HealthReasonXID, message: fmt.Sprintf("XID %d reported by the driver", e.EventData)}
 	case e.EventType&nvml.EventTypeDoubleBitEccError != 0:
-		bad = gpuHealth{reason: "ecc-dbe", message: "double-bit ECC error"}
+		bad = gpuHealth{reason: "ecc-dbe", class: HealthReasonECC, message: "double-bit ECC error"}
 	default:
 		return
 	}

@@ -132,6 +132,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		return nil, err
 	}
 	p.metrics = newMetrics(cfg.Metrics, p.counts, p.health.count, catalogDifferences(inv), inv.Errors)
+	p.metrics.countCheckpoint(p.checkpoint)
 	return p, nil
 }
 
@@ -288,7 +289,9 @@ func (p *Plugin) Start(ctx context.Context, sc StartConfig) (*ReconcileReport, e
 		p.health.startMonitor(ctx, p.lib, p.inv)
 	}
 	if !sc.NoPublish {
-		if err := serving.PublishFirst(ctx, helper, sc.KubeClient, p.driverName, p.nodeName, p.Resources); err != nil {
+		err := serving.PublishFirst(ctx, helper, sc.KubeClient, p.driverName, p.nodeName, p.Resources)
+		p.metrics.published(err)
+		if err != nil {
 			p.Stop()
 			return report, err
 		}
@@ -358,9 +361,16 @@ func (p *Plugin) endpoint(sc StartConfig) serving.Endpoint {
 
 // Publish (re)publishes the plugin's ResourceSlices through the kubelet-plugin helper, with
 // the current health taints and MIG partitions. Start publishes the first time; afterwards the
-// plugin republishes by itself (see Start).
+// plugin republishes by itself (see Start). Before Start it does nothing; every publish after
+// counts in MetricPublish.
 func (p *Plugin) Publish(ctx context.Context) error {
-	return serving.Publish(ctx, p.Helper(), p.Resources)
+	helper := p.Helper()
+	if helper == nil {
+		return nil
+	}
+	err := serving.Publish(ctx, helper, p.Resources)
+	p.metrics.published(err)
+	return err
 }
 
 // republish asks for the slices to be published again soon; requests made while one is pending

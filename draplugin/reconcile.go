@@ -114,7 +114,9 @@ func (p *Plugin) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	if p.dynamicMIG() && p.mig != nil {
 		steps = append(steps, p.reconcileMIG)
 	}
-	return rep, reconcile.Reconcile(ctx, rep, p.lockAll, p.writer, &rep.TempFilesRemoved, steps...)
+	err := reconcile.Reconcile(ctx, rep, p.lockAll, p.writer, &rep.TempFilesRemoved, steps...)
+	p.metrics.countReconciled(rep)
+	return rep, err
 }
 
 // lockAll takes the locks of every GPU of the node and of every GPU a claim records.
