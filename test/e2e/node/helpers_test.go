@@ -188,7 +188,7 @@ func claimSpec(class string, count int64, config ...resourceapi.DeviceClaimConfi
 }
 
 // claimTemplate creates a ResourceClaimTemplate of claimSpec(class, count, config...).
-func (s *Suite) claimTemplate(ctx context.Context, t *testing.T, ns, name, class string, count int64, config ...resourceapi.DeviceClaimConfiguration) {
+func (s *Suite) claimTemplate(ctx context.Context, t testing.TB, ns, name, class string, count int64, config ...resourceapi.DeviceClaimConfiguration) {
 	t.Helper()
 	tmpl := &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -289,7 +289,7 @@ func (s *Suite) report(ctx context.Context, t *testing.T, pod *corev1.Pod, conta
 // deletePod deletes pod and waits until it is gone: kubelet has stopped its containers and
 // unprepared its claims by then (a claim's last pod gone is when kubelet calls
 // NodeUnprepareResources).
-func (s *Suite) deletePod(ctx context.Context, t *testing.T, pod *corev1.Pod) {
+func (s *Suite) deletePod(ctx context.Context, t testing.TB, pod *corev1.Pod) {
 	t.Helper()
 	if err := s.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,115 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/test/e2e/framework"
+)
+
+// BenchmarkNodePodStart is pod start latency on the real node: from the pod's creation to the
+// pod Running and Ready as the API server reports it (a watch opened before the create), for a
+// pod without a claim and the same pod with one GPU claim from a ResourceClaimTemplate
+// (claim creation by kube-controller-manager, scheduling, prepare through the plugin, CDI
+// injection by containerd). Each round starts one of each, alternating which goes first, one
+// pod at a time; the medians and the 90th percentiles are reported as custom metrics
+// (ns/op is meaningless here). make bench-e2e-node-start runs it.
+func BenchmarkNodePodStart(b *testing.B) {
+	ctx := context.Background()
+	s := suite
+	// go test runs a benchmark once with b.N = 1 before the measured run: each run gets a
+	// namespace of its own (the previous one may still be terminating).
+	ns := fmt.Sprintf("bench-pod-start-%d", time.Now().UnixNano()%1e9)
+	if err := framework.CreateNamespace(ctx, s.Client, ns, nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := framework.WaitForServiceAccount(ctx, s.Client, ns, "default"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	s.claimTemplate(ctx, b, ns, "one-gpu", "gpu.nvidia.com", 1)
+	var plain, claimed []time.Duration
+	for i := range b.N {
+		kinds := []bool{false, true}
+		if i%2 == 1 {
+			slices.Reverse(kinds)
+		}
+		for _, withClaim := range kinds {
+			pod := startPod(ns, fmt.Sprintf("p%d-%v", i, withClaim), withClaim)
+			took := s.timePodStart(ctx, b, pod)
+			if withClaim {
+				claimed = append(claimed, took)
+			} else {
+				plain = append(plain, took)
+			}
+			s.deletePod(ctx, b, pod)
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+	for name, d := range map[string][]time.Duration{"no-claim": plain, "gpu-claim": claimed} {
+		b.ReportMetric(float64(percentile(d, 50).Milliseconds()), "ms-p50-"+name)
+		b.ReportMetric(float64(percentile(d, 90).Milliseconds()), "ms-p90-"+name)
+	}
+}
+
+// startPod is the workload pod, with one GPU claim from the template "one-gpu" or none.
+func startPod(ns, name string, withClaim bool) *corev1.Pod {
+	if withClaim {
+		return workloadPod(ns, name, corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}, "main")
+	}
+	pod := workloadPod(ns, name, corev1.PodResourceClaim{}, "main")
+	pod.Spec.ResourceClaims = nil
+	pod.Spec.Containers[0].Resources.Claims = nil
+	return pod
+}
+
+// timePodStart creates pod and returns how long it took to be Running and Ready, as a watch
+// opened before the create sees it.
+func (s *Suite) timePodStart(ctx context.Context, b *testing.B, pod *corev1.Pod) time.Duration {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	w, err := s.Client.CoreV1().Pods(pod.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	start := time.Now()
+	if _, err := s.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	for ev := range w.ResultChan() {
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok || ev.Type == watch.Deleted {
+			continue
+		}
+		if p.Status.Phase == corev1.PodFailed {
+			b.Fatalf("pod %s/%s failed: %s", p.Namespace, p.Name, containerStates(p))
+		}
+		if p.Status.Phase == corev1.PodRunning && podReady(p) {
+			return time.Since(start)
+		}
+	}
+	b.Fatalf("pod %s/%s not running within 2 minutes (%v)", pod.Namespace, pod.Name, ctx.Err())
+	return 0
+}
+
+// percentile returns the p-th percentile (nearest rank) of d.
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (p*len(s)+99)/100 - 1
+	return s[max(i, 0)]
+}
