@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/gpudra/gpudra/internal/pciaddr"
 )
 
 // NormalizeDriverVersion turns an NVIDIA driver version into a semantic version: leading zeros
@@ -34,14 +36,6 @@ func CUDADriverVersion(v int) (string, error) {
 }
 
 // CanonicalPCIBusID returns a PCI address in the canonical lower-case "dddd:bb:dd.f" form
-// from any of NVML's spellings ("00000000:07:00.0", "0000:07:00.0", upper or lower case).
-func CanonicalPCIBusID(s string) (string, error) {
-	var dom, bus, dev, fn uint64
-	if n, err := fmt.Sscanf(strings.TrimSpace(s), "%x:%x:%x.%x", &dom, &bus, &dev, &fn); err != nil || n != 4 {
-		return "", fmt.Errorf("PCI bus ID %q is not of the form DOMAIN:BUS:DEVICE.FUNCTION", s)
-	}
-	if dom > 0xffff || bus > 0xff || dev > 0x1f || fn > 7 {
-		return "", fmt.Errorf("PCI bus ID %q is out of range", s)
-	}
-	return fmt.Sprintf("%04x:%02x:%02x.%x", dom, bus, dev, fn), nil
-}
+// from any of NVML's spellings ("00000000:07:00.0", "0000:07:00.0", upper or lower case). A
+// domain wider than four hex digits (NVML's is 32 bits) is printed whole.
+func CanonicalPCIBusID(s string) (string, error) { return pciaddr.Canonical(s) }

@@ -2,7 +2,8 @@ package topology
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/gpudra/gpudra/internal/pciaddr"
 )
 
 // Level is how two GPUs reach each other over PCIe, from the tightest (PIX) to the loosest (SYS),
@@ -190,7 +191,7 @@ func (t *Topology) Link(i, j int) Link {
 // bus ID or its root is unknown. busID may be in any case and use NVML's 8-digit domain. The
 // method value fits gpudra.WithPCIeRoot.
 func (t *Topology) PCIeRoot(busID string) string {
-	b, err := canonicalBusID(busID)
+	b, err := pciaddr.Canonical(busID)
 	if err != nil {
 		return ""
 	}
@@ -200,17 +201,4 @@ func (t *Topology) PCIeRoot(busID string) string {
 		}
 	}
 	return ""
-}
-
-// canonicalBusID turns "00000000:07:00.0" or "0000:07:00.0" into "0000:07:00.0".
-func canonicalBusID(s string) (string, error) {
-	var dom, bus, dev, fn uint64
-	n, err := fmt.Sscanf(strings.TrimSpace(strings.ToLower(s)), "%x:%x:%x.%x", &dom, &bus, &dev, &fn)
-	if err != nil || n != 4 {
-		return "", fmt.Errorf("PCI bus ID %q is not DOMAIN:BUS:DEVICE.FUNCTION", s)
-	}
-	if dom > 0xffffffff || bus > 0xff || dev > 0x1f || fn > 7 {
-		return "", fmt.Errorf("PCI bus ID %q is out of range", s)
-	}
-	return fmt.Sprintf("%04x:%02x:%02x.%x", dom, bus, dev, fn), nil
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/uuid"
+
+	"github.com/gpudra/gpudra/internal/pciaddr"
 	"github.com/gpudra/gpudra/topology"
 )
 
@@ -196,15 +198,15 @@ func readGPU(i int, d nvml.Device) (topology.GPU, error) {
 // fields (which lack the function number; GPUs are function 0).
 func pciBusID(pci nvml.PciInfo) (string, error) {
 	if s := cString(pci.BusId[:]); s != "" {
-		return canonicalBusID(s)
+		return pciaddr.Canonical(s)
 	}
 	if s := cString(pci.BusIdLegacy[:]); s != "" {
-		return canonicalBusID(s)
+		return pciaddr.Canonical(s)
 	}
 	if pci.Domain == 0 && pci.Bus == 0 && pci.Device == 0 {
 		return "", nil // an empty PciInfo: 0000:00:00.0 is a host bridge, never a GPU
 	}
-	return canonicalBusID(fmt.Sprintf("%x:%x:%x.0", pci.Domain, pci.Bus, pci.Device))
+	return pciaddr.Canonical(fmt.Sprintf("%x:%x:%x.0", pci.Domain, pci.Bus, pci.Device))
 }
 
 func cString(b []int8) string {
@@ -384,18 +386,4 @@ func domains(gpus []topology.GPU) []topology.Domain {
 		return cmp.Compare(a.CliqueID, b.CliqueID)
 	})
 	return out
-}
-
-// canonicalBusID turns "00000000:07:00.0" or "0000:07:00.0" into "0000:07:00.0", as
-// topology.Topology.PCIeRoot reads bus IDs.
-func canonicalBusID(s string) (string, error) {
-	var dom, bus, dev, fn uint64
-	n, err := fmt.Sscanf(strings.TrimSpace(strings.ToLower(s)), "%x:%x:%x.%x", &dom, &bus, &dev, &fn)
-	if err != nil || n != 4 {
-		return "", fmt.Errorf("PCI bus ID %q is not DOMAIN:BUS:DEVICE.FUNCTION", s)
-	}
-	if dom > 0xffffffff || bus > 0xff || dev > 0x1f || fn > 7 {
-		return "", fmt.Errorf("PCI bus ID %q is out of range", s)
-	}
-	return fmt.Sprintf("%04x:%02x:%02x.%x", dom, bus, dev, fn), nil
 }
