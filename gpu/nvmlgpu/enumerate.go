@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/internal/nvmlpci"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/mig/nvmlmig"
 )
@@ -124,21 +124,6 @@ func (e *enumerator) run(ctx context.Context) (*gpu.Inventory, error) {
 	return inv, nil
 }
 
-// pciBusID is the GPU's canonical PCI address: NVML's bus ID string (or its legacy one), else the address its
-// domain, bus and device numbers spell; "" when NVML gives neither (0000:00:00.0, what an empty
-// PciInfo spells, is a host bridge, never a GPU).
-func pciBusID(pci nvml.PciInfo) string {
-	for _, s := range []string{cString(pci.BusId[:]), cString(pci.BusIdLegacy[:])} {
-		if id, err := gpu.CanonicalPCIBusID(s); err == nil {
-			return id
-		}
-	}
-	if pci.Domain == 0 && pci.Bus == 0 && pci.Device == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%04x:%02x:%02x.0", pci.Domain, pci.Bus, pci.Device)
-}
-
 // dropSharedBusIDs clears the PCI bus ID of GPUs that report the same one: an address that
 // names two GPUs names neither, and resource.kubernetes.io/pciBusID must identify one device.
 func dropSharedBusIDs(gpus []gpu.GPU) {
@@ -241,7 +226,7 @@ func attributes(d nvml.Device, g *gpu.GPU) (string, nvml.Return) {
 	}
 	pci, ret := d.GetPciInfo()
 	if ret == nvml.SUCCESS {
-		g.PCIDeviceID, g.PCIBusID = pci.PciDeviceId, pciBusID(pci)
+		g.PCIDeviceID, g.PCIBusID = pci.PciDeviceId, nvmlpci.BusID(pci)
 	} else if !unsupported(ret) {
 		return "GetPciInfo", ret
 	}
@@ -414,17 +399,6 @@ func coresPerSM(major, minor int) int {
 	default:
 		return 128
 	}
-}
-
-func cString(b []int8) string {
-	var sb strings.Builder
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		sb.WriteByte(byte(c))
-	}
-	return sb.String()
 }
 
 // newDeviceError is GPU index (MIG device migIndex, -1 for the GPU itself) failing in NVML call op.

@@ -10,7 +10,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/uuid"
 
-	"github.com/gpudra/gpudra/internal/pciaddr"
+	"github.com/gpudra/gpudra/internal/nvmlpci"
 	"github.com/gpudra/gpudra/topology"
 )
 
@@ -162,11 +162,7 @@ func readGPU(i int, d nvml.Device) (topology.GPU, error) {
 	pci, ret := d.GetPciInfo()
 	switch ret {
 	case nvml.SUCCESS:
-		b, err := pciBusID(pci)
-		if err != nil {
-			return g, fmt.Errorf("topology: GPU %d: GetPciInfo: %w", i, err)
-		}
-		g.PCIBusID = b
+		g.PCIBusID = nvmlpci.BusID(pci)
 	case nvml.ERROR_NOT_SUPPORTED:
 	default:
 		return g, &Error{GPU: i, Op: "GetPciInfo", Return: ret}
@@ -192,32 +188,6 @@ func readGPU(i int, d nvml.Device) (topology.GPU, error) {
 		return g, &Error{GPU: i, Op: "GetGpuFabricInfo", Return: ret}
 	}
 	return g, nil
-}
-
-// pciBusID returns the canonical bus ID of pci, from its BusId string or, failing that, its
-// fields (which lack the function number; GPUs are function 0).
-func pciBusID(pci nvml.PciInfo) (string, error) {
-	if s := cString(pci.BusId[:]); s != "" {
-		return pciaddr.Canonical(s)
-	}
-	if s := cString(pci.BusIdLegacy[:]); s != "" {
-		return pciaddr.Canonical(s)
-	}
-	if pci.Domain == 0 && pci.Bus == 0 && pci.Device == 0 {
-		return "", nil // an empty PciInfo: 0000:00:00.0 is a host bridge, never a GPU
-	}
-	return pciaddr.Canonical(fmt.Sprintf("%x:%x:%x.0", pci.Domain, pci.Bus, pci.Device))
-}
-
-func cString(b []int8) string {
-	var s strings.Builder
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		s.WriteByte(byte(c))
-	}
-	return s.String()
 }
 
 // remote is the far end of one active NVLink.
@@ -246,11 +216,7 @@ func readNVLinks(i int, d nvml.Device) ([]remote, error) {
 		pci, ret := d.GetNvLinkRemotePciInfo(l)
 		switch ret {
 		case nvml.SUCCESS:
-			b, err := pciBusID(pci)
-			if err != nil {
-				return nil, fmt.Errorf("topology: GPU %d: GetNvLinkRemotePciInfo(link %d): %w", i, l, err)
-			}
-			r.busID = b
+			r.busID = nvmlpci.BusID(pci)
 		case nvml.ERROR_NOT_SUPPORTED:
 		default:
 			return nil, &Error{GPU: i, Op: "GetNvLinkRemotePciInfo", Arg: fmt.Sprintf("link %d", l), Return: ret}
