@@ -2,6 +2,7 @@ package serving
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -20,7 +21,8 @@ import (
 const RepublishDelay = time.Second
 
 // WatchDeletions calls republish RepublishDelay after a ResourceSlice of driver on node is
-// deleted, until ctx ends or stop is closed; it returns once its informer is started.
+// deleted (once for deletions that come within that delay of each other), until ctx ends or stop
+// is closed; it returns once its informer is started.
 //
 // Why: kubelet deletes every ResourceSlice of its node when it starts, and a user may delete
 // one by hand. The helper's ResourceSlice controller (k8s.io/dynamic-resource-allocation v0.37)
@@ -43,6 +45,17 @@ func WatchDeletions(ctx context.Context, client kubernetes.Interface, driver, no
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
 	informer := factory.Resource().V1().ResourceSlices().Informer()
 	logger := klog.FromContext(ctx)
+	// kubelet deletes all of a node's slices at once: one publish after the last of them, not
+	// one per slice.
+	var pending atomic.Bool
+	schedule := func() {
+		if pending.CompareAndSwap(false, true) {
+			time.AfterFunc(RepublishDelay, func() {
+				pending.Store(false)
+				republish()
+			})
+		}
+	}
 	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
@@ -53,7 +66,7 @@ func WatchDeletions(ctx context.Context, client kubernetes.Interface, driver, no
 			return
 		}
 		logger.V(2).Info("ResourceSlice deleted; publishing again", "slice", s.Name, "in", RepublishDelay)
-		time.AfterFunc(RepublishDelay, republish)
+		schedule()
 	}})
 	if err != nil {
 		logger.Error(err, "Watching for deleted ResourceSlices failed; a deleted slice comes back after the helper's sync delay")
