@@ -63,25 +63,14 @@ type Suite struct {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
-	ctx := context.Background()
-	start := time.Now()
-	s, err := newSuite(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "node tier set-up failed:", err)
-		if s != nil {
-			s.teardown(true)
+	os.Exit(framework.Main(m, "node tier (control plane, node and chart)", func(ctx context.Context) (string, func(bool), error) {
+		s, err := newSuite(ctx)
+		if s == nil {
+			return "", nil, err
 		}
-		return 1
-	}
-	fmt.Printf("node: control plane, node and chart ready in %s (%s)\n", time.Since(start).Round(100*time.Millisecond), s.Dir)
-	suite = s
-	code := m.Run()
-	s.teardown(code != 0 || os.Getenv("E2E_KEEP") != "")
-	return code
+		suite = s
+		return s.Dir, s.teardown, err
+	}))
 }
 
 func newSuite(ctx context.Context) (*Suite, error) {
