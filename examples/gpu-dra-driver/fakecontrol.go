@@ -9,9 +9,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 
 	"k8s.io/klog/v2"
 
@@ -116,8 +120,17 @@ func (fc *fakeControl) gpuIndex(r *http.Request) (int, error) {
 	return i, nil
 }
 
-// loopbackAddr accepts host:port addresses whose host is a loopback IP or "localhost".
-func loopbackAddr(addr string) error {
+// controlAddr accepts the addresses the test controls may listen on: host:port whose host is
+// a loopback IP or "localhost", or unix:PATH, an absolute path of a unix socket (for a plugin
+// pod with its own network namespace: the socket lies on a host directory the tests can reach,
+// readable by root only).
+func controlAddr(addr string) error {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+			return fmt.Errorf("unix:PATH needs a clean absolute path")
+		}
+		return nil
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return err
@@ -126,7 +139,30 @@ func loopbackAddr(addr string) error {
 		return nil
 	}
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("the test controls listen on loopback only (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)")
+		return fmt.Errorf("the test controls listen on loopback only (127.0.0.1:PORT, [::1]:PORT or localhost:PORT) or on a unix socket (unix:/ABSOLUTE/PATH)")
 	}
 	return nil
+}
+
+// listen listens on a controlAddr address: TCP, or a unix socket of mode 0600 that replaces a
+// socket a previous run of the same pod left behind.
+func listen(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == fs.ModeSocket {
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	return ln, nil
 }

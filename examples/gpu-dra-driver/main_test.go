@@ -129,6 +129,8 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"serve", "--node-name", "n1", "--mig-config", "all-balanced"}, 2, "--mig-config needs --nvml=fake"},
 		{[]string{"serve", "--node-name", "n1", "--fake-mps-tmpfs"}, 2, "--fake-mps-tmpfs needs --nvml=fake"},
 		{[]string{"serve", "--node-name", "n1", "--nvml", "fake", "--fake-control", "0.0.0.0:9"}, 2, "loopback only"},
+		{[]string{"serve", "--node-name", "n1", "--nvml", "fake", "--fake-control", "unix:fc.sock"}, 2, "clean absolute path"},
+		{[]string{"serve", "--node-name", "n1", "--nvml", "fake", "--fake-control", "unix:/run/../fc.sock"}, 2, "clean absolute path"},
 		{[]string{"serve", "--node-name", "n1", "--nvml", "fake", "--state-dir", "state"}, 2, "--state-dir=\"state\": must be an absolute path"},
 		{[]string{"demo", "--nvml", "real"}, 2, "fake machine only"},
 	}

@@ -108,7 +108,7 @@ func (s *serveFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&s.devRoot, "dev-root", "", "where the NVIDIA device nodes are, on the host as here (\"/\" when a driver container creates them in the host's /dev; default: --driver-root)")
 	fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics) and a liveness check through the plugin's sockets (/healthz) on this address, e.g. :8080; empty: off")
 	fs.StringVar(&s.podUID, "pod-uid", os.Getenv("POD_UID"), "the plugin pod's UID (downward API): enables kubelet rolling updates")
-	fs.StringVar(&s.fakeControl, "fake-control", "", "TESTS ONLY, --nvml=fake only: serve the fake machine's test controls (inject XIDs, mark GPUs healthy, list MIG instances) over HTTP on this loopback address")
+	fs.StringVar(&s.fakeControl, "fake-control", "", "TESTS ONLY, --nvml=fake only: serve the fake machine's test controls (inject XIDs, mark GPUs healthy, list MIG instances) over HTTP on this loopback address (HOST:PORT) or unix socket (unix:/PATH)")
 	fs.BoolVar(&s.fakeTmpfs, "fake-mps-tmpfs", false, "TESTS ONLY, --nvml=fake only: mount a real tmpfs on each MPS daemon's shm directory, as on a real node (needs CAP_SYS_ADMIN), so that its propagation to containers can be tested")
 	fs.StringVar(&s.strategies, "sharing-strategies", strategyTimeSlicing+","+strategyMPS, "sharing strategies claims may ask for in their opaque config (comma-separated subset of TimeSlicing,MPS; empty: exclusive use only)")
 	completeValues(cmd, "sharing-strategies", strategyTimeSlicing+","+strategyMPS, strategyTimeSlicing, strategyMPS, "")
@@ -194,7 +194,7 @@ func (s *serveFlags) validate() error {
 // validateAddrs checks the addresses serve listens on: the fake control endpoint and metrics.
 func (s *serveFlags) validateAddrs() error {
 	if s.fakeControl != "" {
-		if err := loopbackAddr(s.fakeControl); err != nil {
+		if err := controlAddr(s.fakeControl); err != nil {
 			return fmt.Errorf("--fake-control=%q: %w", s.fakeControl, err)
 		}
 	}
@@ -533,7 +533,7 @@ func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot
 // serveHTTP serves h on addr until ctx ends or the returned stop function is called.
 func serveHTTP(ctx context.Context, what, addr string, h http.Handler) (func(), error) {
 	logger := klog.FromContext(ctx)
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s listener on %s: %w", what, addr, err)
 	}

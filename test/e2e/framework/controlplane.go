@@ -60,6 +60,13 @@ type controlPlaneConfig struct {
 	deferScheduler bool
 	featureGates   string
 	allControllers bool
+	servingIPs     []net.IP
+}
+
+// WithServingIPs adds addresses to the API server's serving certificate: the addresses of a
+// forwarder (kubenode.Forwarder) through which pods without the host's network reach it.
+func WithServingIPs(ips ...net.IP) ControlPlaneOption {
+	return func(c *controlPlaneConfig) { c.servingIPs = append(c.servingIPs, ips...) }
 }
 
 // WithAllControllers runs kube-controller-manager with every default controller, node lifecycle
@@ -190,7 +197,7 @@ func (cp *ControlPlane) startEtcd(bins *binaries.Set, clientPort, peerPort int) 
 }
 
 func (cp *ControlPlane) startAPIServer(ctx context.Context, bins *binaries.Set, etcdURL string, port int) error {
-	serving, err := cp.pki.serving("kube-apiserver")
+	serving, err := cp.pki.serving("kube-apiserver", cp.cfg.servingIPs...)
 	if err != nil {
 		return err
 	}

@@ -51,12 +51,12 @@ func newPKI(dir string) (*pki, error) {
 // certPair is a certificate and key written to files.
 type certPair struct{ CertFile, KeyFile string }
 
-// serving issues the API server's serving certificate for 127.0.0.1 and localhost.
-func (p *pki) serving(name string) (certPair, error) {
+// serving issues the API server's serving certificate for 127.0.0.1, localhost and extra.
+func (p *pki) serving(name string, extra ...net.IP) (certPair, error) {
 	return p.issue(name, x509.Certificate{
 		Subject:     pkix.Name{CommonName: name},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1)}, extra...),
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 	})
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -102,11 +104,19 @@ func TestNodePluginRegistration(t *testing.T) {
 			t.Errorf("kubelet's log (%s) does not say %s", s.Node.Kubelet.Proc.LogFile, want)
 		}
 	}
-	port := s.Values["metrics"]
-	if port == nil {
-		port = 8080
+	// kubelet's probes already passed (the pod is ready); ask once more from the node, at the
+	// pod's address on the pod network and the chart's metrics port.
+	plugin, err := s.servingPluginPod(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%v/healthz", port))
+	var port int32
+	for _, p := range plugin.Spec.Containers[0].Ports {
+		if p.Name == "metrics" {
+			port = p.ContainerPort
+		}
+	}
+	resp, err := http.Get(fmt.Sprintf("http://%s/healthz", net.JoinHostPort(plugin.Status.PodIP, strconv.Itoa(int(port)))))
 	if err != nil {
 		t.Fatalf("the plugin's /healthz: %v", err)
 	}
@@ -216,7 +226,7 @@ func TestNodeExtendedResource(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "device-plugin-style", Namespace: ns},
 		Spec: corev1.PodSpec{
-			HostNetwork: true, NodeSelector: map[string]string{corev1.LabelHostname: nodeName}, TerminationGracePeriodSeconds: ptr.To(int64(5)),
+			NodeSelector: map[string]string{corev1.LabelHostname: nodeName}, TerminationGracePeriodSeconds: ptr.To(int64(5)),
 			Containers: []corev1.Container{{Name: "main", Image: workloadImage, ImagePullPolicy: corev1.PullNever,
 				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}},
 		},

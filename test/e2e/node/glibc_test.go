@@ -59,7 +59,6 @@ func TestNodeGlibcDriverRoot(t *testing.T) {
 	c.Command = []string{"gpu-dra-driver", "version"}
 	c.Args = []string{"--driver-root=/driver-root"}
 	c.StartupProbe, c.LivenessProbe, c.ReadinessProbe = nil, nil, nil
-	c.Ports = nil // the plugin's pod holds the metrics port on the host's network
 	if _, err := s.Client.CoreV1().Pods(releaseNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

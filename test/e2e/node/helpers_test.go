@@ -208,13 +208,12 @@ func (s *Suite) claim(ctx context.Context, t *testing.T, ns, name, class string,
 	}
 }
 
-// workloadPod is a pod of containers running the workload image on the node's host network,
+// workloadPod is a pod of containers running the workload image on the node's pod network,
 // each container with access to the pod's claim named "gpu".
 func workloadPod(ns, name string, claim corev1.PodResourceClaim, containers ...string) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
-			HostNetwork:                   true,
 			NodeSelector:                  map[string]string{corev1.LabelHostname: nodeName},
 			TerminationGracePeriodSeconds: ptr.To(int64(5)),
 			ResourceClaims:                []corev1.PodResourceClaim{claim},

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpudra/gpudra/test/e2e/framework"
@@ -57,8 +57,9 @@ type Suite struct {
 	DriverRoot string
 	// Values are the chart values the suite installs with.
 	Values map[string]any
-	// FakeControl is the loopback address of the fake machine's test controls.
-	FakeControl string
+	// Network is the node's pod network; APIServer forwards from it to the API server.
+	Network   *kubenode.PodNetwork
+	APIServer *kubenode.Forwarder
 }
 
 func TestMain(m *testing.M) {
@@ -98,14 +99,12 @@ func newSuite(ctx context.Context) (*Suite, error) {
 	if err != nil {
 		return s, err
 	}
-	if s.CP, err = framework.StartControlPlane(ctx, s.Bins, filepath.Join(s.Dir, "cp"), framework.WithAllControllers()); err != nil {
-		return s, err
-	}
-	ports, err := framework.FreePorts(1)
+	s.Network = kubenode.NewPodNetwork(filepath.Join(s.Dir, "n"))
+	s.CP, err = framework.StartControlPlane(ctx, s.Bins, filepath.Join(s.Dir, "cp"),
+		framework.WithAllControllers(), framework.WithServingIPs(s.Network.Gateway))
 	if err != nil {
 		return s, err
 	}
-	s.FakeControl = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	if s.Client, err = kubernetes.NewForConfig(s.CP.Admin); err != nil {
 		return s, err
 	}
@@ -114,9 +113,17 @@ func newSuite(ctx context.Context) (*Suite, error) {
 	}
 	s.Node, err = kubenode.Start(ctx, s.CP, s.NodeBins, kubenode.Config{
 		Name: nodeName, Dir: filepath.Join(s.Dir, "n"), Images: archive,
-		Labels: map[string]string{"nvidia.com/gpu.present": "true"},
+		Labels:  map[string]string{"nvidia.com/gpu.present": "true"},
+		Network: s.Network,
 	})
 	if err != nil {
+		return s, err
+	}
+	host, port, err := hostPort(s.CP.URL)
+	if err != nil {
+		return s, err
+	}
+	if s.APIServer, err = kubenode.Forward(s.Network.Gateway, net.JoinHostPort(host, port)); err != nil {
 		return s, err
 	}
 	fmt.Printf("node: %s Ready\n", nodeName)
@@ -227,13 +234,13 @@ func (s *Suite) installChart(ctx context.Context, extra map[string]any) error {
 	return s.waitPluginReady(ctx)
 }
 
-// adaptToNode makes the plugin pod run on a node without a pod network or kube-proxy: it uses
-// the host's network, and reaches the API server on loopback instead of through the
-// kubernetes Service. With a fake machine it also serves the fake machine's test controls
-// (--fake-control, loopback only). Nothing else of the chart's pod changes.
+// adaptToNode makes the plugin pod run on a node without kube-proxy: it reaches the API
+// server through the forwarder on the pod network's gateway instead of the kubernetes
+// Service. With a fake machine it also serves the fake machine's test controls on a unix
+// socket in the plugin directory, named after the pod (two plugin pods run side by side
+// during a rolling update). Nothing else of the chart's pod changes.
 func (s *Suite) adaptToNode(spec *corev1.PodSpec) error {
-	spec.HostNetwork = true
-	host, port, err := hostPort(s.CP.URL)
+	host, port, err := net.SplitHostPort(s.APIServer.Addr)
 	if err != nil {
 		return err
 	}
@@ -243,15 +250,19 @@ func (s *Suite) adaptToNode(spec *corev1.PodSpec) error {
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
 		if slices.Contains(c.Args, "--nvml=fake") {
-			c.Args = append(c.Args, "--fake-control="+s.FakeControl)
+			c.Args = append(c.Args, "--fake-control=unix:"+s.fakeControlSocket("$(POD_UID)"))
 		}
 	}
 	return nil
 }
 
-// adaptDaemonSet applies adaptToNode to a rendered DaemonSet and updates it by replacing its
-// pod (maxUnavailable 1, no surge): two plugin pods on the host's network cannot both listen
-// on the metrics port, so the chart's surge update cannot run on this node.
+// fakeControlSocket is the test controls' socket of the plugin pod with UID uid.
+func (s *Suite) fakeControlSocket(uid string) string {
+	return filepath.Join(s.Node.Kubelet.RootDir, "plugins", driverName, "fc-"+uid+".sock")
+}
+
+// adaptDaemonSet applies adaptToNode to a rendered DaemonSet; its update strategy stays the
+// chart's (a surge update: the new plugin pod starts beside the old one).
 func (s *Suite) adaptDaemonSet(o *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	ds := &appsv1.DaemonSet{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
@@ -260,8 +271,6 @@ func (s *Suite) adaptDaemonSet(o *unstructured.Unstructured) (*unstructured.Unst
 	if err := s.adaptToNode(&ds.Spec.Template.Spec); err != nil {
 		return nil, err
 	}
-	one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
-	ds.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateDaemonSet{MaxUnavailable: &one, MaxSurge: &zero}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ds)
 	if err != nil {
 		return nil, err
@@ -271,6 +280,9 @@ func (s *Suite) adaptDaemonSet(o *unstructured.Unstructured) (*unstructured.Unst
 
 // teardown stops the node and the control plane; keep leaves the logs in Dir.
 func (s *Suite) teardown(keep bool) {
+	if s.APIServer != nil {
+		_ = s.APIServer.Close()
+	}
 	if s.Node != nil {
 		s.Node.Stop()
 	}
@@ -297,4 +309,27 @@ func (s *Suite) pluginPods(ctx context.Context) ([]corev1.Pod, error) {
 		return nil, err
 	}
 	return pods.Items, nil
+}
+
+// servingPluginPod returns the newest plugin pod on the node that is ready and not being
+// deleted: the one kubelet sends new calls to.
+func (s *Suite) servingPluginPod(ctx context.Context) (*corev1.Pod, error) {
+	pods, err := s.pluginPods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var best *corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || !podReady(p) {
+			continue
+		}
+		if best == nil || best.CreationTimestamp.Before(&p.CreationTimestamp) {
+			best = p
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("no ready plugin pod on node %s", nodeName)
+	}
+	return best, nil
 }

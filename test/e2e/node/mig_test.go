@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -30,14 +31,23 @@ type fakeState struct {
 	} `json:"gpus"`
 }
 
-// fakeControl calls the fake machine's test controls in the plugin pod.
+// fakeControl calls the fake machine's test controls in the plugin pod that serves the node
+// (the newest ready one: during a rolling update the old pod no longer gets kubelet's calls).
 func (s *Suite) fakeControl(t *testing.T, method, path string, out any) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+s.FakeControl+path, nil)
+	pod, err := s.servingPluginPod(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	sock := s.fakeControlSocket(string(pod.UID))
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	req, err := http.NewRequest(method, "http://fake-control"+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("fake control %s %s: %v", method, path, err)
 	}

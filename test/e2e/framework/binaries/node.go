@@ -110,10 +110,12 @@ func (s *Set) buildOne(ctx context.Context, out io.Writer, b Binary, rebuild boo
 }
 
 // HostTools are the node parts this tier takes from Debian's packages rather than building:
-// runc (containerd's OCI runtime) and the CNI plugins (loopback only is configured).
+// runc (containerd's OCI runtime), the CNI plugins (bridge, host-local, loopback) and ip, which
+// makes the pod network's bridge.
 var HostTools = []struct{ Path, Package string }{
 	{"/usr/sbin/runc", "runc"},
-	{"/usr/lib/cni/loopback", "containernetworking-plugins"},
+	{"/usr/lib/cni/bridge", "containernetworking-plugins"},
+	{"/bin/ip", "iproute2"},
 }
 
 // EnsureHostTools installs the Debian packages of HostTools that are missing (apt-get; this
@@ -126,10 +128,10 @@ func EnsureHostTools(ctx context.Context, out io.Writer) error {
 		}
 	}
 	if len(missing) == 0 {
-		fmt.Fprintf(out, "  %-24s installed\n", "runc, CNI plugins")
+		fmt.Fprintf(out, "  %-24s installed\n", "runc, CNI plugins, ip")
 		return nil
 	}
-	fmt.Fprintf(out, "  %-24s apt-get install %s ...\n", "runc, CNI plugins", strings.Join(missing, " "))
+	fmt.Fprintf(out, "  %-24s apt-get install %s ...\n", "runc, CNI plugins, ip", strings.Join(missing, " "))
 	for _, args := range [][]string{{"update", "-qq"}, append([]string{"install", "-y", "-qq", "--no-install-recommends"}, missing...)} {
 		cmd := exec.CommandContext(ctx, "apt-get", args...)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")

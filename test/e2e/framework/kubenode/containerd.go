@@ -42,7 +42,8 @@ type Containerd struct {
 //     every sandbox fails in runc ("can't get final child's PID from pipe").
 //   - disable_apparmor: no AppArmor on the machine.
 //   - cdi_spec_dirs: the directory the driver writes specs to (a production node: /var/run/cdi).
-//   - CNI: loopback only; every pod of the tier uses the host's network.
+//   - CNI: a PodNetwork (a bridge on a private subnet that never leaves the machine), or
+//     loopback only, where every pod must use the host's network.
 //   - runc from Debian, cgroupfs (the machine runs cgroup v1 without systemd as init).
 const containerdConfig = `version = 3
 root = %[1]q
@@ -76,13 +77,14 @@ state = %[2]q
   disable_tcp_service = true
 `
 
-// loopbackCNI is the only network configuration: containerd's CRI wants one to report the
-// runtime's network ready, and the tier's pods all use hostNetwork.
+// loopbackCNI is the network configuration of a node without a PodNetwork: containerd's CRI
+// wants one to report the runtime's network ready, and every pod then uses hostNetwork.
 const loopbackCNI = `{"cniVersion": "1.0.0", "name": "loopback", "plugins": [{"type": "loopback"}]}`
 
 // StartContainerd starts containerd from bins with everything below dir and waits until it
-// answers. cdiDir is where it reads CDI specs.
-func StartContainerd(ctx context.Context, bins *binaries.Node, dir, cdiDir string) (*Containerd, error) {
+// answers. cdiDir is where it reads CDI specs; network, when not nil, is the pods' network
+// (see writeCNIConfig).
+func StartContainerd(ctx context.Context, bins *binaries.Node, dir, cdiDir string, network *PodNetwork) (*Containerd, error) {
 	c := &Containerd{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), CDIDir: cdiDir, bins: bins}
 	cniDir := filepath.Join(dir, "cni")
 	for _, d := range []string{dir, cniDir, cdiDir} {
@@ -90,7 +92,7 @@ func StartContainerd(ctx context.Context, bins *binaries.Node, dir, cdiDir strin
 			return nil, err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(cniDir, "10-loopback.conflist"), []byte(loopbackCNI), 0o644); err != nil {
+	if err := writeCNIConfig(cniDir, network); err != nil {
 		return nil, err
 	}
 	cfg := filepath.Join(dir, "config.toml")

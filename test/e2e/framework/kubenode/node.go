@@ -15,9 +15,9 @@ import (
 	"github.com/gpudra/gpudra/test/e2e/framework/binaries"
 )
 
-// Node is one real Kubernetes node on this machine: containerd with runc and loopback CNI, and
-// a kubelet registered with a control plane. Everything it writes is below Dir; Stop removes
-// its containers and mounts.
+// Node is one real Kubernetes node on this machine: containerd with runc and a PodNetwork (or
+// loopback CNI only), and a kubelet registered with a control plane. Everything it writes is
+// below Dir; Stop removes its containers, mounts and network.
 type Node struct {
 	// Name is the Node's name.
 	Name string
@@ -32,6 +32,8 @@ type Node struct {
 	Containerd *Containerd
 	// Kubelet is the node's kubelet.
 	Kubelet *Kubelet
+	// Network is the pods' network (nil: loopback only).
+	Network *PodNetwork
 
 	// hostDirs are directories outside Dir that kubelet creates and that did not exist before
 	// Start, deepest first: Stop removes them again when they are empty.
@@ -65,6 +67,9 @@ type Config struct {
 	// Images is a docker-archive tarball (WriteArchive) imported into containerd before kubelet
 	// starts; it must hold SandboxImage.
 	Images string
+	// Network is the pods' network, created by Start and removed by Stop; nil: loopback only,
+	// every pod must use hostNetwork.
+	Network *PodNetwork
 }
 
 // Start starts containerd, imports the images and starts kubelet, which registers the Node and
@@ -79,7 +84,13 @@ func Start(ctx context.Context, cp *framework.ControlPlane, bins *binaries.Node,
 	if err := makeShared(cfg.Dir); err != nil {
 		return n, err
 	}
-	if n.Containerd, err = StartContainerd(ctx, bins, filepath.Join(cfg.Dir, "containerd"), n.CDIDir); err != nil {
+	if cfg.Network != nil {
+		if err := cfg.Network.Create(ctx); err != nil {
+			return n, err
+		}
+		n.Network = cfg.Network
+	}
+	if n.Containerd, err = StartContainerd(ctx, bins, filepath.Join(cfg.Dir, "containerd"), n.CDIDir, cfg.Network); err != nil {
 		return n, err
 	}
 	if cfg.Images != "" {
@@ -108,6 +119,9 @@ func (n *Node) Stop() {
 	}
 	killProcessesMentioning(n.Dir)
 	unmountBelow(n.Dir)
+	if n.Network != nil {
+		n.Network.Delete()
+	}
 	if len(n.hostDirs) > 0 && n.hostDirs[0] == kubeletHostDir {
 		// The directory is this kubelet's: the socket it leaves there is its own.
 		_ = os.Remove(filepath.Join(kubeletHostDir, "kubelet.sock"))
