@@ -60,6 +60,8 @@ type Suite struct {
 	// Network is the node's pod network; APIServer forwards from it to the API server.
 	Network   *kubenode.PodNetwork
 	APIServer *kubenode.Forwarder
+	// peerInstalled: installPeer installed dra-example-driver's plugin.
+	peerInstalled bool
 }
 
 func TestMain(m *testing.M) {

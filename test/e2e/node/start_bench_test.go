@@ -20,9 +20,11 @@ import (
 // pod Running and Ready as the API server reports it (a watch opened before the create), for a
 // pod without a claim and the same pod with one GPU claim from a ResourceClaimTemplate
 // (claim creation by kube-controller-manager, scheduling, prepare through the plugin, CDI
-// injection by containerd). Each round starts one of each, alternating which goes first, one
-// pod at a time; the medians and the 90th percentiles are reported as custom metrics
-// (ns/op is meaningless here). make bench-e2e-node-start runs it.
+// injection by containerd). With $DRA_EXAMPLE_KUBELETPLUGIN set (see installPeer) the same pod
+// with one device of dra-example-driver's plugin, installed beside this driver's, is a third
+// kind. Each round starts one pod of each kind, one at a time, rotating which goes first; the
+// medians and the 90th percentiles are reported as custom metrics (ns/op is meaningless here).
+// make bench-e2e-node-start runs it.
 func BenchmarkNodePodStart(b *testing.B) {
 	ctx := context.Background()
 	s := suite
@@ -37,34 +39,35 @@ func BenchmarkNodePodStart(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = s.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	s.claimTemplate(ctx, b, ns, "one-gpu", "gpu.nvidia.com", 1)
-	var plain, claimed []time.Duration
+	kinds := []string{"no-claim", "gpu-claim"}
+	if s.installPeer(ctx, b) {
+		s.claimTemplate(ctx, b, ns, "one-peer-gpu", peerDriver, 1)
+		kinds = append(kinds, "peer-claim")
+	}
+	took := map[string][]time.Duration{}
 	for i := range b.N {
-		kinds := []bool{false, true}
-		if i%2 == 1 {
-			slices.Reverse(kinds)
-		}
-		for _, withClaim := range kinds {
-			pod := startPod(ns, fmt.Sprintf("p%d-%v", i, withClaim), withClaim)
-			took := s.timePodStart(ctx, b, pod)
-			if withClaim {
-				claimed = append(claimed, took)
-			} else {
-				plain = append(plain, took)
-			}
+		for j := range kinds {
+			kind := kinds[(i+j)%len(kinds)]
+			pod := startPod(ns, fmt.Sprintf("p%d-%s", i, kind), kind)
+			took[kind] = append(took[kind], s.timePodStart(ctx, b, pod))
 			s.deletePod(ctx, b, pod)
 		}
 	}
 	b.ReportMetric(0, "ns/op")
-	for name, d := range map[string][]time.Duration{"no-claim": plain, "gpu-claim": claimed} {
-		b.ReportMetric(float64(percentile(d, 50).Milliseconds()), "ms-p50-"+name)
-		b.ReportMetric(float64(percentile(d, 90).Milliseconds()), "ms-p90-"+name)
+	for kind, d := range took {
+		b.ReportMetric(float64(percentile(d, 50).Milliseconds()), "ms-p50-"+kind)
+		b.ReportMetric(float64(percentile(d, 90).Milliseconds()), "ms-p90-"+kind)
 	}
 }
 
-// startPod is the workload pod, with one GPU claim from the template "one-gpu" or none.
-func startPod(ns, name string, withClaim bool) *corev1.Pod {
-	if withClaim {
+// startPod is the workload pod of kind: with one GPU claim from the template "one-gpu"
+// (gpu-claim), one device of the peer's from "one-peer-gpu" (peer-claim), or none.
+func startPod(ns, name, kind string) *corev1.Pod {
+	switch kind {
+	case "gpu-claim":
 		return workloadPod(ns, name, corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}, "main")
+	case "peer-claim":
+		return workloadPod(ns, name, corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-peer-gpu")}, "main")
 	}
 	pod := workloadPod(ns, name, corev1.PodResourceClaim{}, "main")
 	pod.Spec.ResourceClaims = nil
