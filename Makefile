@@ -110,13 +110,12 @@ bench-e2e-latency: e2e-binaries
 
 ## bench-e2e-start: from starting `serve` on a fresh node to its pool visible through the API
 ## server, 10 nodes (BenchmarkStartToSlices).
-## bench-e2e-node-start: pod start latency on the node tier's real kubelet, with and without a
-## GPU claim (BENCH_NODE_ROUNDS rounds, default 10); PEER_PLUGIN=<static build of
-## dra-example-driver's cmd/dra-example-kubeletplugin> adds its plugin side by side.
+## bench-e2e-node-start: pod start latency on the node tier's real kubelet, without a claim,
+## with a GPU claim, and with a device of dra-example-driver's plugin installed beside ours
+## (BENCH_NODE_ROUNDS rounds, default 10).
 BENCH_NODE_ROUNDS ?= 10
-PEER_PLUGIN ?=
 bench-e2e-node-start: e2e-node-binaries
-	cd test/e2e && DRA_EXAMPLE_KUBELETPLUGIN=$(PEER_PLUGIN) $(GO) test -count=1 -run '^$$' -bench 'NodePodStart' -benchtime $(BENCH_NODE_ROUNDS)x -timeout 30m ./node/
+	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'NodePodStart' -benchtime $(BENCH_NODE_ROUNDS)x -timeout 30m ./node/
 
 bench-e2e-start: e2e-binaries
 	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'StartToSlices' -benchtime 10x -timeout 20m .

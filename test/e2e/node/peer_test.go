@@ -21,12 +21,9 @@ import (
 )
 
 // The peer: dra-example-driver's kubelet plugin (kubernetes-sigs/dra-example-driver), run
-// beside this driver's on the node for side-by-side measurements. Its binary is not built by
-// the tier (the module proxy does not serve the module): peerPluginEnv names a statically
-// linked build of its cmd/dra-example-kubeletplugin, which `make bench-e2e-node-start
-// PEER_PLUGIN=...` passes on.
+// beside this driver's on the node for side-by-side measurements, built (statically) at the
+// version test/e2e/tools/dra-example-driver pins, as the e2e tier's benchmarks build it.
 const (
-	peerPluginEnv = "DRA_EXAMPLE_KUBELETPLUGIN"
 	peerNamespace = "dra-example-driver"
 	peerDriver    = "gpu.example.com"
 	peerImage     = "gpudra.test/dra-example-kubeletplugin:bench"
@@ -36,13 +33,16 @@ const (
 // (ServiceAccount, ClusterRole with the chart's rules, DeviceClass, DaemonSet with the chart's
 // environment, privileged, eight "gpu" devices) adapted to the node like this driver's plugin
 // (API server through the forwarder, the node's kubelet and CDI directories), and waits until
-// its slices are published. It returns false when peerPluginEnv is not set. The peer stays
-// installed until the suite ends (a benchmark runs more than once); later calls only report it.
-func (s *Suite) installPeer(ctx context.Context, tb testing.TB) bool {
+// its slices are published. The peer stays installed until the suite ends (a benchmark runs
+// more than once); later calls do nothing.
+func (s *Suite) installPeer(ctx context.Context, tb testing.TB) {
 	tb.Helper()
-	bin := os.Getenv(peerPluginEnv)
-	if bin == "" || s.peerInstalled {
-		return bin != ""
+	if s.peerInstalled {
+		return
+	}
+	bin, err := s.Bins.ExampleDriverPath(ctx, os.Stdout, false)
+	if err != nil {
+		tb.Fatal(err)
 	}
 	archive := filepath.Join(s.Dir, "peer-image.tar")
 	if err := kubenode.WriteArchive(archive, kubenode.StaticImage(peerImage, bin)); err != nil {
@@ -57,7 +57,7 @@ func (s *Suite) installPeer(ctx context.Context, tb testing.TB) bool {
 	if err := s.createPeerObjects(ctx); err != nil {
 		tb.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		l, err := s.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 			FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + peerDriver})
 		return err == nil && len(l.Items) > 0, nil
@@ -66,7 +66,6 @@ func (s *Suite) installPeer(ctx context.Context, tb testing.TB) bool {
 		tb.Fatalf("the peer's plugin published no slices: %v\nevents in %s:\n%s", err, peerNamespace, s.events(ctx, peerNamespace))
 	}
 	s.peerInstalled = true
-	return true
 }
 
 // createPeerObjects creates the peer's ServiceAccount, ClusterRole (the chart's rules) and

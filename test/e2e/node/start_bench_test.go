@@ -20,9 +20,8 @@ import (
 // pod Running and Ready as the API server reports it (a watch opened before the create), for a
 // pod without a claim and the same pod with one GPU claim from a ResourceClaimTemplate
 // (claim creation by kube-controller-manager, scheduling, prepare through the plugin, CDI
-// injection by containerd). With $DRA_EXAMPLE_KUBELETPLUGIN set (see installPeer) the same pod
-// with one device of dra-example-driver's plugin, installed beside this driver's, is a third
-// kind. Each round starts one pod of each kind, one at a time, rotating which goes first; the
+// injection by containerd), and the same pod with one device of dra-example-driver's plugin,
+// installed beside this driver's (installPeer). Each round starts one pod of each kind, one at a time, rotating which goes first; the
 // medians and the 90th percentiles are reported as custom metrics (ns/op is meaningless here).
 // make bench-e2e-node-start runs it.
 func BenchmarkNodePodStart(b *testing.B) {
@@ -39,11 +38,9 @@ func BenchmarkNodePodStart(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = s.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	s.claimTemplate(ctx, b, ns, "one-gpu", "gpu.nvidia.com", 1)
-	kinds := []string{"no-claim", "gpu-claim"}
-	if s.installPeer(ctx, b) {
-		s.claimTemplate(ctx, b, ns, "one-peer-gpu", peerDriver, 1)
-		kinds = append(kinds, "peer-claim")
-	}
+	s.installPeer(ctx, b)
+	s.claimTemplate(ctx, b, ns, "one-peer-gpu", peerDriver, 1)
+	kinds := []string{"no-claim", "gpu-claim", "peer-claim"}
 	took := map[string][]time.Duration{}
 	for i := range b.N {
 		for j := range kinds {
