@@ -12,7 +12,7 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test large-files func-size nocgo unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build image e2e e2e-binaries e2e-node e2e-node-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-node-start bench-e2e-scale demo render generate verify-generate
+.PHONY: all test large-files func-size nocgo unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build image e2e e2e-binaries e2e-node e2e-node-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-node-start bench-e2e-memory bench-e2e-scale demo render generate verify-generate
 
 all: test
 
@@ -116,6 +116,11 @@ bench-e2e-latency: e2e-binaries
 BENCH_NODE_ROUNDS ?= 10
 bench-e2e-node-start: e2e-node-binaries
 	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'NodePodStart' -benchtime $(BENCH_NODE_ROUNDS)x -timeout 30m ./node/
+
+## bench-e2e-memory: resident memory of serve and of dra-example-driver's plugin, idle and after
+## 1000 prepare/unprepare cycles, side by side in one run.
+bench-e2e-memory: e2e-binaries
+	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'DriverMemory' -benchtime 1x -timeout 20m .
 
 bench-e2e-start: e2e-binaries
 	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'StartToSlices' -benchtime 10x -timeout 20m .

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -144,7 +145,7 @@ func (e *benchEnv) startExamples(ctx context.Context, b *testing.B) {
 		{"bench-ex5", "example-qps5", 5, 10, &e.exSlow},
 	} {
 		driver := fmt.Sprintf("%s %s (%d/%d)", exampleName, version, x.qps, x.burst)
-		plugin, proc := startExample(ctx, b, path, kubeconfig, x.node, x.qps, x.burst)
+		plugin, proc := startExample(ctx, b, path, kubeconfig, x.node, x.qps, x.burst, exampleDevices)
 		var claims []*resourceapi.ResourceClaim
 		for i := range exampleDevices {
 			claims = append(claims, claimSpec(fmt.Sprintf("e%03d", i), exampleDriverName, "", nil))
@@ -158,25 +159,27 @@ func (e *benchEnv) startExamples(ctx context.Context, b *testing.B) {
 // exampleCredentials creates the example driver's DeviceClass and a ServiceAccount bound to
 // cluster-admin (its chart's RBAC is not the subject here), and writes a kubeconfig with a
 // token of that account, so it authenticates like serve does: with a ServiceAccount token.
+// Objects that exist already (an earlier benchmark of the same run made them) are kept.
 func exampleCredentials(ctx context.Context) (string, error) {
 	c := suite.Client
+	exists := apierrors.IsAlreadyExists
 	dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: exampleDriverName},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 			Expression: fmt.Sprintf("device.driver == '%s'", exampleDriverName)}}}}}
-	if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
+	if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !exists(err) {
 		return "", fmt.Errorf("create DeviceClass %s: %w", dc.Name, err)
 	}
-	if err := framework.CreateNamespace(ctx, c, exampleNamespace, nil); err != nil {
+	if err := framework.CreateNamespace(ctx, c, exampleNamespace, nil); err != nil && !exists(err) {
 		return "", err
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: exampleSA}}
-	if _, err := c.CoreV1().ServiceAccounts(exampleNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+	if _, err := c.CoreV1().ServiceAccounts(exampleNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !exists(err) {
 		return "", err
 	}
 	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: exampleSA},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: exampleSA, Namespace: exampleNamespace}}}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !exists(err) {
 		return "", err
 	}
 	token, err := framework.ServiceAccountToken(ctx, c, exampleNamespace, exampleSA, nil)
@@ -190,7 +193,7 @@ func exampleCredentials(ctx context.Context) (string, error) {
 // startExample creates a Ready node and runs the example driver's kubelet plugin for it with
 // fake GPUs, as its DaemonSet would (directories below the suite's), then registers it as
 // kubelet does. The process is stopped when b ends.
-func startExample(ctx context.Context, b *testing.B, path, kubeconfig, node string, qps, burst int) (*fakekubelet.Plugin, *framework.Process) {
+func startExample(ctx context.Context, b *testing.B, path, kubeconfig, node string, qps, burst, devices int) (*fakekubelet.Plugin, *framework.Process) {
 	if _, err := framework.CreateReadyNode(ctx, suite.Client, node, nil); err != nil {
 		b.Fatal(err)
 	}
@@ -205,7 +208,7 @@ func startExample(ctx context.Context, b *testing.B, path, kubeconfig, node stri
 		"--node-name="+node, "--cdi-root="+filepath.Join(dir, "cdi"),
 		"--kubelet-registrar-directory-path="+regDir, "--kubelet-plugins-directory-path="+pluginsDir,
 		"--kubeconfig="+kubeconfig, "--kube-api-qps="+strconv.Itoa(qps), "--kube-api-burst="+strconv.Itoa(burst),
-		"--num-devices="+strconv.Itoa(exampleDevices), "--pod-uid="+uuid.NewString())
+		"--num-devices="+strconv.Itoa(devices), "--pod-uid="+uuid.NewString())
 	if err != nil {
 		b.Fatal(err)
 	}

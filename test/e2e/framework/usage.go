@@ -16,6 +16,9 @@ type Usage struct {
 	CPU time.Duration
 	// RSS is its resident memory now, PeakRSS the most it has had (VmHWM), in bytes.
 	RSS, PeakRSS int64
+	// RSSAnon and RSSFile split RSS: memory the process allocated, and pages of files it
+	// mapped (its executable's, mostly), in bytes.
+	RSSAnon, RSSFile int64
 }
 
 // clockTick is the unit of utime and stime in /proc/<pid>/stat (USER_HZ, 100 on Linux).
@@ -60,6 +63,10 @@ func (p *Process) Usage() (Usage, error) {
 			u.RSS = kb << 10
 		case name == "VmHWM":
 			u.PeakRSS = kb << 10
+		case name == "RssAnon":
+			u.RSSAnon = kb << 10
+		case name == "RssFile":
+			u.RSSFile = kb << 10
 		}
 	}
 	return u, nil
