@@ -99,7 +99,7 @@ e2e-node: e2e-node-binaries
 
 ## bench-e2e: the e2e benchmarks against real control planes; each prints a markdown table
 ## (docs/benchmarks.md records them). About 10 + 15 minutes on 2 cores.
-bench-e2e: bench-e2e-latency bench-e2e-start bench-e2e-scale
+bench-e2e: bench-e2e-latency bench-e2e-start bench-e2e-memory bench-e2e-scale
 
 ## bench-e2e-latency: NodePrepareResources/NodeUnprepareResources through the DRA socket of
 ## `serve` and of dra-example-driver (built into the e2e cache on first use), claims allocated by
