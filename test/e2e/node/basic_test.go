@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -159,6 +160,9 @@ func TestNodeExclusiveGPU(t *testing.T) {
 	if specs := s.cdiSpecsOf(t, string(claim.UID)); len(specs) == 0 {
 		t.Errorf("no CDI spec names prepared claim %s", claim.UID)
 	}
+	if !s.checkpointNames(t, string(claim.UID)) {
+		t.Errorf("the plugin's checkpoint does not name prepared claim %s", claim.UID)
+	}
 	s.deletePod(ctx, t, pod)
 	s.waitUnprepared(ctx, t, string(claim.UID))
 }
@@ -198,21 +202,34 @@ func TestNodeTwoContainers(t *testing.T) {
 	s.waitUnprepared(ctx, t, string(claim.UID))
 }
 
-// waitUnprepared waits until no CDI spec names claim uid (kubelet's NodeUnprepareResources
-// runs after the pod's containers are gone, a moment before or after the pod object is).
+// waitUnprepared waits until neither a CDI spec nor the plugin's checkpoint names claim uid
+// (kubelet's NodeUnprepareResources runs after the pod's containers are gone, a moment before
+// or after the pod object is).
 func (s *Suite) waitUnprepared(ctx context.Context, t *testing.T, uid string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		specs := s.cdiSpecsOf(t, uid)
-		if len(specs) == 0 {
+		inCheckpoint := s.checkpointNames(t, uid)
+		if len(specs) == 0 && !inCheckpoint {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("claim %s: CDI specs %v still there 30 s after its pod is gone", uid, specs)
+			t.Fatalf("claim %s 30 s after its pod is gone: CDI specs %v, in the checkpoint: %v", uid, specs, inCheckpoint)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// checkpointNames reports whether the plugin's checkpoint (checkpoint.json in its plugin
+// directory, the chart's state directory) mentions uid anywhere.
+func (s *Suite) checkpointNames(t *testing.T, uid string) bool {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(s.Node.Kubelet.RootDir, "plugins", driverName, "checkpoint.json"))
+	if err != nil {
+		t.Fatalf("read the plugin's checkpoint: %v", err)
+	}
+	return strings.Contains(string(data), uid)
 }
 
 // TestNodeExtendedResource: with the chart's extended-resource classes on, an unchanged pod that
