@@ -12,7 +12,9 @@
 //
 // MIG changes are written back to the state file under an exclusive lock on
 // "nvml-standin.state.lock" (by rename), so they survive the plugin's restarts and ReadState
-// can follow them from another process.
+// can follow them from another process. Where the library's directory is read-only (the chart
+// mounts the driver root so), the state file beside it may be a symbolic link: the library
+// follows it and keeps the state, its lock and temporary files in the link target's directory.
 package standin
 
 import (

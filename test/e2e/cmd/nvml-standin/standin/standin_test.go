@@ -3,6 +3,7 @@ package standin
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -126,7 +127,7 @@ func TestStandInEnumeratesLikeGputest(t *testing.T) {
 	t.Run("dynamic MIG", func(t *testing.T) { checkDynamicMIG(t, root) })
 }
 
-// checkDynamicMIG creates a 1g.5gb instance with the plugin's MIG controller on both the
+// checkDynamicMIG keeps the state in another directory, linked from beside the library, creates a 1g.5gb instance with the plugin's MIG controller on both the
 // stand-in and the gputest machine, compares the inventories (MIG device UUIDs aside: each
 // source names new devices its own way), checks the state file holds the instance, and
 // destroys it again.
@@ -136,7 +137,22 @@ func checkDynamicMIG(t *testing.T, root string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	install(t, root, m)
+	// The state elsewhere, linked from beside the library, as for a read-only driver root.
+	stateDir := t.TempDir()
+	s, err := FromMachine(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Install(stateDir); err != nil {
+		t.Fatal(err)
+	}
+	beside := filepath.Join(root, "usr", "lib64", StateName)
+	if err := os.Remove(beside); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(stateDir, StateName), beside); err != nil {
+		t.Fatal(err)
+	}
 	sess, err := nvmlgpu.OpenReal(nvmlgpu.WithDriverRoot(root))
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +173,10 @@ func checkDynamicMIG(t *testing.T, root string) {
 	if diff := cmp.Diff(want(t, m), enumerate(t, root), inventoryOpts, noMIGUUID); diff != "" {
 		t.Errorf("after creating 1g.5gb on GPU 3 (-gputest +stand-in):\n%s", diff)
 	}
-	st, err := ReadState(filepath.Join(root, "usr", "lib64"))
+	if fi, err := os.Lstat(beside); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link beside the library was replaced (%v): the library must write the state where it points", err)
+	}
+	st, err := ReadState(stateDir)
 	if err != nil {
 		t.Fatal(err)
 	}

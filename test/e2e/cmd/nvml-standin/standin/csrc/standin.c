@@ -6,7 +6,9 @@
  * a gpu/gputest machine). MIG changes (SetMigMode, creating and destroying GPU and compute
  * instances) and compute modes are written back to that file under an exclusive lock on
  * "<state>.lock", by rename, so they survive the process (a plugin restart) and another
- * process can read them at any time. Every other function nvml.h declares comes from the
+ * process can read them at any time. A state file that is a symbolic link is followed: the state,
+ * its lock and temporary files then live in the target's directory (for a read-only driver root).
+ * Every other function nvml.h declares comes from the
  * generated stubs (weak symbols answering NVML_ERROR_NOT_SUPPORTED): the process that loads this
  * library never dies of a missing symbol.
  *
@@ -25,6 +27,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <libgen.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -420,6 +423,11 @@ static nvmlReturn_t init(void)
 		snprintf(self, sizeof self, "%s", info.dli_fname);
 		snprintf(S.path, sizeof S.path, "%s/nvml-standin.state", dirname(self));
 	}
+	/* A state file that is a link names where the state lives: a writable directory when the
+	 * library's own is mounted read-only (as the chart mounts the driver root). */
+	char real[PATH_MAX];
+	if (realpath(S.path, real))
+		snprintf(S.path, sizeof S.path, "%s", real);
 	snprintf(S.lock, sizeof S.lock, "%s.lock", S.path);
 	if (!S.m && !(S.m = calloc(1, sizeof *S.m))) {
 		pthread_mutex_unlock(&S.mu);
