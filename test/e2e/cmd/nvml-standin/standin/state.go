@@ -29,48 +29,92 @@ type State struct {
 
 // GPU is one GPU of a State.
 type GPU struct {
-	UUID, Name                  string
-	Minor, Brand, Architecture  int
-	CCMajor, CCMinor            int
-	MemoryBytes                 uint64
-	NUMANode                    int // -1: NVML answers NOT_SUPPORTED
-	Cores                       int // -1: NVML answers NOT_SUPPORTED
+	// UUID and Name are GetUUID's and GetName's answers.
+	UUID, Name string
+	// Minor is the device node's minor number (GetMinorNumber).
+	Minor int
+	// Brand and Architecture are NVML's nvmlBrandType_t and nvmlDeviceArchitecture_t values.
+	Brand, Architecture int
+	// CCMajor and CCMinor are the CUDA compute capability.
+	CCMajor, CCMinor int
+	// MemoryBytes is GetMemoryInfo's total (all of it free).
+	MemoryBytes uint64
+	// NUMANode is GetNumaNodeId's answer; -1: NVML answers NOT_SUPPORTED.
+	NUMANode int
+	// Cores is GetNumGpuCores's answer; -1: NVML answers NOT_SUPPORTED.
+	Cores int
+	// PCIDeviceID and PCISubsystemID are GetPciInfo's ids.
 	PCIDeviceID, PCISubsystemID uint32
-	BusID                       string
-	MIGCapable                  bool
-	MIGMode                     int
-	ComputeMode                 int
-	Generation                  uint64 // counts compute instances created, names new MIG devices
-	GIProfiles                  []GIProfile
-	CIProfiles                  []CIProfile
-	GPUInstances                []GPUInstance
-	ComputeInstances            []ComputeInstance
+	// BusID is the PCI address, "0000:07:00.0".
+	BusID string
+	// MIGCapable says whether MIG calls are supported at all.
+	MIGCapable bool
+	// MIGMode is the current (and pending) MIG mode, NVML's DEVICE_MIG_ENABLE or _DISABLE.
+	MIGMode int
+	// ComputeMode is the GPU's nvmlComputeMode_t.
+	ComputeMode int
+	// Generation counts the compute instances created; it names new MIG devices.
+	Generation uint64
+	// GIProfiles are the GPU-instance profiles the GPU supports.
+	GIProfiles []GIProfile
+	// CIProfiles are the compute-instance profiles inside each GPU-instance profile.
+	CIProfiles []CIProfile
+	// GPUInstances are the GPU instances that exist.
+	GPUInstances []GPUInstance
+	// ComputeInstances are the compute instances (MIG devices) that exist.
+	ComputeInstances []ComputeInstance
 }
 
 // GIProfile is a GPU-instance profile as GetGpuInstanceProfileInfo reports it for Enum.
 type GIProfile struct {
-	Enum, ID, Slices, Instances, Multiprocessors int
+	// Enum is the GPU_INSTANCE_PROFILE_* value, ID NVML's profile Id.
+	Enum, ID int
+	// Slices is the compute slice count, Instances how many instances fit.
+	Slices, Instances int
+	// Multiprocessors is the SM count.
+	Multiprocessors int
+	// CopyEngines, Decoders, Encoders, Jpegs and Ofas are the engine counts.
 	CopyEngines, Decoders, Encoders, Jpegs, Ofas int
-	MemoryMiB                                    uint64
-	Placements                                   []mig.Placement
-	Name                                         string
+	// MemoryMiB is the instance's memory.
+	MemoryMiB uint64
+	// Placements are the possible placements, in memory slices.
+	Placements []mig.Placement
+	// Name is the profile's name ("1g.5gb"); MIG device names and media-engine rules use it.
+	Name string
 }
 
 // CIProfile is a compute-instance profile inside GPU instances of GI profile Id GIProfileID.
 type CIProfile struct {
-	GIProfileID, Enum, ID, Slices, Instances, Multiprocessors int
-	Starts                                                    []int
+	// GIProfileID is the Id of the GPU-instance profile this profile belongs to.
+	GIProfileID int
+	// Enum is the COMPUTE_INSTANCE_PROFILE_* value, ID NVML's profile Id.
+	Enum, ID int
+	// Slices is the compute slice count, Instances how many fit in one GPU instance.
+	Slices, Instances int
+	// Multiprocessors is the SM count.
+	Multiprocessors int
+	// Starts are the possible first compute slices.
+	Starts []int
 }
 
 // GPUInstance is an existing GPU instance.
 type GPUInstance struct {
-	ID, ProfileID, Start, Size int
+	// ID is the GPU instance id, ProfileID its GPU-instance profile Id.
+	ID, ProfileID int
+	// Start and Size are its placement, in memory slices.
+	Start, Size int
 }
 
 // ComputeInstance is an existing compute instance (a MIG device) of GPU instance GIID.
 type ComputeInstance struct {
-	GIID, ID, ProfileID, Start, ComputeMode int
-	UUID                                    string
+	// GIID is its GPU instance's id, ID its own id, ProfileID its compute-instance profile Id.
+	GIID, ID, ProfileID int
+	// Start is its first compute slice.
+	Start int
+	// ComputeMode is the MIG device's nvmlComputeMode_t.
+	ComputeMode int
+	// UUID is the MIG device's UUID ("MIG-...").
+	UUID string
 }
 
 // FromMachine describes a gputest machine as it is now: its GPUs as NVML reports them through
