@@ -125,6 +125,7 @@ func TestStandInEnumeratesLikeGputest(t *testing.T) {
 		}
 	}
 	t.Run("dynamic MIG", func(t *testing.T) { checkDynamicMIG(t, root) })
+	t.Run("health events and compute mode", func(t *testing.T) { checkEventsAndComputeMode(t, root) })
 }
 
 // checkDynamicMIG keeps the state in another directory, linked from beside the library, creates a 1g.5gb instance with the plugin's MIG controller on both the
@@ -157,7 +158,6 @@ func checkDynamicMIG(t *testing.T, root string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sess.Close()
 	gpuUUID := want(t, m).GPUs[3].UUID
 	pl := mig.Placement{Start: 2, Size: 1}
 	for _, ctl := range []draplugin.MIGController{draplugin.NewNVMLMIGController(m, mig.Lookup), draplugin.NewNVMLMIGController(sess.Interface(), mig.Lookup)} {
@@ -168,6 +168,11 @@ func checkDynamicMIG(t *testing.T, root string) {
 		if !strings.HasPrefix(in.UUID, "MIG-") {
 			t.Errorf("created MIG device UUID %q", in.UUID)
 		}
+	}
+	// The only session closes: the library forgets its state, and the next one (as a restarted
+	// plugin's) reads the instance back from the file.
+	if err := sess.Close(); err != nil {
+		t.Fatal(err)
 	}
 	noMIGUUID := cmp.Transformer("noMIGUUID", func(d gpu.MIGDevice) gpu.MIGDevice { d.UUID = ""; return d })
 	if diff := cmp.Diff(want(t, m), enumerate(t, root), inventoryOpts, noMIGUUID); diff != "" {
@@ -183,6 +188,10 @@ func checkDynamicMIG(t *testing.T, root string) {
 	if g := st.GPUs[3]; len(g.GPUInstances) != 1 || len(g.ComputeInstances) != 1 || g.GPUInstances[0].Start != 2 {
 		t.Errorf("state file after Create: GPU instances %+v, compute instances %+v; want one 1g.5gb at 2", g.GPUInstances, g.ComputeInstances)
 	}
+	if sess, err = nvmlgpu.OpenReal(nvmlgpu.WithDriverRoot(root)); err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
 	// A second GPU instance on the same slice: both sources refuse it alike.
 	for _, lib := range []nvml.Interface{m, sess.Interface()} {
 		if ret := createAgain(lib, gpuUUID, pl); ret != nvml.ERROR_INSUFFICIENT_RESOURCES {
@@ -218,4 +227,55 @@ func migDevices(inv *gpu.Inventory) int {
 		n += len(g.MIGDevices)
 	}
 	return n
+}
+
+// checkEventsAndComputeMode asks both sources what the plugin's health monitor and sharing ask:
+// the supported event types, registering for XIDs, an event wait that times out, and a compute
+// mode set on one GPU, which the stand-in keeps in its state file.
+func checkEventsAndComputeMode(t *testing.T, root string) {
+	m, err := gputest.New("l4x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	install(t, root, m)
+	sess, err := nvmlgpu.OpenReal(nvmlgpu.WithDriverRoot(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	type answers struct {
+		Supported        uint64
+		Register, Wait   nvml.Return
+		SetMode, GetMode nvml.Return
+		Mode             nvml.ComputeMode
+		Free             nvml.Return
+	}
+	ask := func(lib nvml.Interface) answers {
+		var a answers
+		dev, ret := lib.DeviceGetHandleByIndex(2)
+		if ret != nvml.SUCCESS {
+			t.Fatalf("DeviceGetHandleByIndex: %v", ret)
+		}
+		set, ret := lib.EventSetCreate()
+		if ret != nvml.SUCCESS {
+			t.Fatalf("EventSetCreate: %v", ret)
+		}
+		a.Supported, _ = dev.GetSupportedEventTypes()
+		a.Register = dev.RegisterEvents(nvml.EventTypeXidCriticalError, set)
+		_, a.Wait = set.Wait(10)
+		a.Free = set.Free()
+		a.SetMode = dev.SetComputeMode(nvml.COMPUTEMODE_EXCLUSIVE_PROCESS)
+		a.Mode, a.GetMode = dev.GetComputeMode()
+		return a
+	}
+	if diff := cmp.Diff(ask(m), ask(sess.Interface())); diff != "" {
+		t.Errorf("event and compute-mode answers (-gputest +stand-in):\n%s", diff)
+	}
+	st, err := ReadState(filepath.Join(root, "usr", "lib64"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.GPUs[2].ComputeMode; got != int(nvml.COMPUTEMODE_EXCLUSIVE_PROCESS) {
+		t.Errorf("compute mode in the state file: %d, want %d", got, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS)
+	}
 }

@@ -55,6 +55,8 @@ type GPU struct {
 	ComputeMode int
 	// Generation counts the compute instances created; it names new MIG devices.
 	Generation uint64
+	// SupportedEvents is GetSupportedEventTypes's answer.
+	SupportedEvents uint64
 	// GIProfiles are the GPU-instance profiles the GPU supports.
 	GIProfiles []GIProfile
 	// CIProfiles are the compute-instance profiles inside each GPU-instance profile.
@@ -178,6 +180,9 @@ func gpuFromMachine(m *gputest.Machine, i int) (GPU, error) {
 	if c, ret := d.GetNumGpuCores(); ret == nvml.SUCCESS {
 		g.Cores = c
 	}
+	if ev, ret := d.GetSupportedEventTypes(); ret == nvml.SUCCESS {
+		g.SupportedEvents = ev
+	}
 	if cm, ret := d.GetComputeMode(); ret == nvml.SUCCESS {
 		g.ComputeMode = int(cm)
 	}
@@ -288,6 +293,7 @@ func (s *State) Marshal() ([]byte, error) {
 		fmt.Fprintf(&b, "gpu %d %d %d %d %d %d %d %d %d 0x%08x 0x%08x %s %d %d %d %d %s %s\n", i, g.Minor, g.Brand,
 			g.Architecture, g.CCMajor, g.CCMinor, g.MemoryBytes, g.NUMANode, g.Cores, g.PCIDeviceID, g.PCISubsystemID,
 			g.BusID, b2i(g.MIGCapable), g.MIGMode, g.ComputeMode, g.Generation, g.UUID, g.Name)
+		fmt.Fprintf(&b, "events %d %d\n", i, g.SupportedEvents)
 		for _, p := range g.GIProfiles {
 			fmt.Fprintf(&b, "giprof %d %d %d %d %d %d %d %d %d %d %d %d %s %s\n", i, p.Enum, p.ID, p.Slices, p.Instances,
 				p.Multiprocessors, p.CopyEngines, p.Decoders, p.Encoders, p.Jpegs, p.Ofas, p.MemoryMiB, placements(p.Placements), p.Name)
@@ -379,6 +385,13 @@ func (s *State) parseLine(line string) error {
 		}
 		g.GPUInstances = append(g.GPUInstances, GPUInstance{ID: v[0], ProfileID: v[1], Start: v[2], Size: v[3]})
 		return nil
+	case "events":
+		if len(f) != 3 {
+			return fmt.Errorf("events record %q: want 3 fields", line)
+		}
+		ev, err := strconv.ParseUint(f[2], 10, 64)
+		g.SupportedEvents = ev
+		return err
 	case "ci":
 		if len(f) != 8 {
 			return fmt.Errorf("ci record %q: want 8 fields", line)

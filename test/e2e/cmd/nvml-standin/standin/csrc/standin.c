@@ -22,6 +22,7 @@
  *   ciprof <gpu> <giProfileId> <enum> <id> <slices> <instances> <sms> <start,...>
  *   gi <gpu> <id> <profileId> <start> <size>
  *   ci <gpu> <giId> <id> <profileId> <start> <computeMode> <uuid>
+ *   events <gpu> <supported event type mask>
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -75,7 +76,7 @@ struct ci {
 struct gpu {
 	unsigned int minor, brand, arch, migcap, migmode, cmode;
 	int ccmaj, ccmin, numa, cores;
-	unsigned long long mem, gen;
+	unsigned long long mem, gen, events;
 	unsigned int pcidev, pcisub;
 	char bus[STR], uuid[STR], name[STR];
 	unsigned int ngip, ncip;
@@ -221,6 +222,13 @@ static int parse_line(struct machine *m, const char *line)
 		return parse_giprof(m, line);
 	if (strncmp(line, "ciprof ", 7) == 0)
 		return parse_ciprof(m, line);
+	if (strncmp(line, "events ", 7) == 0) {
+		unsigned long long ev;
+		if (sscanf(line, "events %u %llu", &gpu, &ev) != 2 || gpu >= MAX_GPUS)
+			return -1;
+		m->g[gpu].events = ev;
+		return 0;
+	}
 	if (strncmp(line, "gi ", 3) == 0) {
 		struct gi g = { .used = 1 };
 		if (sscanf(line, "gi %u %u %u %u %u", &gpu, &id, &g.profid, &g.start, &g.size) != 5 ||
@@ -297,6 +305,7 @@ static void write_gpu(FILE *f, unsigned int i, const struct gpu *g)
 	fprintf(f, "gpu %u %u %u %u %d %d %llu %d %d 0x%08x 0x%08x %s %u %u %u %llu %s %s\n", i, g->minor,
 		g->brand, g->arch, g->ccmaj, g->ccmin, g->mem, g->numa, g->cores, g->pcidev, g->pcisub, g->bus,
 		g->migcap, g->migmode, g->cmode, g->gen, g->uuid, g->name);
+	fprintf(f, "events %u %llu\n", i, g->events);
 	for (unsigned int k = 0; k < g->ngip; k++) {
 		const struct giprof *p = &g->gip[k];
 		fprintf(f, "giprof %u %u %u %u %u %u %u %u %u %u %u %llu ", i, p->enum_, p->id, p->slices,
