@@ -2,10 +2,12 @@ package standin
 
 import (
 	"context"
+	"debug/elf"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -277,5 +279,54 @@ func checkEventsAndComputeMode(t *testing.T, root string) {
 	}
 	if got := st.GPUs[2].ComputeMode; got != int(nvml.COMPUTEMODE_EXCLUSIVE_PROCESS) {
 		t.Errorf("compute mode in the state file: %d, want %d", got, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS)
+	}
+}
+
+// TestStandInExportsWhatGoNVMLCalls reads, from go-nvml's own Go sources, every C function its
+// cgo code calls, and checks the built library exports each: a missing one would kill the
+// plugin with a symbol lookup error the first time it is called.
+func TestStandInExportsWhatGoNVMLCalls(t *testing.T) {
+	root := buildRoot(t)
+	hdr, err := HeaderDir(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, err := elf.Open(filepath.Join(root, "usr", "lib64", LibraryName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.Close()
+	syms, err := lib.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			exported[s.Name] = true
+		}
+	}
+	sources, err := filepath.Glob(filepath.Join(hdr, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := regexp.MustCompile(`\bC\.(nvml\w+)\(`)
+	called := map[string]bool{}
+	for _, f := range sources {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range call.FindAllSubmatch(data, -1) {
+			called[string(m[1])] = true
+		}
+	}
+	if len(called) < 300 {
+		t.Fatalf("found only %d C functions called in %s: the pattern no longer matches go-nvml's code", len(called), hdr)
+	}
+	for name := range called {
+		if !exported[name] {
+			t.Errorf("go-nvml calls %s; the stand-in does not export it", name)
+		}
 	}
 }
