@@ -1,14 +1,18 @@
 package kubenode
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/test/e2e/cmd/nvml-standin/standin"
 )
 
 // FakeDriverRoot lays out a fake NVIDIA driver installation in dir for gpus GPUs, as the
@@ -17,11 +21,31 @@ import (
 // carrying the NVIDIA majors and minors. The specs name paths below dir, so containers get
 // them bind-mounted for real. Opening a node fails (ENXIO: no NVIDIA kernel module); its
 // presence and numbers are what a container is checked for. It needs root (mknod).
-func FakeDriverRoot(dir string, gpus int) error {
+//
+// Options add to the layout: WithNVMLStandIn installs a working NVML library.
+func FakeDriverRoot(dir string, gpus int, opts ...DriverRootOption) error {
+	var c driverRootConfig
+	for _, o := range opts {
+		o(&c)
+	}
 	root, err := cditest.Build(dir, cditest.Layout{GPUs: gpus, CapsNodes: true, HostDriverRoot: dir})
 	if err != nil {
 		return fmt.Errorf("fake driver root in %s: %w", dir, err)
 	}
+	if err := makeDeviceNodes(dir, root); err != nil {
+		return err
+	}
+	if c.standIn != nil {
+		if err := installNVMLStandIn(dir, c.standIn, c.stateDir); err != nil {
+			return fmt.Errorf("fake driver root in %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// makeDeviceNodes replaces the layout's placeholder files under dir/dev with character-device
+// nodes of the numbers root gives them.
+func makeDeviceNodes(dir string, root *cditest.DriverRoot) error {
 	devDir := filepath.Join(dir, "dev")
 	return filepath.WalkDir(devDir, func(full string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -45,4 +69,76 @@ func FakeDriverRoot(dir string, gpus int) error {
 		// mknod applies the umask; the driver's nodes are world-accessible.
 		return os.Chmod(full, info.Mode.Perm())
 	})
+}
+
+// DriverRootOption changes what FakeDriverRoot lays out.
+type DriverRootOption func(*driverRootConfig)
+
+type driverRootConfig struct {
+	standIn  *gputest.Machine
+	stateDir string
+}
+
+// WithNVMLStandIn makes the fake driver root's NVML a working library: the stand-in
+// libnvidia-ml (test/e2e/cmd/nvml-standin, built with gcc) serving machine m. It is installed as
+// a driver installs NVML on Debian, usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<version> (in place
+// of the layout's placeholder, so CDI specs mount the real file) with the libnvidia-ml.so.1 link
+// the reference driver loads it by, as an absolute link target the driver must resolve inside
+// the root. The machine's state reports the root's driver version, whatever m's is.
+//
+// With stateDir "" the state is written beside the library. Otherwise it is written in
+// stateDir, which must be writable where the library is loaded, and the file beside the library
+// links to it: the chart mounts the driver root read-only, and the library writes the MIG
+// changes it makes. A plugin's pod then needs stateDir mounted at the same path.
+func WithNVMLStandIn(m *gputest.Machine, stateDir string) DriverRootOption {
+	return func(c *driverRootConfig) { c.standIn, c.stateDir = m, stateDir }
+}
+
+// installNVMLStandIn builds the stand-in into the driver root dir and writes m's state.
+func installNVMLStandIn(dir string, m *gputest.Machine, stateDir string) error {
+	ctx := context.Background()
+	hdr, err := standin.HeaderDir(ctx, "")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "nvml-standin")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	built, err := standin.Build(ctx, hdr, tmp)
+	if err != nil {
+		return err
+	}
+	libDir := filepath.Join(dir, cditest.DefaultLibDir)
+	versioned := "libnvidia-ml.so." + cditest.DefaultVersion
+	data, err := os.ReadFile(built)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(libDir, versioned), data, 0o755); err != nil {
+		return fmt.Errorf("install the stand-in NVML: %w", err)
+	}
+	link := filepath.Join(libDir, standin.LibraryName)
+	if err := os.Remove(link); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if err := os.Symlink(path.Join(cditest.DefaultLibDir, versioned), link); err != nil {
+		return fmt.Errorf("install the stand-in NVML: %w", err)
+	}
+	s, err := standin.FromMachine(m)
+	if err != nil {
+		return err
+	}
+	s.DriverVersion, s.NVMLVersion = cditest.DefaultVersion, "13."+cditest.DefaultVersion
+	if stateDir == "" {
+		return s.Install(libDir)
+	}
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return err
+	}
+	if err := s.Install(stateDir); err != nil {
+		return err
+	}
+	return os.Symlink(filepath.Join(stateDir, standin.StateName), filepath.Join(libDir, standin.StateName))
 }

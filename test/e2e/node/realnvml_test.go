@@ -1,0 +1,161 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/gpu/nvmlgpu"
+	"github.com/gpudra/gpudra/test/e2e/framework"
+	"github.com/gpudra/gpudra/test/e2e/framework/kubenode"
+)
+
+// TestNodeRealNVML (issue 27): the production image, as the chart runs it on a node with a real
+// driver (fakeMachine.name "", nvidiaDriverRoot set), loads NVML from the driver root with
+// --nvml=real: here the stand-in libnvidia-ml (test/e2e/cmd/nvml-standin) serving a DGX A100 in
+// mig-parted's all-balanced layout, installed as a Debian driver installs it (a versioned file
+// and the libnvidia-ml.so.1 link, an absolute target resolved inside the root). Containers made
+// from the chart's real-GPU DaemonSet (image, command's binary, environment, mounts) run the
+// driver's `version` and `inventory --nvml=real`: both must find NVML in the driver root, and
+// the inventory must be the gputest machine's own, GPU and MIG device UUIDs included.
+//
+// The DaemonSet's `serve` itself cannot run in real mode on this node: it reads the kernel
+// module's version from /proc/driver/nvidia/version of its own container (cdi.Discover with the
+// proc root "/"), which no NVIDIA kernel module provides here and runc does not let a pod mount
+// over. Claims are therefore not prepared through real NVML in this tier (see docs/install.md).
+func TestNodeRealNVML(t *testing.T) {
+	ctx := context.Background()
+	s := suite
+	m, err := gputest.New(machine, gputest.WithMIGConfig("all-balanced"), gputest.WithDriverVersion(cditest.DefaultVersion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(s.Node.Dir, "standin-root")
+	stateDir := filepath.Join(s.Node.Dir, "standin-state")
+	t.Cleanup(func() { _ = os.RemoveAll(root); _ = os.RemoveAll(stateDir) })
+	if err := kubenode.FakeDriverRoot(root, gpus, kubenode.WithNVMLStandIn(m, stateDir)); err != nil {
+		t.Fatal(err)
+	}
+	pod := s.realModePod(t, root, stateDir)
+	if _, err := s.Client.CoreV1().Pods(releaseNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.Client.CoreV1().Pods(releaseNamespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+	})
+	done := s.waitFinished(ctx, t, pod.Name)
+	logs := map[string]string{}
+	for _, c := range pod.Spec.Containers {
+		if logs[c.Name], err = s.Node.Kubelet.ContainerLog(done, c.Name); err != nil {
+			t.Fatalf("log of %s/%s: %v", pod.Name, c.Name, err)
+		}
+	}
+	if done.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("the driver's commands failed with real NVML from the driver root: %s\nversion:\n%s\ninventory:\n%s", containerStates(done), logs["version"], logs["inventory"])
+	}
+	if want := "nvml:    13." + cditest.DefaultVersion; !strings.Contains(logs["version"], want) {
+		t.Errorf("`version` does not report the stand-in NVML (%q):\n%s", want, logs["version"])
+	}
+	checkInventory(t, m, logs["inventory"])
+}
+
+// realModePod is a pod made from the chart's DaemonSet rendered for a node with a real driver at
+// root, adapted to this node as the suite's plugin is, with the stand-in's state directory
+// mounted at its own path (the chart mounts the driver root read-only; the library follows the
+// link beside it there). Its containers run `version` and `inventory --nvml=real -o json`.
+func (s *Suite) realModePod(t *testing.T, root, stateDir string) *corev1.Pod {
+	t.Helper()
+	values := s.chartValues(map[string]any{"nvidiaDriverRoot": root, "fakeMachine": map[string]any{"name": ""}})
+	objs, err := framework.RenderChart(filepath.Join(s.Repo, chartPath), s.Bins.KubernetesVersion,
+		framework.Release{Name: releaseName, Namespace: releaseNamespace, Values: values})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := framework.DaemonSetFrom(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.adaptToNode(&ds.Spec.Template.Spec); err != nil {
+		t.Fatal(err)
+	}
+	spec := *ds.Spec.Template.Spec.DeepCopy()
+	spec.NodeName = nodeName
+	spec.RestartPolicy = corev1.RestartPolicyNever
+	dirType := corev1.HostPathDirectory
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "standin-state",
+		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: stateDir, Type: &dirType}}})
+	base := spec.Containers[0]
+	base.StartupProbe, base.LivenessProbe, base.ReadinessProbe = nil, nil, nil
+	base.Ports = nil // the plugin's pod holds the metrics port on the host's network
+	base.VolumeMounts = append(base.VolumeMounts, corev1.VolumeMount{Name: "standin-state", MountPath: stateDir})
+	version, inventory := base, *base.DeepCopy()
+	version.Name, version.Command, version.Args = "version", []string{"gpu-dra-driver", "version"}, []string{"--driver-root=/driver-root"}
+	inventory.Name, inventory.Command = "inventory", []string{"gpu-dra-driver", "inventory"}
+	inventory.Args = []string{"--nvml=real", "--driver-root=/driver-root", "-o", "json"}
+	spec.Containers = []corev1.Container{version, inventory}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "real-nvml", Namespace: releaseNamespace}, Spec: spec}
+}
+
+// waitFinished waits for the pod to succeed or fail.
+func (s *Suite) waitFinished(ctx context.Context, t *testing.T, name string) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = s.Client.CoreV1().Pods(releaseNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s did not finish: %v (%s)\nevents:\n%s", name, err, containerStates(p), s.events(ctx, releaseNamespace))
+	}
+	return p
+}
+
+// checkInventory compares the inventory the container printed with the gputest machine's own
+// enumeration: the same GPUs (UUIDs, bus IDs, memory, ...) and MIG devices.
+func checkInventory(t *testing.T, m *gputest.Machine, log string) {
+	t.Helper()
+	start := strings.Index(log, "{")
+	if start < 0 {
+		t.Fatalf("`inventory -o json` printed no JSON:\n%s", log)
+	}
+	var got gpu.Inventory
+	if err := json.NewDecoder(strings.NewReader(log[start:])).Decode(&got); err != nil {
+		t.Fatalf("`inventory -o json`: %v\n%s", err, log)
+	}
+	want, err := nvmlgpu.Enumerate(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want.GPUs) != gpus || countMIG(want) == 0 {
+		t.Fatalf("the gputest machine has %d GPUs and %d MIG devices; want %d GPUs in MIG mode", len(want.GPUs), countMIG(want), gpus)
+	}
+	opts := cmp.Options{cmpopts.EquateEmpty(), cmpopts.IgnoreFields(gpu.GPU{}, "MIGGeometry")}
+	if diff := cmp.Diff(want, &got, opts); diff != "" {
+		t.Errorf("inventory through real NVML from the driver root differs from the gputest machine's (-gputest +container):\n%s", diff)
+	}
+}
+
+func countMIG(inv *gpu.Inventory) int {
+	n := 0
+	for _, g := range inv.GPUs {
+		n += len(g.MIGDevices)
+	}
+	return n
+}
