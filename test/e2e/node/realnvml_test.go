@@ -99,7 +99,6 @@ func (s *Suite) realModePod(t *testing.T, root, stateDir string) *corev1.Pod {
 		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: stateDir, Type: &dirType}}})
 	base := spec.Containers[0]
 	base.StartupProbe, base.LivenessProbe, base.ReadinessProbe = nil, nil, nil
-	base.Ports = nil // the plugin's pod holds the metrics port on the host's network
 	base.VolumeMounts = append(base.VolumeMounts, corev1.VolumeMount{Name: "standin-state", MountPath: stateDir})
 	version, inventory := base, *base.DeepCopy()
 	version.Name, version.Command, version.Args = "version", []string{"gpu-dra-driver", "version"}, []string{"--driver-root=/driver-root"}
