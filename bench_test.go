@@ -92,6 +92,13 @@ func BenchmarkAllocate(b *testing.B) {
 		{"dynamic-mig-4-profiles", "dgx-a100-40gb", nil,
 			append(dynamic, gpudra.WithDynamicMIGProfiles("1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb")),
 			gpudra.MIGDeviceClassName, "1g.5gb"},
+		// The driver-side publishing options of issue 33, and what a full-GPU claim pays for
+		// them on the same nodes.
+		{"dynamic-mig-partitions-first", "dgx-a100-40gb", nil, append(dynamic, gpudra.WithPartitionsFirst()), gpudra.MIGDeviceClassName, "1g.5gb"},
+		{"dynamic-mig-one-me", "dgx-a100-40gb", nil, append(dynamic, gpudra.WithOneMediaExtensionPlacement()), gpudra.MIGDeviceClassName, "1g.5gb"},
+		{"dynamic-mig-both", "dgx-a100-40gb", nil, append(dynamic, gpudra.WithPartitionsFirst(), gpudra.WithOneMediaExtensionPlacement()), gpudra.MIGDeviceClassName, "1g.5gb"},
+		{"dynamic-full-gpu", "dgx-a100-40gb", nil, dynamic, gpudra.GPUDeviceClassName, ""},
+		{"dynamic-full-gpu-partitions-first", "dgx-a100-40gb", nil, append(dynamic, gpudra.WithPartitionsFirst()), gpudra.GPUDeviceClassName, ""},
 	}
 	for _, nodes := range []int{100, 500} {
 		for _, l := range layouts {

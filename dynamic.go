@@ -87,6 +87,27 @@ func WithDynamicMIGProfiles(profiles ...string) Option {
 	}
 }
 
+// WithPartitionsFirst publishes the dynamic MIG partitions of a node before its full GPUs
+// (default: after them). The scheduler's allocator tries a node's devices in the order they are
+// published and checks each against the request's DeviceClass before anything else. With the
+// partitions first, a MIG claim reaches a fitting partition without evaluating the MIG class's
+// selector on every full GPU; in exchange a full-GPU claim evaluates the GPU class's selector on
+// every partition before it reaches a GPU. For nodes whose claims are mostly MIG devices
+// (docs/benchmarks.md, "Publishing options and the allocator's cost").
+func WithPartitionsFirst() Option { return func(b *Builder) { b.partitionsFirst = true } }
+
+// WithOneMediaExtensionPlacement publishes each dynamic MIG profile that uses the GPU's media
+// extensions ("+me", "+me.all") at one placement per GPU, the one with the highest start,
+// instead of at every placement. The extensions exist once per GPU (CounterMediaExtensions), so
+// at most one such instance exists at a time; the other placements only add devices that the
+// scheduler converts and checks in every attempt on the node (on an A100, 13 of a GPU's 26
+// partitions). The trade-off: a claim for such a profile fits a GPU only while that one
+// placement's memory slices are free; where a smaller instance already uses them, the claim
+// goes to another GPU (or waits) although another placement on the same GPU is free.
+func WithOneMediaExtensionPlacement() Option {
+	return func(b *Builder) { b.oneMediaExtensionPlacement = true }
+}
+
 // ConsumableMemory makes full GPUs shareable by memory: each GPU allows multiple allocations, and
 // a claim asks for part of it with capacity.requests.memory. A claim that asks for nothing gets
 // Default (the whole GPU when Default is zero), so exclusive claims keep working.
@@ -215,7 +236,7 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) (*dynamicMIG
 		if b.migProfiles != nil && !b.migProfiles[p.Name] {
 			continue
 		}
-		for _, pl := range p.Placements {
+		for _, pl := range b.placements(p) {
 			if present.blocks(model, p.Name, pl) {
 				continue
 			}
@@ -224,6 +245,20 @@ func (b *Builder) dynamicMIGDevices(inv *gpu.Inventory, g *gpu.GPU) (*dynamicMIG
 		}
 	}
 	return out, nil
+}
+
+// placements are the placements dynamic MIG publishes profile p at: all of them, or with
+// WithOneMediaExtensionPlacement the one with the highest start for a profile that uses the
+// media extensions.
+func (b *Builder) placements(p *mig.GIProfile) []mig.Placement {
+	if !b.oneMediaExtensionPlacement || len(p.Placements) == 0 {
+		return p.Placements
+	}
+	if k := mediaKind(p.Name); k != "extensions" && k != "all" {
+		return p.Placements
+	}
+	last := slices.MaxFunc(p.Placements, func(a, c mig.Placement) int { return cmp.Compare(a.Start, c.Start) })
+	return []mig.Placement{last}
 }
 
 // orderPartitions returns the dynamic MIG partitions of a node in publishing order, for the

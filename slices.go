@@ -74,6 +74,9 @@ type Builder struct {
 	migOwned   func(g *gpu.GPU, d *gpu.MIGDevice) bool
 	// migProfiles, when not nil, are the only GPU-instance profiles dynamic MIG publishes.
 	migProfiles map[string]bool
+	// partitionsFirst and oneMediaExtensionPlacement: WithPartitionsFirst,
+	// WithOneMediaExtensionPlacement.
+	partitionsFirst, oneMediaExtensionPlacement bool
 	consumable  *ConsumableMemory
 	topo        *placements // WithTopology, nil without
 	// listAttributes publishes list-valued attributes (WithListAttributes).
@@ -245,17 +248,32 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 		}
 		perGPU[i] = gpuPublished{devs, refs}
 	}
-	for _, i := range b.gpuOrder(inv) {
-		g := &inv.GPUs[i]
-		owner := fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID)
-		for k, d := range perGPU[i].devs {
-			if err := add(d, perGPU[i].refs[k], owner); err != nil {
-				return nil, err
+	addGPUs := func() error {
+		for _, i := range b.gpuOrder(inv) {
+			g := &inv.GPUs[i]
+			owner := fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID)
+			for k, d := range perGPU[i].devs {
+				if err := add(d, perGPU[i].refs[k], owner); err != nil {
+					return err
+				}
 			}
 		}
+		return nil
 	}
-	for _, p := range orderPartitions(dyns) {
-		if err := add(p.device, p.ref, p.owner); err != nil {
+	addPartitions := func() error {
+		for _, p := range orderPartitions(dyns) {
+			if err := add(p.device, p.ref, p.owner); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	steps := []func() error{addGPUs, addPartitions}
+	if b.partitionsFirst {
+		steps = []func() error{addPartitions, addGPUs}
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
 			return nil, err
 		}
 	}
