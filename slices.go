@@ -78,6 +78,8 @@ type Builder struct {
 	topo        *placements // WithTopology, nil without
 	// listAttributes publishes list-valued attributes (WithListAttributes).
 	listAttributes bool
+	// passthrough publishes vfio devices (WithPassthrough), nil without.
+	passthrough PassthroughFunc
 	// without are the features WithoutFeatures turns off, after every other option.
 	without []Feature
 }
@@ -137,6 +139,9 @@ type PublishedDevice struct {
 	// Partition is set for a dynamic MIG partition, whose instance is created when a claim that
 	// got it is prepared.
 	Partition *Partition
+	// Passthrough is set for a GPU published for passthrough to a virtual machine
+	// (WithPassthrough): preparing it binds the GPU to vfio-pci.
+	Passthrough *Passthrough
 }
 
 // Partition is a dynamic MIG partition: a GPU-instance profile at one placement.
@@ -233,6 +238,7 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 		refs []PublishedDevice
 	}
 	perGPU := make([]gpuPublished, len(inv.GPUs))
+	vfios := make([]*vfioDevice, len(inv.GPUs))
 	for i := range inv.GPUs {
 		g := &inv.GPUs[i]
 		devs, refs, dyn, err := b.gpuDevices(inv, g)
@@ -242,6 +248,10 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 		if dyn != nil {
 			pub.counterSets = append(pub.counterSets, dyn.counters)
 			dyns = append(dyns, dyn)
+		}
+		var set *resourceapi.CounterSet
+		if vfios[i], set = b.vfioDevice(inv, g, devs, refs, dyn); set != nil {
+			pub.counterSets = append(pub.counterSets, *set)
 		}
 		perGPU[i] = gpuPublished{devs, refs}
 	}
@@ -257,6 +267,15 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 	for _, p := range orderPartitions(dyns) {
 		if err := add(p.device, p.ref, p.owner); err != nil {
 			return nil, err
+		}
+	}
+	order := b.gpuOrder(inv)
+	for k := len(order) - 1; k >= 0; k-- {
+		if v := vfios[order[k]]; v != nil {
+			g := &inv.GPUs[order[k]]
+			if err := add(v.device, v.ref, fmt.Sprintf("GPU %d (%s) for passthrough", g.Index, g.UUID)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return pub, nil
