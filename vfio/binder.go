@@ -402,9 +402,9 @@ func (b *SysfsBinder) Unbind(ctx context.Context, pciAddress string) error {
 		if f.Address == g.GPU {
 			driver = b.native
 		}
-		// Done: a bridge, a function on its own driver without an override, and the GPU on
-		// the native driver. A GPU left unbound by an interrupted unbind is not done.
-		if f.Bridge() || (f.Driver != DriverVFIO && f.Override == "" && (driver == "" || f.Driver != "")) {
+		// Done: a bridge, and a function on a driver other than vfio-pci without an override.
+		// A function left unbound by an interrupted unbind is probed again.
+		if f.Bridge() || (f.Driver != DriverVFIO && f.Override == "" && f.Driver != "") {
 			continue
 		}
 		klog.FromContext(ctx).V(2).Info("Unbinding from vfio-pci", "function", f.Address, "driver", driver, "iommuGroup", g.ID)

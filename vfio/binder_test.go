@@ -352,3 +352,31 @@ func TestVFIONoDeviceNode(t *testing.T) {
 		t.Errorf("host after a failed Bind (-want +got):\n%s", diff)
 	}
 }
+
+// An unbind killed at each of its writes leaves the group half given back; the next Unbind
+// finishes it.
+func TestVFIOUnbindInterruptedAtEveryStep(t *testing.T) {
+	for step := 1; step <= 6; step++ {
+		h, b := newHost(t, nil)
+		if _, err := b.Bind(context.Background(), gpuAddr); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		crash := errors.New("crash")
+		dying := newBinderOn(t, h, vfio.WithStepHook(func(vfio.Step, string) error {
+			if n++; n >= step {
+				return crash
+			}
+			return nil
+		}))
+		if err := dying.Unbind(context.Background(), gpuAddr); !errors.Is(err, crash) {
+			t.Fatalf("step %d: Unbind() error = %v, want the crash", step, err)
+		}
+		if err := newBinderOn(t, h).Unbind(context.Background(), gpuAddr); err != nil {
+			t.Fatalf("step %d: Unbind after the crash: %v", step, err)
+		}
+		if diff := cmp.Diff(native, stateOf(t, h, gpuAddr, audioAddr)); diff != "" {
+			t.Errorf("step %d: host (-want +got):\n%s", step, diff)
+		}
+	}
+}

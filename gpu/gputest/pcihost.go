@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -170,6 +171,20 @@ func (h *PCIHost) Writes() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.writes)
+}
+
+// Native returns an error naming every function that is not bound to its native driver or has
+// a driver_override: nil once everything a bind changed is undone.
+func (h *PCIHost) Native() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var errs []error
+	for _, addr := range slices.Sorted(maps.Keys(h.funcs)) {
+		if f := h.funcs[addr]; f.driver != f.Driver || f.override != "" {
+			errs = append(errs, fmt.Errorf("PCI function %s is on driver %q with driver_override %q, want %q and none", addr, f.driver, f.override, f.Driver))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // SetVFIOLoaded loads or unloads vfio-pci: while it is unloaded, a probe of a function whose
