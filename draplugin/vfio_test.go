@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
@@ -305,5 +306,26 @@ func TestVFIOBoundGPUGoneFromNVML(t *testing.T) {
 	}
 	if err := e.HostClean(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestVFIOHealthIgnoresBoundGPU: the NVIDIA driver lets go of a GPU bound to vfio-pci and NVML
+// reports it lost; that is no fault, and it taints nothing, while another GPU's loss does.
+func TestVFIOHealthIgnoresBoundGPU(t *testing.T) {
+	e := newVFIOEnv(t)
+	p := e.plugin(withHealth(draplugin.HealthConfig{ReportInterval: time.Hour, EventWait: 20 * time.Millisecond, RecoveryWindow: -1}))
+	serve(t, e, p)
+	c := e.vfioClaim(2)
+	if _, err := prepareOne(t, p, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{2, 3} {
+		if err := e.Machine.InjectGPULost(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return p.Unhealthy()[e.gpu(3).UUID] != "" }, "GPU 3 tainted")
+	if got := p.Unhealthy()[e.gpu(2).UUID]; got != "" {
+		t.Errorf("GPU 2, bound to vfio-pci, tainted %q", got)
 	}
 }
