@@ -380,7 +380,7 @@ func (a *attempt) planPartition(ctx context.Context, d prepDevice) (*checkpoint.
 func (a *attempt) createMIG(ctx context.Context) error {
 	for i, d := range a.ours {
 		pd := &a.st.Devices[i]
-		if d.Partition == nil && d.MIG == nil && a.p.devices.partitioned[d.GPU.UUID] && !pd.AdminAccess {
+		if d.Partition == nil && d.MIG == nil && d.Passthrough == nil && a.p.devices.partitioned[d.GPU.UUID] && !pd.AdminAccess {
 			if err := a.wholeGPU(ctx, d); err != nil {
 				return a.fail(StepMIGMode, d.result.Device, err)
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/vfio"
 )
 
@@ -327,5 +328,41 @@ func TestVFIOHealthIgnoresBoundGPU(t *testing.T) {
 	waitFor(t, func() bool { return p.Unhealthy()[e.gpu(3).UUID] != "" }, "GPU 3 tainted")
 	if got := p.Unhealthy()[e.gpu(2).UUID]; got != "" {
 		t.Errorf("GPU 2, bound to vfio-pci, tainted %q", got)
+	}
+}
+
+// TestVFIOBesideDynamicMIG: on a node with dynamic MIG and passthrough, a MIG partition on one
+// GPU and a virtual machine's GPU on another are prepared side by side; the vfio device of the
+// partitioned GPU is refused while the partition is prepared; the passthrough prepare leaves MIG
+// mode alone (the guest's driver owns the GPU).
+func TestVFIOBesideDynamicMIG(t *testing.T) {
+	// GPU 1 is in MIG mode without instances: a whole-GPU prepare would turn MIG mode off.
+	e := newVFIOEnv(t, draplugintest.WithDynamicMIG(), draplugintest.WithMachineOptions(gputest.WithMIG(1)))
+	p := e.plugin()
+	e.reconcile(p)
+	part := e.claim(gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 0), "")
+	if _, err := prepareOne(t, p, part); err != nil {
+		t.Fatal(err)
+	}
+	vm := e.vfioClaim(1)
+	before := e.Machine.Calls("SetMigMode")
+	if _, err := prepareOne(t, p, vm); err != nil || !e.bound(1) {
+		t.Fatalf("prepare a vfio claim beside a MIG partition: %v, bound %v", err, e.bound(1))
+	}
+	if calls := e.Machine.Calls("SetMigMode") - before; calls != 0 {
+		t.Errorf("SetMigMode called %d times for a passthrough prepare", calls)
+	}
+	again := e.vfioClaim(2)
+	again.Status.Allocation.Devices.Results[0].Device = gpudra.VFIODeviceName(e.gpu(0).Minor)
+	if _, err := prepareOne(t, p, again); err == nil || !strings.Contains(err.Error(), "is prepared for claim") {
+		t.Errorf("vfio claim on the partitioned GPU: %v, want a refusal", err)
+	}
+	for _, c := range []*resourceapi.ResourceClaim{vm, part} {
+		if err := unprepareOne(t, p, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.HostClean(); err != nil {
+		t.Error(err)
 	}
 }
