@@ -69,8 +69,9 @@ type Node struct {
 	apiDisabled []gpudra.Feature
 	// lib is the NVML WithNVML gave, nil for a gputest machine.
 	lib nvml.Interface
-	// passthrough builds PCI (WithPassthrough).
+	// passthrough builds PCI (WithPassthrough) with pciFuncs.
 	passthrough bool
+	pciFuncs    []gputest.PCIFunction
 }
 
 // NodeOption configures NewNode.
@@ -270,6 +271,9 @@ func (n *Node) Reboot(opts ...gputest.Option) error {
 		n.machineOpts = opts
 	}
 	if err := os.RemoveAll(n.CDIDir); err != nil {
+		return err
+	}
+	if err := n.rebootPCI(); err != nil {
 		return err
 	}
 	if n.persist {

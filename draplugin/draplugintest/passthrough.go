@@ -39,20 +39,41 @@ func (n *Node) buildPCI(inv *gpu.Inventory) error {
 		groups[g.UUID] = PassthroughGroupBase + g.Minor
 		funcs = append(funcs, gputest.PassthroughGPU(strings.TrimSuffix(addr, ".0"), groups[g.UUID], g.Minor)...)
 	}
-	dir := filepath.Join(n.Dir, "pci")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	n.pciFuncs = funcs
+	if err := n.newPCIHost(); err != nil {
 		return err
 	}
-	host, err := gputest.NewPCIHost(dir, funcs...)
-	if err != nil {
-		return err
-	}
-	n.PCI = host
 	n.SliceOptions = append(n.SliceOptions, gpudra.WithPassthrough(func(g *gpu.GPU) (int, bool) {
 		group, ok := groups[g.UUID]
 		return group, ok
 	}))
 	return nil
+}
+
+// newPCIHost opens the node's PCI host: its tree under Dir continues (WithPersistence: a
+// process killed in a bind left it so); Reboot starts it afresh.
+func (n *Node) newPCIHost() error {
+	dir := filepath.Join(n.Dir, "pci")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	host, err := gputest.NewPCIHost(dir, n.pciFuncs...)
+	if err != nil {
+		return err
+	}
+	n.PCI = host
+	return nil
+}
+
+// rebootPCI gives every PCI function back to its own driver, as a reboot does.
+func (n *Node) rebootPCI() error {
+	if n.PCI == nil {
+		return nil
+	}
+	if err := os.RemoveAll(filepath.Join(n.Dir, "pci")); err != nil {
+		return err
+	}
+	return n.newPCIHost()
 }
 
 // passthroughConfig gives a plugin configuration the node's vfio binder.

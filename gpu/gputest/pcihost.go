@@ -83,7 +83,10 @@ type writeFault struct {
 }
 
 // NewPCIHost builds the tree of a host with the given functions under dir (which must exist,
-// e.g. t.TempDir()). vfio-pci is loaded.
+// e.g. t.TempDir()). vfio-pci is loaded. A dir that already holds the tree of a host with these
+// functions (made by NewPCIHost, possibly in a process since killed) is continued: each
+// function's driver and driver_override are read back from it, as a real host keeps its bindings
+// when the process that changed them dies.
 func NewPCIHost(dir string, functions ...PCIFunction) (*PCIHost, error) {
 	h := &PCIHost{root: dir, funcs: map[string]*pciFunction{}, vfioLoaded: true}
 	for _, d := range []string{"sys/bus/pci/devices", "sys/bus/pci/drivers/vfio-pci", "dev/vfio", "proc/driver/nvidia/gpus"} {
@@ -110,6 +113,9 @@ func (h *PCIHost) add(f PCIFunction) error {
 	if _, dup := h.funcs[f.Address]; dup || f.Address == "" || strings.ContainsAny(f.Address, "/") {
 		return fmt.Errorf("empty, duplicate or not a PCI address")
 	}
+	if again, err := h.reopen(f); again || err != nil {
+		return err
+	}
 	dev := "sys/bus/pci/devices/" + f.Address
 	group := "sys/kernel/iommu_groups/" + strconv.Itoa(f.IOMMUGroup)
 	for _, d := range []string{dev, group + "/devices"} {
@@ -134,6 +140,28 @@ func (h *PCIHost) add(f PCIFunction) error {
 		return h.bind(pf, f.Driver)
 	}
 	return nil
+}
+
+// reopen continues a function whose tree an earlier NewPCIHost made: it reports whether the tree
+// was there.
+func (h *PCIHost) reopen(f PCIFunction) (bool, error) {
+	dev := h.path("sys/bus/pci/devices/" + f.Address)
+	if _, err := os.Readlink(filepath.Join(dev, "iommu_group")); err != nil {
+		return false, nil
+	}
+	pf := &pciFunction{PCIFunction: f}
+	if link, err := os.Readlink(filepath.Join(dev, "driver")); err == nil {
+		pf.driver = filepath.Base(link)
+	}
+	o, err := os.ReadFile(filepath.Join(dev, "driver_override"))
+	if err != nil {
+		return false, err
+	}
+	if s := strings.TrimSpace(string(o)); s != "(null)" {
+		pf.override = s
+	}
+	h.funcs[f.Address] = pf
+	return true, nil
 }
 
 // SysfsRoot returns the fake sysfs root (<dir>/sys).

@@ -57,3 +57,31 @@ func TestPCIHostSimulatesDriverBinding(t *testing.T) {
 		t.Errorf("Writes() has %d entries, want %d", n, len(steps))
 	}
 }
+
+// A host made again on its directory continues its bindings, as hardware outlives the process
+// that bound it.
+func TestPCIHostContinuesItsTree(t *testing.T) {
+	dir := t.TempDir()
+	funcs := gputest.PassthroughGPU("0000:07:00", 31, 0)
+	h, err := gputest.NewPCIHost(dir, funcs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := filepath.Join(h.SysfsRoot(), "bus/pci/devices/0000:07:00.0")
+	for _, w := range [][2]string{{dev + "/driver_override", "vfio-pci"}, {dev + "/driver/unbind", "0000:07:00.0"}, {filepath.Join(h.SysfsRoot(), "bus/pci/drivers_probe"), "0000:07:00.0"}} {
+		if err := h.WriteFile(w[0], []byte(w[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, err := gputest.NewPCIHost(dir, funcs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := [3]string{again.Driver("0000:07:00.0"), again.Override("0000:07:00.0"), again.Driver("0000:07:00.1")}
+	if want := [3]string{"vfio-pci", "vfio-pci", "snd_hda_intel"}; got != want {
+		t.Errorf("continued host: GPU driver, override, audio driver %q, want %q", got, want)
+	}
+	if err := again.Native(); err == nil {
+		t.Error("Native() = nil with the GPU on vfio-pci")
+	}
+}
