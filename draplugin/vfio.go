@@ -19,6 +19,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/internal/checkpoint"
+	"github.com/gpudra/gpudra/internal/pciaddr"
 )
 
 // Passthrough: a claim for vfio devices (gpudra.WithPassthrough) binds each GPU's IOMMU group
@@ -51,11 +52,15 @@ func (a *attempt) planVFIO(d prepDevice, pd *checkpoint.PreparedDevice) error {
 	}
 	g := *d.GPU
 	g.MIGDevices = nil
+	addr, err := pciaddr.Canonical(g.PCIBusID)
+	if err != nil {
+		return stepErr(StepBindVFIO, dev, fmt.Errorf("GPU %s: %w", g.UUID, err))
+	}
 	entry, err := json.Marshal(g)
 	if err != nil {
 		return stepErr(StepCheckpoint, dev, fmt.Errorf("record GPU %s: %w", g.UUID, err))
 	}
-	pd.VFIO = &checkpoint.VFIOBinding{PCIAddress: g.PCIBusID, IOMMUGroup: d.Passthrough.IOMMUGroup,
+	pd.VFIO = &checkpoint.VFIOBinding{PCIAddress: addr, IOMMUGroup: d.Passthrough.IOMMUGroup,
 		ResourceName: ResourceName(g.ProductName), GPU: entry}
 	return nil
 }
