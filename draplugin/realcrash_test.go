@@ -166,6 +166,18 @@ type crashScenario struct {
 	claims func(n *draplugintest.Node) ([]*resourceapi.ResourceClaim, error)
 }
 
+// env builds the scenario's node in-process.
+func (sc crashScenario) env(t testing.TB) *env {
+	nopts := []draplugintest.NodeOption{draplugintest.WithMachineOptions(sc.opts...)}
+	if sc.dynamic {
+		nopts = append(nopts, draplugintest.WithDynamicMIG())
+	}
+	if sc.vfio {
+		nopts = append(nopts, draplugintest.WithPassthrough())
+	}
+	return newEnvWith(t, sc.machine, nopts...)
+}
+
 func allocate(n *draplugintest.Node, specs ...[4]string) ([]*resourceapi.ResourceClaim, error) {
 	var out []*resourceapi.ResourceClaim
 	for _, s := range specs {

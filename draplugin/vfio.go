@@ -20,6 +20,7 @@ import (
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/internal/pciaddr"
+	"github.com/gpudra/gpudra/vfio"
 )
 
 // Passthrough: a claim for vfio devices (gpudra.WithPassthrough) binds each GPU's IOMMU group
@@ -29,9 +30,6 @@ import (
 // idempotent and finishes a half-done bind from any state). Unprepare unbinds after the CDI spec
 // is gone. A claim's devices are all vfio devices or none: a virtual machine's launcher gets
 // /dev/vfio nodes and no NVIDIA files.
-
-// vfioControlNode is the VFIO container device every claim's spec grants.
-const vfioControlNode = "/dev/vfio/vfio"
 
 // anyVFIO reports whether the claim passes a GPU through.
 func anyVFIO(st checkpoint.ClaimState) bool {
@@ -107,6 +105,7 @@ func (a *attempt) bindVFIO(ctx context.Context) error {
 		if g.ID != v.IOMMUGroup {
 			return a.fail(StepBindVFIO, d.result.Device, fmt.Errorf("GPU %s is in IOMMU group %d, but was published in group %d: restart the plugin to publish it again", v.PCIAddress, g.ID, v.IOMMUGroup))
 		}
+		v.Major, v.Minor = g.Major, g.Minor
 		klog.FromContext(ctx).V(2).Info("Bound GPU to vfio-pci", "device", d.result.Device, "pciAddress", v.PCIAddress, "iommuGroup", g.ID)
 		if err := a.p.crashPoint(testhooks.CrashAfterVFIOBound, a.claim.UID); err != nil {
 			return err
@@ -138,7 +137,8 @@ func (a *attempt) writeVFIOCDI() error {
 // (ResourceName), one variable per product; NVIDIA_VISIBLE_DEVICES=void keeps the NVIDIA
 // container runtime from adding GPUs of its own.
 func vfioSpec(kind string, st checkpoint.ClaimState) (*cdi.ClaimSpec, error) {
-	common := cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{Path: vfioControlNode}}, Env: []string{cdi.VisibleDevicesVoid}}
+	common := cdispec.ContainerEdits{Env: []string{cdi.VisibleDevicesVoid}, DeviceNodes: []*cdispec.DeviceNode{
+		{Path: vfio.ControlDevicePath, Type: "c", Major: vfio.ControlMajor, Minor: vfio.ControlMinor}}}
 	byResource := map[string][]string{}
 	devs := make([]cdi.DeviceEdits, 0, len(st.Devices))
 	for _, d := range st.Devices {
@@ -146,7 +146,12 @@ func vfioSpec(kind string, st checkpoint.ClaimState) (*cdi.ClaimSpec, error) {
 			return nil, fmt.Errorf("device %s: not a vfio device", d.Device)
 		}
 		byResource[d.VFIO.ResourceName] = append(byResource[d.VFIO.ResourceName], d.VFIO.PCIAddress)
+		// The node's numbers as the bind found them: the runtime then need not read the node
+		// (it stats a node given without them).
 		node := &cdispec.DeviceNode{Path: fmt.Sprintf("/dev/vfio/%d", d.VFIO.IOMMUGroup)}
+		if d.VFIO.Major != 0 {
+			node.Type, node.Major, node.Minor = "c", d.VFIO.Major, d.VFIO.Minor
+		}
 		devs = append(devs, cdi.DeviceEdits{Name: d.Device, Edits: cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{node}}})
 	}
 	names := make([]string, 0, len(byResource))

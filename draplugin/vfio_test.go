@@ -82,14 +82,14 @@ func TestVFIOPrepareUnprepare(t *testing.T) {
 	}
 	group := draplugintest.PassthroughGroupBase + g.Minor
 	wantCommon := cdispec.ContainerEdits{
-		DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/vfio/vfio"}},
+		DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/vfio/vfio", Type: "c", Major: 10, Minor: 196}},
 		Env:         []string{"NVIDIA_VISIBLE_DEVICES=void", "PCI_RESOURCE_NVIDIA_COM_A100_SXM4_40GB=" + g.PCIBusID},
 	}
 	if diff := cmp.Diff(wantCommon, spec.ContainerEdits); diff != "" {
 		t.Errorf("spec container edits (-want +got):\n%s", diff)
 	}
 	wantDev := []cdispec.Device{{Name: string(c.UID) + "-" + name, ContainerEdits: cdispec.ContainerEdits{
-		DeviceNodes: []*cdispec.DeviceNode{{Path: fmt.Sprintf("/dev/vfio/%d", group)}}}}}
+		DeviceNodes: []*cdispec.DeviceNode{{Path: fmt.Sprintf("/dev/vfio/%d", group), Type: "c", Major: gputest.VFIOMajor, Minor: int64(group)}}}}}
 	if diff := cmp.Diff(wantDev, spec.Devices); diff != "" {
 		t.Errorf("spec devices (-want +got):\n%s", diff)
 	}

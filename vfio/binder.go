@@ -49,7 +49,17 @@ type Group struct {
 	GPU string
 	// Functions are the group's PCI functions, by address.
 	Functions []Function
+	// Major and Minor are the numbers of the group's device node /dev/vfio/<ID>, as Bind found
+	// it; zero from Group and before the node exists.
+	Major, Minor int64
 }
+
+// The VFIO container device /dev/vfio/vfio: a misc device (major 10) with the kernel's fixed
+// VFIO_MINOR.
+const (
+	ControlDevicePath          = "/dev/vfio/vfio"
+	ControlMajor, ControlMinor = 10, 196
+)
 
 // Function is one PCI function of an IOMMU group.
 type Function struct {
@@ -303,7 +313,16 @@ func (b *SysfsBinder) Bind(ctx context.Context, pciAddress string) (*Group, erro
 	if err := b.waitDevice(ctx, g.ID); err != nil {
 		return nil, b.rollback(ctx, g.Functions, fmt.Errorf("vfio: GPU %s: %w", g.GPU, err))
 	}
-	return b.Group(ctx, g.GPU)
+	node := path.Join(b.dev, "vfio", strconv.Itoa(g.ID))
+	major, minor, err := b.fs.CharDevice(node)
+	if err != nil {
+		return nil, b.rollback(ctx, g.Functions, fmt.Errorf("vfio: GPU %s: %w", g.GPU, err))
+	}
+	if g, err = b.Group(ctx, g.GPU); err != nil {
+		return nil, err
+	}
+	g.Major, g.Minor = major, minor
+	return g, nil
 }
 
 func (b *SysfsBinder) bindFunction(f Function) error {

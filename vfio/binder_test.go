@@ -83,7 +83,7 @@ func TestVFIOBindUnbind(t *testing.T) {
 	want := &vfio.Group{ID: 31, GPU: gpuAddr, Functions: []vfio.Function{
 		{Address: gpuAddr, Class: "0x030200", Driver: "vfio-pci", Override: "vfio-pci"},
 		{Address: audioAddr, Class: "0x040300", Driver: "vfio-pci", Override: "vfio-pci"},
-	}}
+	}, Major: gputest.VFIOMajor, Minor: 31}
 	if diff := cmp.Diff(want, g); diff != "" {
 		t.Errorf("Bind returned (-want +got):\n%s", diff)
 	}

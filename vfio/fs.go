@@ -19,6 +19,8 @@ type FS interface {
 	ReadDir(name string) ([]string, error)
 	// Stat reports whether a file exists (fs.ErrNotExist when it does not).
 	Stat(name string) (fs.FileInfo, error)
+	// CharDevice returns the numbers of a character device node; an error when name is not one.
+	CharDevice(name string) (major, minor int64, err error)
 }
 
 // OSFS is the host's file system.

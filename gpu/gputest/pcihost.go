@@ -274,6 +274,26 @@ func (h *PCIHost) Readlink(name string) (string, error) { return os.Readlink(nam
 // Stat implements vfio.FS.
 func (h *PCIHost) Stat(name string) (fs.FileInfo, error) { return os.Stat(name) }
 
+// VFIOMajor is the major number the fake host's /dev/vfio/<group> nodes have; their minor is
+// the group number.
+const VFIOMajor = 511
+
+// CharDevice implements vfio.FS: /dev/vfio/<group> (while it exists) is a character device
+// VFIOMajor:<group>, and /dev/vfio/vfio is 10:196; any other file is not a device.
+func (h *PCIHost) CharDevice(name string) (major, minor int64, err error) {
+	if _, err := os.Stat(name); err != nil {
+		return 0, 0, err
+	}
+	rel, err := filepath.Rel(h.path("dev/vfio"), name)
+	if err == nil && rel == "vfio" {
+		return 10, 196, nil
+	}
+	if g, err := strconv.Atoi(rel); err == nil && g >= 0 {
+		return VFIOMajor, int64(g), nil
+	}
+	return 0, 0, fmt.Errorf("%s is not a character device", name)
+}
+
 // ReadDir implements vfio.FS.
 func (h *PCIHost) ReadDir(name string) ([]string, error) {
 	entries, err := os.ReadDir(name)
