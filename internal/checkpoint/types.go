@@ -115,8 +115,9 @@ type VFIOBinding struct {
 	// ResourceName is the name the CDI spec's PCI_RESOURCE_<name> variable carries
 	// ("nvidia.com/A100_SXM4_40GB").
 	ResourceName string `json:"resourceName,omitempty"`
-	// Major and Minor are the numbers of the group's device node, once bound (zero before).
+	// Major is the major number of the group's device node, once bound (zero before).
 	Major int64 `json:"major,omitempty"`
+	// Minor is the minor number of the group's device node, once bound.
 	Minor int64 `json:"minor,omitempty"`
 	// GPU is the GPU's inventory entry (a JSON gpu.GPU) as it was enumerated before the bind.
 	GPU json.RawMessage `json:"gpu,omitempty"`
