@@ -54,7 +54,7 @@ func TestVFIODevices(t *testing.T) {
 	if diff := cmp.Diff([]resourceapi.CounterSet{{Name: set, Counters: one}}, counterSets(pool)); diff != "" {
 		t.Errorf("counter sets (-want +got):\n%s", diff)
 	}
-	devs := devicesOf(pool)
+	devs := poolDevices(pool)
 	if got := deviceNames(devs); !cmp.Equal(got, []string{gpudra.GPUDeviceName(inv.GPUs[0].Minor), gpudra.GPUDeviceName(g.Minor), gpudra.VFIODeviceName(g.Minor)}) {
 		t.Fatalf("devices %v, want gpu-%d, gpu-%d, gpu-%d-vfio", got, inv.GPUs[0].Minor, g.Minor, g.Minor)
 	}
@@ -209,7 +209,7 @@ func selectorsProfile(p string) string {
 	return s
 }
 
-func devicesOf(p *gpudra.Pool) []resourceapi.Device {
+func poolDevices(p *gpudra.Pool) []resourceapi.Device {
 	var out []resourceapi.Device
 	for _, s := range p.Slices {
 		out = append(out, s.Devices...)
