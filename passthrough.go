@@ -1,6 +1,7 @@
 package gpudra
 
 import (
+	"fmt"
 	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -110,6 +111,21 @@ func (b *Builder) vfioDevice(inv *gpu.Inventory, g *gpu.GPU, devs []resourceapi.
 	full.ConsumesCounters = consume()
 	v.device.ConsumesCounters = consume()
 	return v, &set
+}
+
+// addVFIO adds the vfio devices (by GPU index, nil for none) after every other device, in the
+// reverse of the GPUs' order.
+func (b *Builder) addVFIO(inv *gpu.Inventory, vfios []*vfioDevice, add func(resourceapi.Device, PublishedDevice, string) error) error {
+	order := b.gpuOrder(inv)
+	for k := len(order) - 1; k >= 0; k-- {
+		if v := vfios[order[k]]; v != nil {
+			g := &inv.GPUs[order[k]]
+			if err := add(v.device, v.ref, fmt.Sprintf("GPU %d (%s) for passthrough", g.Index, g.UUID)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 type vfioDevice struct {

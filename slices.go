@@ -269,14 +269,8 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 			return nil, err
 		}
 	}
-	order := b.gpuOrder(inv)
-	for k := len(order) - 1; k >= 0; k-- {
-		if v := vfios[order[k]]; v != nil {
-			g := &inv.GPUs[order[k]]
-			if err := add(v.device, v.ref, fmt.Sprintf("GPU %d (%s) for passthrough", g.Index, g.UUID)); err != nil {
-				return nil, err
-			}
-		}
+	if err := b.addVFIO(inv, vfios, add); err != nil {
+		return nil, err
 	}
 	return pub, nil
 }
