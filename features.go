@@ -34,7 +34,8 @@ func OptionalFeatures() []Feature {
 // gates off stores the slices exactly as built:
 //
 //   - FeaturePartitionableDevices turns dynamic MIG off: MIG-capable GPUs are published as they
-//     are partitioned now, as static MIG devices, or as full GPUs when MIG is off.
+//     are partitioned now, as static MIG devices, or as full GPUs when MIG is off. It turns
+//     passthrough (WithPassthrough) off too: its exclusivity needs counters.
 //   - FeatureConsumableCapacity turns consumable memory off: full GPUs are exclusive.
 //   - FeatureDeviceTaints drops every WithDeviceTaints source.
 //   - FeatureDeviceBindingConditions changes nothing (the builder publishes none).
@@ -49,7 +50,7 @@ func (b *Builder) degrade() {
 	for _, f := range b.without {
 		switch f {
 		case FeaturePartitionableDevices:
-			b.migLookup, b.migOwned, b.migProfiles = nil, nil, nil
+			b.migLookup, b.migOwned, b.migProfiles, b.passthrough = nil, nil, nil, nil
 		case FeatureConsumableCapacity:
 			b.consumable = nil
 		case FeatureDeviceTaints:
@@ -59,13 +60,13 @@ func (b *Builder) degrade() {
 }
 
 // Features returns the optional features the builder's options make it use, in the order of
-// OptionalFeatures: partitionable devices with dynamic MIG, consumable capacity with consumable
+// OptionalFeatures: partitionable devices with dynamic MIG or passthrough, consumable capacity with consumable
 // memory, device taints with any WithDeviceTaints source. Whether a given inventory puts the
 // fields in its slices depends on its GPUs (dynamic MIG needs MIG-capable ones; a taint source
 // may taint nothing).
 func (b *Builder) Features() []Feature {
 	var out []Feature
-	if b.migLookup != nil {
+	if b.migLookup != nil || b.passthrough != nil {
 		out = append(out, FeaturePartitionableDevices)
 	}
 	if b.consumable != nil {

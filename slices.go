@@ -81,6 +81,8 @@ type Builder struct {
 	topo        *placements // WithTopology, nil without
 	// listAttributes publishes list-valued attributes (WithListAttributes).
 	listAttributes bool
+	// passthrough publishes vfio devices (WithPassthrough), nil without.
+	passthrough PassthroughFunc
 	// without are the features WithoutFeatures turns off, after every other option.
 	without []Feature
 }
@@ -140,6 +142,9 @@ type PublishedDevice struct {
 	// Partition is set for a dynamic MIG partition, whose instance is created when a claim that
 	// got it is prepared.
 	Partition *Partition
+	// Passthrough is set for a GPU published for passthrough to a virtual machine
+	// (WithPassthrough): preparing it binds the GPU to vfio-pci.
+	Passthrough *Passthrough
 }
 
 // Partition is a dynamic MIG partition: a GPU-instance profile at one placement.
@@ -236,6 +241,7 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 		refs []PublishedDevice
 	}
 	perGPU := make([]gpuPublished, len(inv.GPUs))
+	vfios := make([]*vfioDevice, len(inv.GPUs))
 	for i := range inv.GPUs {
 		g := &inv.GPUs[i]
 		devs, refs, dyn, err := b.gpuDevices(inv, g)
@@ -245,6 +251,10 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 		if dyn != nil {
 			pub.counterSets = append(pub.counterSets, dyn.counters)
 			dyns = append(dyns, dyn)
+		}
+		var set *resourceapi.CounterSet
+		if vfios[i], set = b.vfioDevice(inv, g, devs, refs, dyn); set != nil {
+			pub.counterSets = append(pub.counterSets, *set)
 		}
 		perGPU[i] = gpuPublished{devs, refs}
 	}
@@ -276,6 +286,9 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 		if err := step(); err != nil {
 			return nil, err
 		}
+	}
+	if err := b.addVFIO(inv, vfios, add); err != nil {
+		return nil, err
 	}
 	return pub, nil
 }

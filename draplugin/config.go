@@ -18,6 +18,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/nvmlgpu"
+	"github.com/gpudra/gpudra/vfio"
 )
 
 // Config configures New. NodeName, StateDir, CDIGenerator, CDIWriter and one of NVML or
@@ -64,6 +65,11 @@ type Config struct {
 	// MIG creates and destroys MIG instances of dynamic MIG devices; default an NVML
 	// controller (NewNVMLMIGController) when NVML is set.
 	MIG MIGController
+	// Passthrough binds the GPUs of claims for vfio devices (published with
+	// gpudra.WithPassthrough in SliceOptions) to vfio-pci and back; vfio.NewSysfsBinder is the
+	// implementation. It is required when SliceOptions publish vfio devices, and ignored
+	// otherwise except to unbind GPUs the checkpoint records as bound.
+	Passthrough vfio.Binder
 	// Health configures health monitoring.
 	Health HealthConfig
 	// Metrics is where the plugin registers its Prometheus metrics; nil registers nothing
@@ -192,6 +198,9 @@ func (c *Config) validate() error {
 	case c.CDIGenerator.Kind() != c.CDIWriter.Kind():
 		return fmt.Errorf("plugin config: the CDI generator makes specs of kind %s but the writer stores kind %s (cdi.WithKind and cdi.WithWriterKind must agree)",
 			c.CDIGenerator.Kind(), c.CDIWriter.Kind())
+	}
+	if gpudra.NewBuilder(c.SliceOptions...).Passthrough() != nil && c.Passthrough == nil {
+		return errors.New("plugin config: SliceOptions publish GPUs for passthrough (gpudra.WithPassthrough) but Passthrough is nil: set it to a vfio.Binder (vfio.NewSysfsBinder)")
 	}
 	if err := c.Health.validate(); err != nil {
 		return fmt.Errorf("plugin config: %w", err)

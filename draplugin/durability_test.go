@@ -116,7 +116,7 @@ func (w *syncWatch) survivors() map[string][]byte {
 func TestFsyncsPerOperation(t *testing.T) {
 	for _, sc := range crashScenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			e := newEnv(t, sc.machine, sc.dynamic, sc.opts...)
+			e := sc.env(t)
 			claims, err := sc.claims(e.Node)
 			if err != nil {
 				t.Fatal(err)
@@ -183,7 +183,7 @@ func refs(cs []*resourceapi.ResourceClaim) []kubeletplugin.NamespacedObject {
 func TestPowerLoss(t *testing.T) {
 	for _, sc := range crashScenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			e := newEnv(t, sc.machine, sc.dynamic, sc.opts...)
+			e := sc.env(t)
 			claims, err := sc.claims(e.Node)
 			if err != nil {
 				t.Fatal(err)
@@ -280,7 +280,7 @@ func writeSpecs(t *testing.T, e *env, specs map[string][]byte) {
 // specs (nil: none, a tmpfs) in the CDI directory, and plays kubelet.
 func afterPowerLoss(t *testing.T, sc crashScenario, claims []*resourceapi.ResourceClaim, kubelet map[types.UID]bool, checkpoint []byte, specs map[string][]byte) {
 	prepared := maps.Clone(kubelet)
-	e := newEnv(t, sc.machine, sc.dynamic, sc.opts...) // a new boot: fresh machine and host, new boot ID
+	e := sc.env(t) // a new boot: fresh machine and host, new boot ID
 	if err := os.MkdirAll(e.StateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}

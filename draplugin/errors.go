@@ -34,6 +34,8 @@ const (
 	StepUndoSharing  Step = "undo sharing"
 	StepDestroyMIG   Step = "destroy MIG instance"
 	StepRecover      Step = "recover earlier attempt"
+	StepBindVFIO     Step = "bind to vfio-pci"
+	StepUnbindVFIO   Step = "unbind from vfio-pci"
 )
 
 // StepError is the error of one step of prepare or unprepare, for one device of the claim when

@@ -62,9 +62,12 @@ type health struct {
 	// unwatched says, by GPU UUID, why the monitor gets no XID or ECC events of a GPU: its
 	// devices are reported Unknown, not Healthy.
 	unwatched map[string]string
-	watchers  map[chan struct{}]struct{}
-	cancel    context.CancelFunc
-	done      chan struct{}
+	// passthrough are the GPUs (by UUID) bound, or being bound, to vfio-pci: the NVIDIA
+	// driver lets go of them, and NVML reports them lost, which is not a fault.
+	passthrough map[string]bool
+	watchers    map[chan struct{}]struct{}
+	cancel      context.CancelFunc
+	done        chan struct{}
 }
 
 func newHealth(cfg HealthConfig, driverName string, now func() time.Time) *health {
@@ -91,6 +94,21 @@ func newHealth(cfg HealthConfig, driverName string, now func() time.Time) *healt
 		h.ignored[x] = true
 	}
 	return h
+}
+
+// setPassthrough makes health ignore (on) trouble NVML reports for a GPU passed through to a
+// virtual machine, or not (off).
+func (h *health) setPassthrough(gpuUUID string, on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.passthrough == nil {
+		h.passthrough = map[string]bool{}
+	}
+	if on {
+		h.passthrough[gpuUUID] = true
+	} else {
+		delete(h.passthrough, gpuUUID)
+	}
 }
 
 // noInstance is NVML's GPU and compute instance id of an event that names no MIG device.
@@ -170,7 +188,7 @@ func (h *health) update(target string, bad *gpuHealth) (gpuHealth, bool) {
 	defer h.mu.Unlock()
 	old, was := h.unhealthy[target]
 	switch {
-	case bad == nil && !was:
+	case bad == nil && !was, bad != nil && h.passthrough[target]:
 		return old, false
 	case bad == nil:
 		delete(h.unhealthy, target)

@@ -26,6 +26,7 @@ import (
 	"github.com/gpudra/gpudra/internal/locks"
 	"github.com/gpudra/gpudra/internal/serving"
 	"github.com/gpudra/gpudra/sharing"
+	"github.com/gpudra/gpudra/vfio"
 )
 
 // Plugin is a crash-safe kubelet DRA plugin for NVIDIA GPUs: it implements
@@ -47,6 +48,7 @@ type Plugin struct {
 	writer     *cdi.Writer
 	sharing    SharingEngine
 	mig        MIGController
+	binder     vfio.Binder
 	builder    *gpudra.Builder
 	sliceOpts  []gpudra.Option // the builder's options, for the builds that publish
 	hooks      testhooks.Hooks
@@ -93,7 +95,7 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 	p := &Plugin{
 		nodeName: cfg.NodeName, lib: cfg.NVML, inv: inv, stateDir: cfg.StateDir,
-		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG,
+		gen: cfg.CDIGenerator, writer: cfg.CDIWriter, sharing: cfg.Sharing, mig: cfg.MIG, binder: cfg.Passthrough,
 		hooks: cfg.TestHooks, now: cfg.Now, fatal: lifecycle.NewFatal(), supervise: cfg.SuperviseInterval,
 		synced: map[string]uint64{}, republishReq: make(chan struct{}, 1),
 		files: atomicfile.New(atomicfile.WithSyncer(syncer(cfg.TestHooks))),
@@ -129,6 +131,9 @@ func New(ctx context.Context, cfg Config) (*Plugin, error) {
 		return nil, err
 	}
 	if err := p.openCheckpoint(ctx, cfg.BootIDPath); err != nil {
+		return nil, err
+	}
+	if err := p.restoreBound(ctx); err != nil {
 		return nil, err
 	}
 	p.metrics = newMetrics(cfg.Metrics, p.counts, p.health.count, catalogDifferences(inv), inv.Errors)

@@ -266,7 +266,7 @@ func (p *Plugin) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 			err = fmt.Errorf("%w; %w", err, stepErr(StepRollback, "", rerr))
 		}
 	}()
-	for _, step := range []func(context.Context) error{a.createMIG, a.applySharing, a.writeCDI, a.complete} {
+	for _, step := range []func(context.Context) error{a.createMIG, a.bindVFIO, a.applySharing, a.writeCDI, a.complete} {
 		if err := step(ctx); err != nil {
 			return nil, err
 		}
@@ -294,6 +294,9 @@ func (a *attempt) recordIntent(ctx context.Context) error {
 	if err != nil {
 		return stepErr(StepPlanSharing, "", err)
 	}
+	if err := checkVFIOClaim(a.st, changesHost(plan)); err != nil {
+		return err
+	}
 	if err := setSharing(&a.st, plan, false); err != nil {
 		return stepErr(StepCheckpoint, "", err)
 	}
@@ -303,7 +306,7 @@ func (a *attempt) recordIntent(ctx context.Context) error {
 	// already made and keep (a share joining a GPU's MPS daemon): a crash leaves them to those
 	// claims. One that does change the host is recorded first, with the values its changes will
 	// replace, so that a crash anywhere later is undone exactly.
-	if anyCreated(a.st) || (changesHost(plan) && !a.p.sharing.Shared(plan)) {
+	if anyCreated(a.st) || anyVFIO(a.st) || (changesHost(plan) && !a.p.sharing.Shared(plan)) {
 		if err := a.p.store.Put(a.st, stepDurability); err != nil {
 			return stepErr(StepCheckpoint, "", fmt.Errorf("record PrepareStarted: %w", err))
 		}
@@ -328,6 +331,10 @@ func (a *attempt) planDevice(ctx context.Context, d prepDevice) (checkpoint.Prep
 			return pd, err
 		}
 		pd.MIG = mi
+	case d.Passthrough != nil:
+		if err := a.planVFIO(d, &pd); err != nil {
+			return pd, err
+		}
 	}
 	return pd, nil
 }
@@ -373,7 +380,7 @@ func (a *attempt) planPartition(ctx context.Context, d prepDevice) (*checkpoint.
 func (a *attempt) createMIG(ctx context.Context) error {
 	for i, d := range a.ours {
 		pd := &a.st.Devices[i]
-		if d.Partition == nil && d.MIG == nil && a.p.devices.partitioned[d.GPU.UUID] && !pd.AdminAccess {
+		if d.Partition == nil && d.MIG == nil && d.Passthrough == nil && a.p.devices.partitioned[d.GPU.UUID] && !pd.AdminAccess {
 			if err := a.wholeGPU(ctx, d); err != nil {
 				return a.fail(StepMIGMode, d.result.Device, err)
 			}
@@ -430,6 +437,9 @@ func (a *attempt) applySharing(ctx context.Context) error {
 
 // writeCDI is step 4: the claim's CDI spec, with the device IDs recorded in the entry.
 func (a *attempt) writeCDI(_ context.Context) error {
+	if anyVFIO(a.st) {
+		return a.writeVFIOCDI()
+	}
 	cds := cdi.ClaimDevices{ClaimUID: a.st.UID}
 	for i, d := range a.ours {
 		cd := cdiDevice(d.PublishedDevice)

@@ -27,6 +27,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin/testhooks"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/gpu/nvmlgpu"
+	"github.com/gpudra/gpudra/vfio"
 )
 
 // The real crash test runs the plugin in a child process (this test binary, re-executed) and
@@ -42,6 +43,7 @@ const (
 	crashEnvKill    = "GPUDRA_CRASH_KILL" // n: SIGKILL at the n-th side effect; 0: never
 	crashEnvMachine = "GPUDRA_CRASH_MACHINE"
 	crashEnvDynamic = "GPUDRA_CRASH_DYNAMIC"
+	crashEnvVFIO    = "GPUDRA_CRASH_VFIO" // the node passes GPUs through (WithPassthrough)
 )
 
 var crashAll = flag.Bool("crash.all", false, "TestRealCrash: kill at every side effect (default: a sample)")
@@ -110,6 +112,9 @@ func crashChild() int {
 	if os.Getenv(crashEnvDynamic) != "" {
 		opts = append(opts, draplugintest.WithDynamicMIG())
 	}
+	if os.Getenv(crashEnvVFIO) != "" {
+		opts = append(opts, draplugintest.WithPassthrough())
+	}
 	node, err := draplugintest.NewNode(os.Getenv(crashEnvMachine), opts...)
 	if err != nil {
 		return fail(err)
@@ -122,6 +127,10 @@ func crashChild() int {
 	p, err := node.NewPlugin(ctx, func(c *draplugin.Config) {
 		c.TestHooks.AfterStep = func(pt testhooks.CrashPoint, uid types.UID) error { return k.point(pt, string(uid)) }
 		c.SuperviseInterval = -1
+		if node.PCI != nil { // every sysfs write is a side effect too
+			c.Passthrough, err = vfio.NewSysfsBinder(vfio.WithFS(node.PCI), vfio.WithRoots(node.PCI.SysfsRoot(), node.PCI.DevRoot(), node.PCI.ProcRoot()),
+				vfio.WithStepHook(func(s vfio.Step, fn string) error { k.event("sysfs", string(s)+" "+fn); return nil }))
+		}
 	})
 	if err != nil {
 		return fail(err)
@@ -151,8 +160,22 @@ type crashScenario struct {
 	name    string
 	machine string
 	dynamic bool
-	opts    []gputest.Option
-	claims  func(n *draplugintest.Node) ([]*resourceapi.ResourceClaim, error)
+	// vfio passes GPUs through (draplugintest.WithPassthrough).
+	vfio   bool
+	opts   []gputest.Option
+	claims func(n *draplugintest.Node) ([]*resourceapi.ResourceClaim, error)
+}
+
+// env builds the scenario's node in-process.
+func (sc crashScenario) env(t testing.TB) *env {
+	nopts := []draplugintest.NodeOption{draplugintest.WithMachineOptions(sc.opts...)}
+	if sc.dynamic {
+		nopts = append(nopts, draplugintest.WithDynamicMIG())
+	}
+	if sc.vfio {
+		nopts = append(nopts, draplugintest.WithPassthrough())
+	}
+	return newEnvWith(t, sc.machine, nopts...)
 }
 
 func allocate(n *draplugintest.Node, specs ...[4]string) ([]*resourceapi.ResourceClaim, error) {
@@ -187,6 +210,26 @@ var crashScenarios = []crashScenario{
 		c, err := n.Allocate(context.Background(), two)
 		if err != nil {
 			return nil, fmt.Errorf("allocate two-gpus: %w", err)
+		}
+		return append(cs, c), nil
+	}},
+	// Issue 32: GPUs passed through to virtual machines beside dynamic MIG and a container GPU;
+	// every sysfs write of a bind or an unbind is a side effect the test kills at.
+	{name: "passthrough", machine: "dgx-a100-40gb", dynamic: true, vfio: true, claims: func(n *draplugintest.Node) ([]*resourceapi.ResourceClaim, error) {
+		cs, err := allocate(n,
+			[4]string{"vm-1", gpudra.VFIODeviceClassName, gpuIndex(1), ""},
+			[4]string{"exclusive", gpudra.GPUDeviceClassName, gpuIndex(0), ""},
+			[4]string{"mig-1g", gpudra.MIGDeviceClassName, migProfileOn("1g.5gb", 3), ""},
+			[4]string{"vm-5", gpudra.VFIODeviceClassName, gpuIndex(5), ""},
+		)
+		if err != nil {
+			return nil, err
+		}
+		two := draplugintest.Claim("two-vms", gpudra.VFIODeviceClassName, "device.attributes['gpu.nvidia.com'].index >= 6", "")
+		two.Spec.Devices.Requests[0].Exactly.Count = 2
+		c, err := n.Allocate(context.Background(), two)
+		if err != nil {
+			return nil, fmt.Errorf("allocate two-vms: %w", err)
 		}
 		return append(cs, c), nil
 	}},
@@ -253,6 +296,9 @@ func newCrashRun(t *testing.T, sc crashScenario) *crashRun {
 	if sc.dynamic {
 		opts = append(opts, draplugintest.WithDynamicMIG())
 	}
+	if sc.vfio {
+		opts = append(opts, draplugintest.WithPassthrough())
+	}
 	node, err := draplugintest.NewNode(sc.machine, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -291,6 +337,9 @@ func (r *crashRun) startPod(kill int) *crashPod {
 		crashEnvMachine+"="+r.sc.machine)
 	if r.sc.dynamic {
 		p.cmd.Env = append(p.cmd.Env, crashEnvDynamic+"=1")
+	}
+	if r.sc.vfio {
+		p.cmd.Env = append(p.cmd.Env, crashEnvVFIO+"=1")
 	}
 	if err := p.cmd.Start(); err != nil {
 		r.t.Fatal(err)
@@ -486,6 +535,9 @@ func (r *crashRun) check() {
 	opts := []draplugintest.NodeOption{draplugintest.WithDir(r.dir), draplugintest.WithPersistence(), draplugintest.WithMachineOptions(r.sc.opts...)}
 	if r.sc.dynamic {
 		opts = append(opts, draplugintest.WithDynamicMIG())
+	}
+	if r.sc.vfio {
+		opts = append(opts, draplugintest.WithPassthrough())
 	}
 	n, err := draplugintest.NewNode(r.sc.machine, opts...)
 	if err != nil {

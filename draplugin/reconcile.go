@@ -310,6 +310,13 @@ func (p *Plugin) reconcileMPS(ctx context.Context, rep *ReconcileReport) error {
 // rewriteSpec writes the CDI spec of a prepared claim again from its checkpoint entry. The
 // device IDs must come out as recorded, since the kubelet already has them.
 func (p *Plugin) rewriteSpec(c checkpoint.ClaimState) error {
+	if anyVFIO(c) {
+		spec, err := vfioSpec(p.gen.Kind(), c)
+		if err == nil {
+			_, err = p.writer.Write(spec)
+		}
+		return err
+	}
 	ss, err := sharingOf(c)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/gpudra/gpudra/internal/atomicfile"
 	"github.com/gpudra/gpudra/internal/checkpoint"
 	"github.com/gpudra/gpudra/internal/claimstate"
+	"github.com/gpudra/gpudra/internal/crashpoint"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/sharing"
 )
@@ -89,7 +90,7 @@ func (p *Plugin) unprepare(ctx context.Context, claim kubeletplugin.NamespacedOb
 // without a spec, which reconciliation writes again, and kubelet retries the unprepare it got
 // no answer for.
 func plainUnprepare(st checkpoint.ClaimState) bool {
-	return len(st.Devices) > 0 && st.Devices[0].Sharing == nil && !anyCreated(st)
+	return len(st.Devices) > 0 && st.Devices[0].Sharing == nil && !anyCreated(st) && !anyVFIO(st)
 }
 
 // sharedUnprepare reports whether unpreparing the claim changes nothing on the host: no MIG
@@ -99,7 +100,7 @@ func plainUnprepare(st checkpoint.ClaimState) bool {
 // and kubelet retries.
 func (p *Plugin) sharedUnprepare(st checkpoint.ClaimState) bool {
 	ss, err := sharingOf(st)
-	if err != nil || ss == nil || !ss.Applied || anyCreated(st) {
+	if err != nil || ss == nil || !ss.Applied || anyCreated(st) || anyVFIO(st) {
 		return false
 	}
 	return p.sharing.Shared(ss.Record)
@@ -144,6 +145,12 @@ func (p *Plugin) finishUnprepare(ctx context.Context, st checkpoint.ClaimState, 
 		}
 	}
 	if err := p.crashPoint(testhooks.CrashAfterSharingUndone, uid); err != nil {
+		return err
+	}
+	if err := p.unbindVFIO(ctx, st); err != nil {
+		if !crashpoint.IsCrash(err) {
+			p.metrics.stepError(OpUnprepare, StepUnbindVFIO)
+		}
 		return err
 	}
 	if err := p.destroyCreated(ctx, st); err != nil {
@@ -191,6 +198,12 @@ func (p *Plugin) rollback(ctx context.Context, st checkpoint.ClaimState, recover
 		errs = append(errs, stepErr(StepRemoveCDI, "", err))
 	}
 	if err := p.rollbackSharing(ctx, st, recovering); err != nil {
+		errs = append(errs, err)
+	}
+	if err := p.unbindVFIO(ctx, st); err != nil {
+		if crashpoint.IsCrash(err) {
+			return err
+		}
 		errs = append(errs, err)
 	}
 	for i := len(st.Devices) - 1; i >= 0; i-- {

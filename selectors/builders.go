@@ -281,19 +281,22 @@ func (b Builder) GPUClaim(request string, n int64, constraints ...ConstraintFunc
 	return out, nil
 }
 
-// DeviceClasses returns the DeviceClasses the driver ships: one selecting full GPUs and one
-// selecting MIG devices. With the default driver name they are gpu.nvidia.com and mig.nvidia.com,
-// as manifests written for NVIDIA's DRA driver expect; another driver name D gets gpu.D and
-// mig.D.
+// DeviceClasses returns the DeviceClasses the driver ships: one selecting full GPUs, one
+// selecting MIG devices and one selecting GPUs published for passthrough to a virtual machine
+// (type vfio, gpudra.WithPassthrough), in that order. With the default driver name they are
+// gpu.nvidia.com, mig.nvidia.com and vfio.gpu.nvidia.com, as manifests written for NVIDIA's DRA
+// driver expect; another driver name D gets gpu.D, mig.D and vfio.D. The vfio class selects
+// nothing on a node that does not publish passthrough.
 func DeviceClasses(driverName string) []*resourceapi.DeviceClass {
 	b := For(driverName)
-	gpuClass, migClass := gpudra.GPUDeviceClassName, gpudra.MIGDeviceClassName
+	gpuClass, migClass, vfioClass := gpudra.GPUDeviceClassName, gpudra.MIGDeviceClassName, gpudra.VFIODeviceClassName
 	if b.driver != gpudra.DefaultDriverName {
-		gpuClass, migClass = "gpu."+b.driver, "mig."+b.driver
+		gpuClass, migClass, vfioClass = "gpu."+b.driver, "mig."+b.driver, "vfio."+b.driver
 	}
 	return []*resourceapi.DeviceClass{
 		deviceClass(gpuClass, b.GPU()),
 		deviceClass(migClass, b.MIG()),
+		deviceClass(vfioClass, b.Type(gpudra.DeviceTypeVFIO)),
 	}
 }
 

@@ -126,7 +126,7 @@ func ExampleDevicesFromSlices() {
 }
 
 // ExampleDeviceClasses prints the DeviceClasses a driver ships with its deployment (the Helm
-// chart in deployments/helm/gpu-dra-driver installs these two): claims name them in
+// chart in deployments/helm/gpu-dra-driver installs these three): claims name them in
 // deviceClassName.
 func ExampleDeviceClasses() {
 	for _, c := range selectors.DeviceClasses("gpu.nvidia.com") {
@@ -135,4 +135,5 @@ func ExampleDeviceClasses() {
 	// Output:
 	// gpu.nvidia.com: device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'
 	// mig.nvidia.com: device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'
+	// vfio.gpu.nvidia.com: device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'vfio'
 }

@@ -54,6 +54,8 @@ type Node struct {
 	// SliceOptions are the slice builder options the node's plugins publish with
 	// (draplugin.Config.SliceOptions).
 	SliceOptions []gpudra.Option
+	// PCI is the fake PCI host of a node built WithPassthrough, nil otherwise.
+	PCI *gputest.PCIHost
 
 	machineName string
 	machineOpts []gputest.Option
@@ -67,6 +69,9 @@ type Node struct {
 	apiDisabled []gpudra.Feature
 	// lib is the NVML WithNVML gave, nil for a gputest machine.
 	lib nvml.Interface
+	// passthrough builds PCI (WithPassthrough) with pciFuncs.
+	passthrough bool
+	pciFuncs    []gputest.PCIFunction
 }
 
 // NodeOption configures NewNode.
@@ -149,6 +154,11 @@ func (n *Node) build() error {
 		return fmt.Errorf("enumerate %s: %w", n.machineName, err)
 	}
 	n.Inventory = inv
+	if n.passthrough {
+		if err := n.buildPCI(inv); err != nil {
+			return err
+		}
+	}
 	root, err := cditest.Build(filepath.Join(n.Dir, "driver"), cditest.Layout{GPUs: len(inv.GPUs)})
 	if err != nil {
 		return err
@@ -263,6 +273,9 @@ func (n *Node) Reboot(opts ...gputest.Option) error {
 	if err := os.RemoveAll(n.CDIDir); err != nil {
 		return err
 	}
+	if err := n.rebootPCI(); err != nil {
+		return err
+	}
 	if n.persist {
 		for _, f := range []string{machineStateDir, hostStateFile} {
 			if err := os.RemoveAll(filepath.Join(n.Dir, f)); err != nil {
@@ -295,6 +308,9 @@ func (n *Node) Config() (draplugin.Config, error) {
 func (n *Node) NewPlugin(ctx context.Context, mutate ...func(*draplugin.Config)) (*draplugin.Plugin, error) {
 	cfg, err := n.Config()
 	if err != nil {
+		return nil, err
+	}
+	if err := n.passthroughConfig(&cfg); err != nil {
 		return nil, err
 	}
 	for _, m := range mutate {
@@ -375,7 +391,8 @@ func (n *Node) libMIGInstances() []string {
 }
 
 // HostClean returns an error naming every host setting that is not back to its default: a
-// compute mode, a time slice, a running MPS daemon.
+// compute mode, a time slice, a running MPS daemon, a PCI function not on its own driver
+// (WithPassthrough).
 func (n *Node) HostClean() error {
 	st := n.Host.State()
 	var errs []error
@@ -394,6 +411,9 @@ func (n *Node) HostClean() error {
 	}
 	for dir := range st.Mounts {
 		errs = append(errs, fmt.Errorf("tmpfs left mounted on %s", dir))
+	}
+	if n.PCI != nil {
+		errs = append(errs, n.PCI.Native())
 	}
 	return errors.Join(errs...)
 }

@@ -60,6 +60,12 @@ const (
 	// CrashAfterDeviceUnprepared (exclusive plugin): Driver.Unprepare succeeded for one device
 	// (once per device).
 	CrashAfterDeviceUnprepared CrashPoint = "device-unprepared"
+	// CrashAfterVFIOBound (GPU plugin): one GPU passed through to a virtual machine was bound
+	// to vfio-pci (once per device).
+	CrashAfterVFIOBound CrashPoint = "vfio-bound"
+	// CrashAfterVFIOUnbound (GPU plugin): one GPU was given back to its driver from vfio-pci
+	// (once per device, in unprepare and in rollback).
+	CrashAfterVFIOUnbound CrashPoint = "vfio-unbound"
 	// CrashAfterUnprepareCompleted: the claim was removed from the checkpoint.
 	CrashAfterUnprepareCompleted CrashPoint = "unprepare-completed"
 )

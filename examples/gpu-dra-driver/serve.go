@@ -59,7 +59,9 @@ type serveFlags struct {
 	allowDevicePlugin bool
 	// negotiate asks the API server which optional ResourceSlice features it keeps.
 	negotiate bool
-	fs        *pflag.FlagSet
+	// passthrough publishes GPUs for virtual machines (passthrough.go).
+	passthrough passthroughFlags
+	fs          *pflag.FlagSet
 }
 
 func newServeCmd() *cobra.Command {
@@ -119,6 +121,7 @@ func (s *serveFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&s.recovery, "health-recovery-window", draplugin.DefaultRecoveryWindow, "a GPU tainted for XIDs or ECC errors is untainted after this long without new ones (negative: only after an operator's action)")
 	fs.BoolVar(&s.negotiate, "negotiate-features", true, "ask the API server at start (a dry-run ResourceSlice) which optional slice features it keeps and publish only those: "+
 		"dynamic MIG, consumable memory and health taints are turned off, with one log line, where their feature gates are off; false publishes everything asked for")
+	s.passthrough.register(fs)
 	fs.BoolVar(&s.allowDevicePlugin, "allow-device-plugin", false, "publish GPUs even when the node reports nvidia.com/ resources from a device plugin (both would hand out the same GPUs)")
 	// klog's verbosity is process-wide; serve exposes only -v of klog's flags (-v=2 and --v=2).
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -391,11 +394,15 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node, client kubernetes.I
 	if err != nil {
 		return nil, nil, err
 	}
+	pt, err := s.passthrough.setup(ctx, n.inv, n.machine != nil, s.stateDir)
+	if err != nil {
+		return nil, nil, err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	plugin, err := draplugin.New(ctx, draplugin.Config{
-		NodeName: s.node.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: s.stateDir,
-		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, SliceOptions: s.node.builderOptions(n), Metrics: reg, APIFeatures: features,
+		NodeName: s.node.nodeName, NVML: n.nvml, Inventory: n.inv, StateDir: s.stateDir, Passthrough: pt.binder,
+		CDIGenerator: gen, CDIWriter: writer, Sharing: mgr, SliceOptions: append(s.node.builderOptions(n), pt.options...), Metrics: reg, APIFeatures: features,
 		Health: draplugin.HealthConfig{TaintEffect: resourceapi.DeviceTaintEffect(s.taintEffect), RecoveryWindow: s.recovery},
 	})
 	if err != nil {

@@ -27,6 +27,11 @@
 // WithFaultAfter); Calls counts calls per method. InjectXID and InjectGPULost deliver events through NVML event sets.
 // A Machine is safe for concurrent use.
 //
+// PCIHost is a fake host for PCI driver binding (package vfio): a sysfs, /dev/vfio and /proc tree
+// in a directory, whose driver_override, unbind, bind and drivers_probe files react to writes as
+// the kernel does; PassthroughGPU describes a GPU with its audio function in one IOMMU group, and
+// FailWrite injects a failed write.
+//
 // NotSupported turns go-nvml's own mock servers (pkg/nvml/mock/dgxa100 and the like), which
 // panic on every method they do not implement, into an NVML that answers ERROR_NOT_SUPPORTED
 // there as the real library does: a second source of fakes, written by NVIDIA rather than from

@@ -100,6 +100,27 @@ type PreparedDevice struct {
 	// identity recorded here (package draplugin/exclusive), so that a lost spec can be written
 	// again. Like Sharing it must be valid JSON and is stored compacted; nil when not recorded.
 	Edits json.RawMessage `json:"edits,omitempty"`
+	// VFIO is set when the device is a GPU passed through to a virtual machine: its IOMMU group
+	// is (or is being) bound to vfio-pci, and undoing the device gives it back to the GPU driver.
+	VFIO *VFIOBinding `json:"vfio,omitempty"`
+}
+
+// VFIOBinding records a GPU bound to vfio-pci for a claim: enough to unbind it, to write its CDI
+// spec again, and to keep publishing it while NVML, which no longer sees it, does not.
+type VFIOBinding struct {
+	// PCIAddress is the GPU's canonical PCI address ("0000:07:00.0").
+	PCIAddress string `json:"pciAddress"`
+	// IOMMUGroup is the GPU's IOMMU group: its device node is /dev/vfio/<IOMMUGroup>.
+	IOMMUGroup int `json:"iommuGroup"`
+	// ResourceName is the name the CDI spec's PCI_RESOURCE_<name> variable carries
+	// ("nvidia.com/A100_SXM4_40GB").
+	ResourceName string `json:"resourceName,omitempty"`
+	// Major is the major number of the group's device node, once bound (zero before).
+	Major int64 `json:"major,omitempty"`
+	// Minor is the minor number of the group's device node, once bound.
+	Minor int64 `json:"minor,omitempty"`
+	// GPU is the GPU's inventory entry (a JSON gpu.GPU) as it was enumerated before the bind.
+	GPU json.RawMessage `json:"gpu,omitempty"`
 }
 
 // MIGInstance identifies one MIG device precisely enough to destroy it or, after a reboot,
@@ -176,6 +197,11 @@ func (d PreparedDevice) Clone() PreparedDevice {
 		m := *d.MIG
 		out.MIG = &m
 	}
+	if d.VFIO != nil {
+		v := *d.VFIO
+		v.GPU = slices.Clone(d.VFIO.GPU)
+		out.VFIO = &v
+	}
 	return out
 }
 
@@ -216,6 +242,9 @@ func validateClaim(uid string, c ClaimState) error {
 		if d.Edits != nil && !json.Valid(d.Edits) {
 			return fmt.Errorf("%s.edits: not valid JSON", dpath)
 		}
+		if v := d.VFIO; v != nil && (v.PCIAddress == "" || v.IOMMUGroup < 0 || (v.GPU != nil && !json.Valid(v.GPU))) {
+			return fmt.Errorf("%s.vfio: want a PCI address, an IOMMU group >= 0 and the GPU as valid JSON", dpath)
+		}
 	}
 	return nil
 }
@@ -244,6 +273,11 @@ func normalizeClaim(c ClaimState) ClaimState {
 		}
 		d.Sharing = compactJSON(d.Sharing)
 		d.Edits = compactJSON(d.Edits)
+		if d.VFIO != nil {
+			v := *d.VFIO
+			v.GPU = compactJSON(v.GPU)
+			d.VFIO = &v
+		}
 	}
 	return c
 }

@@ -1,9 +1,10 @@
 // Package upgrade rewrites manifests written for older DRA APIs into resource.k8s.io/v1:
 // resource.k8s.io/v1beta1 and v1beta2 objects, and classic DRA (v1alpha2 ResourceClasses and
 // claims with parameters) including NVIDIA's gpu.resource.nvidia.com/v1alpha1
-// GpuClaimParameters and MigClaimParameters, whose selectors become CEL written with the
-// builders of package selectors and whose sharing settings become the driver's opaque
-// configuration.
+// GpuClaimParameters, MigClaimParameters and VfioGpuClaimParameters, whose selectors become CEL
+// written with the builders of package selectors and whose sharing settings become the driver's
+// opaque configuration; a VfioGpuClaimParameters request becomes one of the DeviceClass of GPUs
+// passed through to virtual machines (vfio.gpu.nvidia.com).
 //
 // # Upgrading
 //

@@ -31,8 +31,9 @@ import (
 //     request), which the API server rejects;
 //   - resource.k8s.io/v1alpha2 (classic DRA, Kubernetes 1.26-1.30) ResourceClaims,
 //     ResourceClaimTemplates and ResourceClasses, with the parameters they reference from
-//     NVIDIA's gpu.resource.nvidia.com/v1alpha1 GpuClaimParameters and MigClaimParameters
-//     turned into CEL selectors and resource.nvidia.com/v1beta1 opaque configuration;
+//     NVIDIA's gpu.resource.nvidia.com/v1alpha1 GpuClaimParameters, MigClaimParameters and
+//     VfioGpuClaimParameters turned into CEL selectors, the MIG or vfio DeviceClass and
+//     resource.nvidia.com/v1beta1 opaque configuration;
 //   - Pods and workloads whose resourceClaims use the removed source field.
 //
 // What cannot be expressed in v1 is an *UpgradeError naming the object, the field and why.
@@ -350,5 +351,6 @@ func joinDocuments(docs [][]byte) []byte {
 }
 
 // gpuClass and migClass are the driver's DeviceClass names.
-func (u *Upgrader) gpuClass() string { return selectors.DeviceClasses(u.driver)[0].Name }
-func (u *Upgrader) migClass() string { return selectors.DeviceClasses(u.driver)[1].Name }
+func (u *Upgrader) gpuClass() string  { return selectors.DeviceClasses(u.driver)[0].Name }
+func (u *Upgrader) migClass() string  { return selectors.DeviceClasses(u.driver)[1].Name }
+func (u *Upgrader) vfioClass() string { return selectors.DeviceClasses(u.driver)[2].Name }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/selectors/internal/seltest"
@@ -103,7 +104,9 @@ func opaque(t *testing.T, a allocation) v1beta1.Config {
 var (
 	a100    = seltest.Machine{Name: "dgx-a100-40gb"}
 	a100Mig = seltest.Machine{Name: "dgx-a100-40gb", MOpts: []gputest.Option{seltest.Balanced40}}
-	a100_80 = seltest.Machine{Name: "dgx-a100-80gb", MOpts: []gputest.Option{seltest.Balanced80}}
+	// a100VFIO publishes every GPU for passthrough too.
+	a100VFIO = seltest.Machine{Name: "dgx-a100-40gb", BOpts: []gpudra.Option{gpudra.WithPassthrough(func(g *gpu.GPU) (int, bool) { return 40 + g.Minor, true })}}
+	a100_80  = seltest.Machine{Name: "dgx-a100-80gb", MOpts: []gputest.Option{seltest.Balanced80}}
 )
 
 // TestSeedManifestsUpgrade is the acceptance test of the upgrade: every seed manifest either
@@ -167,7 +170,11 @@ func TestSeedManifestsUpgrade(t *testing.T) {
 				t.Errorf("devices %v, want one 1g.5gb MIG device", d)
 			}
 		}},
-		{file: "002-vfio.yaml", wantErrs: []string{"VfioGpuClaimParameters vm-gpu: kind: VFIO passthrough has no DeviceClass"}},
+		{file: "002-vfio.yaml", on: a100VFIO, check: func(t *testing.T, a allocation) {
+			if d := devices(a); len(d) != 1 || !strings.HasSuffix(d[0], "-vfio") {
+				t.Errorf("devices %v, want one vfio device", d)
+			}
+		}},
 		{file: "003-gpu-large.yaml"}, // converts; its DeviceClass selector does not compile (lint's job)
 		{file: "004-gpuclaimparameters.yaml", wantErrs: []string{
 			"GpuClaimParameters my-params: spec.selector: a selector has exactly one property, got memory, model",

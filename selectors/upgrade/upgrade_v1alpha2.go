@@ -3,6 +3,7 @@ package upgrade
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"sort"
 	"strconv"
@@ -164,6 +165,11 @@ func (r *upgradeRun) claimSpec(h docHead, path *field.Path, spec map[string]any)
 					fmt.Sprintf("MIG devices have their own DeviceClass in v1: %s instead of %s", r.u.migClass(), class))
 			}
 		}
+		if conv.vfio && class != r.u.vfioClass() {
+			req.DeviceClassName = r.u.vfioClass()
+			r.change(finding.SeverityInfo, h.String(), path.Child("resourceClassName").String(),
+				fmt.Sprintf("GPUs passed through to a virtual machine have their own DeviceClass in v1: %s instead of %s (the driver publishes them with --passthrough)", r.u.vfioClass(), class))
+		}
 		r.change(finding.SeverityInfo, h.String(), path.Child("parametersRef").String(),
 			fmt.Sprintf("%s %s inlined: %s", p.head.kind, p.head.name, conv.summary))
 	}
@@ -221,6 +227,7 @@ type convertedParams struct {
 	selector string
 	config   []byte
 	mig      bool
+	vfio     bool
 	summary  string
 }
 
@@ -240,9 +247,9 @@ func (r *upgradeRun) convertParams(p paramsDoc) (convertedParams, bool) {
 	case kindMigClaimParameters, kindMigDeviceParams:
 		return r.migParams(p.head, spec)
 	case kindVfioParams:
-		r.fail(p.head.String(), "kind", "VFIO passthrough has no DeviceClass in the gpudra contract (NVIDIA's driver offers vfio.gpu.nvidia.com separately)")
+		return r.vfioParams(p.head, spec)
 	default:
-		r.fail(p.head.String(), "kind", fmt.Sprintf("unknown claim parameters kind (known: %s, %s)", kindGpuClaimParameters, kindMigClaimParameters))
+		r.fail(p.head.String(), "kind", fmt.Sprintf("unknown claim parameters kind (known: %s, %s, %s)", kindGpuClaimParameters, kindMigClaimParameters, kindVfioParams))
 	}
 	return convertedParams{}, false
 }
@@ -280,6 +287,24 @@ func (r *upgradeRun) gpuParams(h docHead, spec map[string]any) (convertedParams,
 	if out.summary == "" {
 		out.summary = "nothing to convert"
 	}
+	return out, ok
+}
+
+// vfioParams converts VfioGpuClaimParameters: a GPU passed through to a virtual machine, which
+// v1 requests from the DeviceClass of vfio devices, with the same count and selector as a GPU.
+// Sharing does not apply to a GPU a virtual machine owns.
+func (r *upgradeRun) vfioParams(h docHead, spec map[string]any) (convertedParams, bool) {
+	if !r.onlyKeys(h, field.NewPath("spec"), spec, "count", "selector") {
+		return convertedParams{}, false
+	}
+	if sel, ok := spec["selector"].(map[string]any); ok && len(sel) == 0 {
+		// The seed's slide shows "selector: {}" for a selector it elides: no condition.
+		spec = maps.Clone(spec)
+		delete(spec, "selector")
+		r.change(finding.SeverityWarning, h.String(), "spec.selector", "empty selector: any GPU the driver publishes for passthrough")
+	}
+	out, ok := r.gpuParams(h, spec)
+	out.vfio = true
 	return out, ok
 }
 

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/gpu"
+	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/vfio"
+)
+
+// passthroughFlags are serve's flags for passing GPUs through to virtual machines.
+type passthroughFlags struct {
+	enabled            bool
+	sysfsRoot, devRoot string
+	procRoot           string
+}
+
+func (f *passthroughFlags) register(fs *pflag.FlagSet) {
+	fs.BoolVar(&f.enabled, "passthrough", false, "also publish every GPU whose IOMMU group is known as a vfio device (DeviceClass vfio.gpu.nvidia.com) and bind its IOMMU group to vfio-pci for the claims that get it (KubeVirt, Kata); "+
+		"needs the IOMMU on and the vfio-pci module loaded (docs/install.md, \"GPU passthrough\")")
+	fs.StringVar(&f.sysfsRoot, "sysfs-root", "/sys", "with --passthrough: where the host's sysfs is mounted")
+	fs.StringVar(&f.devRoot, "vfio-dev-root", "/dev", "with --passthrough: where the host's /dev is mounted (the plugin waits for <dir>/vfio/<group>)")
+	fs.StringVar(&f.procRoot, "proc-root", "/proc", "with --passthrough: where the host's /proc is (needs the host's PID namespace to see which processes hold a GPU open)")
+}
+
+// passthrough is what --passthrough adds to the plugin: the slice option and the binder.
+type passthrough struct {
+	options []gpudra.Option
+	binder  vfio.Binder
+}
+
+// setup returns the slice option and binder of --passthrough (nothing without it). On a fake
+// machine the GPUs sit on a fake PCI host under the state directory, made afresh at each start,
+// each with an audio function in IOMMU group 100+minor.
+func (f *passthroughFlags) setup(ctx context.Context, inv *gpu.Inventory, fake bool, stateDir string) (passthrough, error) {
+	if !f.enabled {
+		return passthrough{}, nil
+	}
+	opts := []vfio.Option{vfio.WithRoots(f.sysfsRoot, f.devRoot, f.procRoot)}
+	if fake {
+		host, err := fakePCIHost(inv, filepath.Join(stateDir, "fake-pci"))
+		if err != nil {
+			return passthrough{}, err
+		}
+		opts = []vfio.Option{vfio.WithFS(host), vfio.WithRoots(host.SysfsRoot(), host.DevRoot(), host.ProcRoot())}
+	} else if _, err := os.Stat(filepath.Join(f.sysfsRoot, "bus/pci/drivers", vfio.DriverVFIO)); err != nil {
+		return passthrough{}, fmt.Errorf("--passthrough: the vfio-pci driver is not loaded (no %s): run modprobe vfio-pci on the node", filepath.Join(f.sysfsRoot, "bus/pci/drivers", vfio.DriverVFIO))
+	}
+	b, err := vfio.NewSysfsBinder(opts...)
+	if err != nil {
+		return passthrough{}, fmt.Errorf("--passthrough: %w", err)
+	}
+	groups := map[string]int{}
+	logger := klog.FromContext(ctx)
+	for _, g := range inv.GPUs {
+		grp, err := b.Group(ctx, g.PCIBusID)
+		if err != nil {
+			logger.Info("Not publishing GPU for passthrough", "gpu", g.UUID, "reason", err.Error())
+			continue
+		}
+		groups[g.UUID] = grp.ID
+	}
+	logger.Info("Publishing GPUs for passthrough", "gpus", len(groups), "of", len(inv.GPUs))
+	return passthrough{binder: b, options: []gpudra.Option{gpudra.WithPassthrough(func(g *gpu.GPU) (int, bool) {
+		id, ok := groups[g.UUID]
+		return id, ok
+	})}}, nil
+}
+
+// fakePCIHost builds a fake PCI host with the inventory's GPUs in dir, replacing what an earlier
+// start left there.
+func fakePCIHost(inv *gpu.Inventory, dir string) (*gputest.PCIHost, error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var funcs []gputest.PCIFunction
+	for _, g := range inv.GPUs {
+		bus, ok := strings.CutSuffix(strings.ToLower(g.PCIBusID), ".0")
+		if !ok {
+			return nil, errors.New("fake PCI host: GPU " + g.UUID + " is not function 0 of its device")
+		}
+		funcs = append(funcs, gputest.PassthroughGPU(bus, 100+g.Minor, g.Minor)...)
+	}
+	return gputest.NewPCIHost(dir, funcs...)
+}
