@@ -125,14 +125,17 @@ bench-e2e-memory: e2e-binaries
 bench-e2e-start: e2e-binaries
 	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'StartToSlices' -benchtime 10x -timeout 20m .
 
-## bench-e2e-scale: pods/s of the real kube-scheduler on SCALE_NODES nodes whose slices the
-## library publishes, SCALE_PODS pods with a claim each, one fresh control plane per kind.
+## bench-e2e-scale: kube-scheduler CPU per pod (and pods/s) on SCALE_NODES nodes whose slices
+## the library publishes, SCALE_PODS pods with a claim each, one fresh control plane per run,
+## SCALE_REPEAT runs of each kind interleaved, every kind also as a ratio to upstream-basic
+## (scheduler_perf's SchedulingWithResourceClaimTemplate shape) of the same run.
 SCALE_NODES ?= 500
 SCALE_PODS ?= 2000
-SCALE_KINDS ?= exclusive,static-mig,dynamic-mig,dynamic-mig-4-profiles,consumable-memory
+SCALE_REPEAT ?= 3
+SCALE_KINDS ?= upstream-basic,exclusive,static-mig,dynamic-mig,dynamic-mig-4-profiles,dynamic-mig-options,consumable-memory
 bench-e2e-scale: e2e-binaries
-	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'Scheduling' -benchtime 1x -timeout 120m ./scale \
-		-scale.nodes=$(SCALE_NODES) -scale.pods=$(SCALE_PODS) -scale.kinds=$(SCALE_KINDS)
+	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'Scheduling' -benchtime 1x -timeout 300m ./scale \
+		-scale.nodes=$(SCALE_NODES) -scale.pods=$(SCALE_PODS) -scale.kinds=$(SCALE_KINDS) -scale.repeat=$(SCALE_REPEAT)
 
 ## fuzz: run each fuzz target for FUZZTIME (make test runs their seed corpora only).
 FUZZTIME ?= 10m

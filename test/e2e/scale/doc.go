@@ -10,7 +10,17 @@
 // node), creates one ResourceClaim and one pod using it per pod, and only then starts
 // kube-scheduler, so that the measured time is the scheduler's alone: from its first bind to its
 // last. Pods are bound and never run. Kinds: exclusive GPUs, static MIG (all-balanced, 1g.5gb),
-// dynamic MIG (1g.5gb) and consumable memory (8Gi of a GPU).
+// dynamic MIG (1g.5gb; all profiles, four profiles, and with the publishing options for
+// MIG-only nodes), consumable memory (8Gi of a GPU), and upstream-basic: the devices, class and
+// half pre-fill of upstream scheduler_perf's SchedulingWithResourceClaimTemplate, the anchor
+// every other kind is given as a ratio to.
+//
+// # What it reports
+//
+// kube-scheduler's CPU time per pod is the primary figure (a shared machine's load changes it
+// much less than wall-clock rates), with the API server's, etcd's and kube-controller-manager's
+// beside it; then pods/s. -scale.repeat runs every kind that many times, interleaved, and the
+// summary gives medians and each kind's ratio to upstream-basic's median.
 //
 // # Running it
 //

@@ -114,8 +114,11 @@ type result struct {
 	binds          []time.Time
 	// scheduler and apiserver are the components' usage once every pod is bound.
 	scheduler, apiserver framework.Usage
-	// schedulerCPU and apiserverCPU are the CPU time each used from the first bind to the last.
-	schedulerCPU, apiserverCPU time.Duration
+	// schedulerCPU, apiserverCPU, etcdCPU and controllerCPU are the CPU time each component
+	// used from the first bind to the last.
+	schedulerCPU, apiserverCPU, etcdCPU, controllerCPU time.Duration
+	// prefilled is how many devices were allocated before the measured pods (upstream-basic).
+	prefilled int
 }
 
 // idleBound is the pods/s two otherwise idle cores would allow kube-scheduler and
@@ -167,21 +170,58 @@ func (r result) windows() (median, lowest float64) {
 
 func mib(b int64) string { return strconv.FormatInt(b>>20, 10) }
 
-// table renders the rows as markdown.
+// table renders the rows as markdown, kube-scheduler's CPU per pod first.
 func table(rows []result) string {
 	var b strings.Builder
-	b.WriteString("\n| kind | nodes | devices/node (slices) | pods | pods/s first→last bind | 1-s windows median / min | CPU ms per pod: kube-scheduler / kube-apiserver | bound on 2 idle cores, pods/s | scheduler start → first bind | kube-scheduler RSS (peak) MiB | kube-apiserver RSS (peak) MiB | set-up |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n| kind | CPU ms per pod: kube-scheduler / kube-apiserver / etcd / kube-controller-manager | pods/s first→last bind | 1-s windows median / min | bound on 2 idle cores, pods/s | nodes | devices/node (slices) | pre-filled | pods | scheduler start → first bind | kube-scheduler RSS (peak) MiB | kube-apiserver RSS (peak) MiB | set-up |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, row := range rows {
 		med, low := row.windows()
 		firstBind := time.Duration(0)
 		if len(row.binds) > 0 {
 			firstBind = row.binds[0].Sub(row.schedulerStart)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d (%d) | %d | **%.0f** | %.0f / %.0f | %.1f / %.1f | %.0f | %s | %s (%s) | %s (%s) | %s |\n",
-			row.kind, row.nodes, row.devicesPerNode, row.slicesPerNode, row.pods, row.podsPerSecond(), med, low,
-			row.cpuPerPod(row.schedulerCPU), row.cpuPerPod(row.apiserverCPU), row.idleBound(), firstBind.Round(100*time.Millisecond), mib(row.scheduler.RSS), mib(row.scheduler.PeakRSS),
+		fmt.Fprintf(&b, "| %s | **%.1f** / %.1f / %.1f / %.1f | %.0f | %.0f / %.0f | %.0f | %d | %d (%d) | %d | %d | %s | %s (%s) | %s (%s) | %s |\n",
+			row.kind, row.cpuPerPod(row.schedulerCPU), row.cpuPerPod(row.apiserverCPU), row.cpuPerPod(row.etcdCPU), row.cpuPerPod(row.controllerCPU),
+			row.podsPerSecond(), med, low, row.idleBound(), row.nodes, row.devicesPerNode, row.slicesPerNode, row.prefilled, row.pods,
+			firstBind.Round(100*time.Millisecond), mib(row.scheduler.RSS), mib(row.scheduler.PeakRSS),
 			mib(row.apiserver.RSS), mib(row.apiserver.PeakRSS), row.setup.Round(time.Second))
 	}
 	return b.String()
+}
+
+// summary renders, per kind in the order first run, the median kube-scheduler CPU per pod and
+// pods/s over its runs, and the ratio of the CPU median to upstream-basic's (when it ran).
+func summary(rows []result) string {
+	var order []string
+	cpu, rate := map[string][]float64{}, map[string][]float64{}
+	for _, r := range rows {
+		if _, ok := cpu[r.kind]; !ok {
+			order = append(order, r.kind)
+		}
+		cpu[r.kind] = append(cpu[r.kind], r.cpuPerPod(r.schedulerCPU))
+		rate[r.kind] = append(rate[r.kind], r.podsPerSecond())
+	}
+	anchor := median(cpu["upstream-basic"])
+	var b strings.Builder
+	b.WriteString("\n| kind | runs | kube-scheduler CPU ms per pod, median (range) | × upstream-basic | pods/s, median |\n|---|---|---|---|---|\n")
+	for _, k := range order {
+		ratio := "–"
+		if anchor > 0 {
+			ratio = fmt.Sprintf("%.2f×", median(cpu[k])/anchor)
+		}
+		fmt.Fprintf(&b, "| %s | %d | **%.1f** (%.1f–%.1f) | %s | %.0f |\n", k, len(cpu[k]), median(cpu[k]),
+			slices.Min(cpu[k]), slices.Max(cpu[k]), ratio, median(rate[k]))
+	}
+	return b.String()
+}
+
+// median of xs (the lower middle for an even count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
 }

@@ -57,6 +57,12 @@ func run(ctx context.Context, tb testing.TB, k kind, nodes, pods int) (result, e
 	if row.devicesPerNode, row.slicesPerNode, err = c.publishSlices(ctx, k, nodes); err != nil {
 		return row, err
 	}
+	if k.upstream {
+		if err := c.prefillUpstream(ctx, nodes); err != nil {
+			return row, err
+		}
+		row.prefilled = nodes * upstreamDevices / 2
+	}
 	if err := c.createPods(ctx, k, pods); err != nil {
 		return row, err
 	}
@@ -70,7 +76,8 @@ func run(ctx context.Context, tb testing.TB, k kind, nodes, pods int) (result, e
 	if err := c.cp.StartScheduler(ctx, c.bins); err != nil {
 		return row, err
 	}
-	cpu := &cpuMeter{procs: []*framework.Process{c.cp.Process(binaries.KubeScheduler), c.cp.Process(binaries.KubeAPIServer)}}
+	cpu := &cpuMeter{procs: []*framework.Process{c.cp.Process(binaries.KubeScheduler), c.cp.Process(binaries.KubeAPIServer),
+		c.cp.Process(binaries.Etcd), c.cp.Process(binaries.KubeControllerManager)}}
 	var profile <-chan error
 	binds, err := w.wait(ctx, c.cp.Process(binaries.KubeScheduler), func() {
 		cpu.begin()
@@ -81,7 +88,7 @@ func run(ctx context.Context, tb testing.TB, k kind, nodes, pods int) (result, e
 	}
 	cpu.end()
 	row.binds, row.schedulerStart = binds, schedStart
-	row.schedulerCPU, row.apiserverCPU = cpu.use[0], cpu.use[1]
+	row.schedulerCPU, row.apiserverCPU, row.etcdCPU, row.controllerCPU = cpu.use[0], cpu.use[1], cpu.use[2], cpu.use[3]
 	row.scheduler, _ = c.cp.Process(binaries.KubeScheduler).Usage()
 	row.apiserver, _ = c.cp.Process(binaries.KubeAPIServer).Usage()
 	if profile != nil {
@@ -89,7 +96,13 @@ func run(ctx context.Context, tb testing.TB, k kind, nodes, pods int) (result, e
 			tb.Logf("scheduler CPU profile: %v", err)
 		}
 	}
-	return row, c.checkAllocated(ctx, pods)
+	if err := c.checkAllocated(ctx, pods); err != nil {
+		return row, err
+	}
+	if k.upstream {
+		return row, c.checkExclusive(ctx)
+	}
+	return row, nil
 }
 
 // startCluster starts a control plane whose scheduler waits for StartScheduler, in a fresh
@@ -126,7 +139,7 @@ func startCluster(ctx context.Context, tb testing.TB) (*cluster, error) {
 		cp.Stop()
 		return nil, err
 	}
-	for _, dc := range selectors.DeviceClasses("") {
+	for _, dc := range append(selectors.DeviceClasses(""), upstreamDeviceClass()) {
 		if _, err := client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
 			cp.Stop()
 			return nil, fmt.Errorf("create DeviceClass %s: %w", dc.Name, err)
@@ -160,9 +173,16 @@ func (c *cluster) createNodes(ctx context.Context, n int) error {
 }
 
 // publishSlices publishes, for every node, the slices gpudra builds for the fake machine with
-// the kind's options (PCIe roots from the fake's topology, as serve does), and returns the
-// devices and slices of one node.
+// the kind's options (PCIe roots from the fake's topology, as serve does), or upstream's basic
+// slice for upstream-basic, and returns the devices and slices of one node.
 func (c *cluster) publishSlices(ctx context.Context, k kind, n int) (devices, slices int, err error) {
+	if k.upstream {
+		err := parallel(ctx, n, func(ctx context.Context, i int) error {
+			_, err := c.client.ResourceV1().ResourceSlices().Create(ctx, upstreamSlice(i), metav1.CreateOptions{})
+			return err
+		})
+		return upstreamDevices, 1, err
+	}
 	m, err := gputest.New(machine, k.machineOpts...)
 	if err != nil {
 		return 0, 0, err

@@ -18,8 +18,9 @@ import (
 var (
 	nodesFlag = flag.Int("scale.nodes", 500, "simulated GPU nodes (each a DGX A100 40GB)")
 	podsFlag  = flag.Int("scale.pods", 2000, "pods, each with its own ResourceClaim")
-	kindsFlag = flag.String("scale.kinds", "exclusive,static-mig,dynamic-mig,dynamic-mig-4-profiles,consumable-memory",
+	kindsFlag = flag.String("scale.kinds", "upstream-basic,exclusive,static-mig,dynamic-mig,dynamic-mig-4-profiles,dynamic-mig-options,consumable-memory",
 		"comma-separated kinds of claim to run, each on a fresh control plane")
+	repeatFlag   = flag.Int("scale.repeat", 1, "runs of each kind, interleaved (kind A, B, ..., A, B, ...): the summary gives medians")
 	schedulerQPS = flag.Int("scale.scheduler-qps", 5000,
 		"kube-scheduler --kube-api-qps and --kube-api-burst (upstream scheduler_perf gives its scheduler 5000)")
 	cpuProfile = flag.String("scale.cpuprofile", "",
@@ -38,12 +39,19 @@ type kind struct {
 	class, selector string
 	// memory, when set, is a consumable-capacity request.
 	memory string
+	// upstream: the nodes publish scheduler_perf's basic devices instead of a gputest machine
+	// (upstreamSlice), half of each node's already allocated (upstream's init claims).
+	upstream bool
 }
 
 // machine is the fake machine of every node.
 const machine = "dgx-a100-40gb"
 
 var kinds = []kind{
+	// The anchor: upstream scheduler_perf's SchedulingWithResourceClaimTemplate/5000pods_500nodes
+	// shape (10 devices of 13 attributes per node, half of them allocated before the measured
+	// pods), scheduled by the same binaries in the same run.
+	{name: "upstream-basic", class: upstreamClass, upstream: true},
 	{name: "exclusive", class: gpudra.GPUDeviceClassName},
 	{name: "static-mig", machineOpts: []gputest.Option{gputest.WithMIGConfig("all-balanced")},
 		class: gpudra.MIGDeviceClassName, selector: profileSelector("1g.5gb")},
@@ -52,6 +60,10 @@ var kinds = []kind{
 	// Dynamic MIG publishing only the profiles a cluster might use: 14 devices per GPU, not 26.
 	{name: "dynamic-mig-4-profiles", builderOpts: []gpudra.Option{gpudra.WithDynamicMIG(nil),
 		gpudra.WithDynamicMIGProfiles("1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb")},
+		class: gpudra.MIGDeviceClassName, selector: profileSelector("1g.5gb")},
+	// Dynamic MIG with the driver-side publishing options for MIG-only nodes (issue 33).
+	{name: "dynamic-mig-options", builderOpts: []gpudra.Option{gpudra.WithDynamicMIG(nil),
+		gpudra.WithPartitionsFirst(), gpudra.WithOneMediaExtensionPlacement()},
 		class: gpudra.MIGDeviceClassName, selector: profileSelector("1g.5gb")},
 	{name: "consumable-memory", builderOpts: []gpudra.Option{gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})},
 		class: gpudra.GPUDeviceClassName, memory: "8Gi"},
@@ -75,35 +87,41 @@ func (k kind) request() resourceapi.DeviceRequest {
 }
 
 // BenchmarkScheduling schedules -scale.pods pods with one claim each on -scale.nodes nodes, one
-// kind of claim per sub-benchmark, and reports the scheduler's pods/s and the memory of the API
-// server and scheduler. Run it with -benchtime 1x: one op is one whole run.
+// kind of claim per sub-benchmark, -scale.repeat times interleaved, and reports kube-scheduler's
+// CPU time per pod (the primary figure: a shared machine's load changes it much less than
+// pods/s), pods/s, and the memory of the API server and scheduler. It prints a table of every
+// run and a summary of medians with each kind's ratio to upstream-basic of the same run. Run it
+// with -benchtime 1x: one op is one whole run.
 func BenchmarkScheduling(b *testing.B) {
 	selected := map[string]bool{}
 	for _, k := range strings.Split(*kindsFlag, ",") {
 		selected[strings.TrimSpace(k)] = true
 	}
 	var rows []result
-	for _, k := range kinds {
-		if !selected[k.name] {
-			continue
-		}
-		b.Run(k.name, func(b *testing.B) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-			defer cancel()
-			var row result
-			for b.Loop() {
-				r, err := run(ctx, b, k, *nodesFlag, *podsFlag)
-				if err != nil {
-					b.Fatal(err)
-				}
-				row = r
+	for r := range max(*repeatFlag, 1) {
+		for _, k := range kinds {
+			if !selected[k.name] {
+				continue
 			}
-			b.ReportMetric(row.podsPerSecond(), "pods/s")
-			b.ReportMetric(row.cpuPerPod(row.schedulerCPU), "scheduler-cpu-ms/pod")
-			b.ReportMetric(float64(row.scheduler.RSS)/(1<<20), "scheduler-MiB")
-			b.ReportMetric(float64(row.apiserver.RSS)/(1<<20), "apiserver-MiB")
-			rows = append(rows, row)
-		})
+			b.Run(fmt.Sprintf("%s/run-%d", k.name, r+1), func(b *testing.B) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+				defer cancel()
+				var row result
+				for b.Loop() {
+					res, err := run(ctx, b, k, *nodesFlag, *podsFlag)
+					if err != nil {
+						b.Fatal(err)
+					}
+					row = res
+				}
+				b.ReportMetric(row.cpuPerPod(row.schedulerCPU), "scheduler-cpu-ms/pod")
+				b.ReportMetric(row.podsPerSecond(), "pods/s")
+				b.ReportMetric(float64(row.scheduler.RSS)/(1<<20), "scheduler-MiB")
+				b.ReportMetric(float64(row.apiserver.RSS)/(1<<20), "apiserver-MiB")
+				rows = append(rows, row)
+			})
+		}
 	}
 	fmt.Print(table(rows))
+	fmt.Print(summary(rows))
 }
