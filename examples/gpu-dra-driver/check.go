@@ -72,6 +72,7 @@ It exits 0 when everything passes, 1 on findings, policy violations or unschedul
 		Args: minArgs("FILE|DIR|- ..."),
 	}
 	o.node.register(cmd, allNodeFlags...)
+	o.node.registerPassthrough(cmd)
 	fs := cmd.Flags()
 	o.output = "table"
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
@@ -83,7 +84,7 @@ It exits 0 when everything passes, 1 on findings, policy violations or unschedul
 	fs.StringSliceVar(&o.apiVersions, "api-versions", nil, "apiVersions the cluster serves beyond a default Kubernetes v1.37 API server's stable ones (comma-separated GROUP/VERSION, e.g. resource.k8s.io/v1beta2,resource.nvidia.com/v1beta1)")
 	fs.BoolVar(&o.printUpgraded, "print-upgraded", false, "print the inputs upgraded to resource.k8s.io/v1 instead of checking them")
 	cmd.RunE = runE(func(cmd *cobra.Command, args []string) error {
-		for _, name := range []string{flagNVML, flagMachine, flagMIGConfig, flagDynamicMIG, flagConsumableMemory} {
+		for _, name := range []string{flagNVML, flagMachine, flagMIGConfig, flagDynamicMIG, flagConsumableMemory, "passthrough"} {
 			o.explicitMachine = o.explicitMachine || changed(fs, name)
 		}
 		o.paths = args

@@ -64,6 +64,15 @@ type nodeFlags struct {
 	skipFailedGPUs bool
 	// machineOpts are extra options of the fake machine (tests inject NVML faults with them).
 	machineOpts []gputest.Option
+	// passthrough publishes GPUs for passthrough as serve --passthrough would (render and
+	// check; serve has its own flags, passthrough.go).
+	passthrough bool
+}
+
+// registerPassthrough adds --passthrough (render, check).
+func (n *nodeFlags) registerPassthrough(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&n.passthrough, "passthrough", false, "also publish GPUs for passthrough to virtual machines (vfio devices, DeviceClass vfio.gpu.nvidia.com) as serve --passthrough does: "+
+		"a fake machine's GPUs in its fake PCI host's IOMMU groups, a real node's as /sys reports them")
 }
 
 // register adds the named node flags to the command; the other node flags, which earlier
@@ -178,6 +187,8 @@ type node struct {
 	inv   *gpu.Inventory
 	topo  *topology.Topology
 	close func()
+	// passthrough is the slice option of --passthrough (render, check), nil without.
+	passthrough gpudra.Option
 }
 
 // open validates the flags, opens the machine and enumerates it. Flag values the machine
@@ -215,7 +226,14 @@ func (n *nodeFlags) open(ctx context.Context) (*node, error) {
 		_ = sess.Close()
 		return nil, err
 	}
-	return &node{machine: machine, nvml: sess.Interface(), inv: inv, topo: topo, close: func() { _ = sess.Close() }}, nil
+	nd := &node{machine: machine, nvml: sess.Interface(), inv: inv, topo: topo, close: func() { _ = sess.Close() }}
+	if n.passthrough {
+		if nd.passthrough, err = offlinePassthrough(ctx, inv, machine != nil); err != nil {
+			_ = sess.Close()
+			return nil, err
+		}
+	}
+	return nd, nil
 }
 
 func (n *nodeFlags) session(ctx context.Context) (*nvmlgpu.Session, *gputest.Machine, error) {
@@ -378,6 +396,9 @@ func (n *nodeFlags) builderOptions(nd *node) []gpudra.Option {
 	}
 	if n.consumableMemory {
 		opts = append(opts, gpudra.WithConsumableMemory(gpudra.ConsumableMemory{}))
+	}
+	if nd.passthrough != nil {
+		opts = append(opts, nd.passthrough)
 	}
 	return opts
 }

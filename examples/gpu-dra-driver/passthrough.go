@@ -40,7 +40,7 @@ type passthrough struct {
 
 // setup returns the slice option and binder of --passthrough (nothing without it). On a fake
 // machine the GPUs sit on a fake PCI host under the state directory, made afresh at each start,
-// each with an audio function in IOMMU group 100+minor.
+// each with an audio function, in IOMMU group fakeIOMMUGroup(minor).
 func (f *passthroughFlags) setup(ctx context.Context, inv *gpu.Inventory, fake bool, stateDir string) (passthrough, error) {
 	if !f.enabled {
 		return passthrough{}, nil
@@ -59,21 +59,54 @@ func (f *passthroughFlags) setup(ctx context.Context, inv *gpu.Inventory, fake b
 	if err != nil {
 		return passthrough{}, fmt.Errorf("--passthrough: %w", err)
 	}
+	groups := iommuGroups(ctx, b, inv)
+	klog.FromContext(ctx).Info("Publishing GPUs for passthrough", "gpus", len(groups), "of", len(inv.GPUs))
+	return passthrough{binder: b, options: []gpudra.Option{passthroughOption(groups)}}, nil
+}
+
+// iommuGroups looks up the IOMMU group of every GPU of inv (by GPU UUID); a GPU whose group
+// cannot be found is left out, with a log line.
+func iommuGroups(ctx context.Context, b vfio.Binder, inv *gpu.Inventory) map[string]int {
 	groups := map[string]int{}
-	logger := klog.FromContext(ctx)
 	for _, g := range inv.GPUs {
 		grp, err := b.Group(ctx, g.PCIBusID)
 		if err != nil {
-			logger.Info("Not publishing GPU for passthrough", "gpu", g.UUID, "reason", err.Error())
+			klog.FromContext(ctx).Info("Not publishing GPU for passthrough", "gpu", g.UUID, "reason", err.Error())
 			continue
 		}
 		groups[g.UUID] = grp.ID
 	}
-	logger.Info("Publishing GPUs for passthrough", "gpus", len(groups), "of", len(inv.GPUs))
-	return passthrough{binder: b, options: []gpudra.Option{gpudra.WithPassthrough(func(g *gpu.GPU) (int, bool) {
+	return groups
+}
+
+// passthroughOption publishes the GPUs of groups (GPU UUID → IOMMU group) for passthrough.
+func passthroughOption(groups map[string]int) gpudra.Option {
+	return gpudra.WithPassthrough(func(g *gpu.GPU) (int, bool) {
 		id, ok := groups[g.UUID]
 		return id, ok
-	})}}, nil
+	})
+}
+
+// fakeIOMMUGroup is the IOMMU group of a fake machine's GPU with the given minor on the fake PCI
+// host (fakePCIHost), which render and check publish too.
+func fakeIOMMUGroup(minor int) int { return 100 + minor }
+
+// offlinePassthrough is --passthrough of render and check: the option that publishes GPUs for
+// passthrough as serve --passthrough would on this node, without binding anything. A fake
+// machine's GPUs are in the fake PCI host's groups; a real node's are read from /sys.
+func offlinePassthrough(ctx context.Context, inv *gpu.Inventory, fake bool) (gpudra.Option, error) {
+	if fake {
+		groups := map[string]int{}
+		for _, g := range inv.GPUs {
+			groups[g.UUID] = fakeIOMMUGroup(g.Minor)
+		}
+		return passthroughOption(groups), nil
+	}
+	b, err := vfio.NewSysfsBinder()
+	if err != nil {
+		return nil, fmt.Errorf("--passthrough: %w", err)
+	}
+	return passthroughOption(iommuGroups(ctx, b, inv)), nil
 }
 
 // fakePCIHost builds a fake PCI host with the inventory's GPUs in dir, replacing what an earlier
@@ -91,7 +124,7 @@ func fakePCIHost(inv *gpu.Inventory, dir string) (*gputest.PCIHost, error) {
 		if !ok {
 			return nil, errors.New("fake PCI host: GPU " + g.UUID + " is not function 0 of its device")
 		}
-		funcs = append(funcs, gputest.PassthroughGPU(bus, 100+g.Minor, g.Minor)...)
+		funcs = append(funcs, gputest.PassthroughGPU(bus, fakeIOMMUGroup(g.Minor), g.Minor)...)
 	}
 	return gputest.NewPCIHost(dir, funcs...)
 }

@@ -46,6 +46,7 @@ equals what serve publishes on such a node with the same flags.`,
 		Args: noArgs,
 	}
 	nf.register(cmd, allNodeFlags...)
+	nf.registerPassthrough(cmd)
 	output := outputFlag(cmd, "output format: yaml (multi-document stream) or json (a v1 List)", "yaml", "json")
 	cmd.Flags().BoolVar(&ro.template, "template", false, "print slice templates for autoscalers instead of this node's objects")
 	cmd.Flags().BoolVar(&ro.templateVersions, "template-driver-versions", false, "keep driverVersion and cudaDriverVersion in --template output (every node runs this NVIDIA driver)")
