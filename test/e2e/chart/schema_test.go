@@ -66,6 +66,7 @@ func everyValue() map[string]any {
 		"consumableMemory":  true,
 		"extendedResources": map[string]any{"enabled": true, "migProfiles": []any{"3g.40gb"}},
 		"sharingStrategies": []any{"TimeSlicing"},
+		"mpsDaemonPods":     false,
 		"nodeSelector":      map[string]any{"gpu": "yes"},
 		"affinity":          map[string]any{"nodeAffinity": map[string]any{}},
 		"tolerations":       []any{map[string]any{"operator": "Exists"}},
