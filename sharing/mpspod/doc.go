@@ -8,7 +8,8 @@
 //     shm tmpfs on the host (the plugin's MPS root must propagate mounts to the host:
 //     mountPropagation Bidirectional) and creates a Pod in the driver's namespace named after
 //     the daemon ID (PodName), pinned to the node (spec.nodeName), restartPolicy Always,
-//     tolerating every taint, with the plugin's image and priority class. The pod mounts the
+//     tolerating every taint, with the plugin's image and priority class, on the host's
+//     network (it uses unix sockets only; no dependency on the pod network). The pod mounts the
 //     daemon's directory at its host path (HostToContainer, so that it sees the tmpfs) and the
 //     driver root read-only at /driver-root, and runs the plugin's daemon command with the
 //     daemon's spec. A pod of that name that exists already is adopted: the name depends on the
@@ -31,10 +32,11 @@
 //
 // Run sends the daemon's limits (sharing.MPSDaemonSpec.DefaultCommands:
 // set_default_active_thread_percentage and set_default_device_pinned_mem_limit) before it
-// reports ready. NVIDIA documents that these defaults apply to the MPS servers the daemon
-// spawns afterwards (a running server keeps its limits), and that a client's
-// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE can only lower the daemon's setting. The limit of a claim's
-// own daemon is thus enforced by the daemon, not by the workload's environment.
+// reports ready, so before the first client connects and the daemon spawns its server: NVIDIA
+// documents that a set_default_* command given while a server runs only affects the next
+// server, and that a client's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE can only lower the daemon's
+// setting. The limits of a claim's own daemon are thus enforced by the daemon, not by the
+// workload's environment (see package sharing, "MPS limits").
 //
 // # Permissions
 //

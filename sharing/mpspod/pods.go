@@ -66,6 +66,10 @@ type Config struct {
 	// Privileged runs the daemon privileged, as nvidia-cuda-mps-control on real GPUs needs
 	// (their device nodes); with HostPID it sees its clients' processes in other pods.
 	Privileged, HostPID bool
+	// PodNetwork gives daemon pods a network of their own. By default they use the host's
+	// network namespace: a daemon talks over unix sockets only, so a pod network would add
+	// nothing but a dependency on the node's CNI (and its start latency) to every MPS prepare.
+	PodNetwork bool
 	// ImagePullSecrets are the plugin's.
 	ImagePullSecrets []corev1.LocalObjectReference
 	// Mounter mounts each daemon's shm tmpfs on the host before its pod starts (default a
@@ -161,6 +165,7 @@ func (d *Daemons) Pod(spec sharing.MPSDaemonSpec) (*corev1.Pod, error) {
 			ServiceAccountName:            d.cfg.ServiceAccountName,
 			AutomountServiceAccountToken:  ptr.To(false),
 			HostPID:                       d.cfg.HostPID,
+			HostNetwork:                   !d.cfg.PodNetwork,
 			ImagePullSecrets:              d.cfg.ImagePullSecrets,
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			SecurityContext:               &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},

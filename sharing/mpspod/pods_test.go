@@ -87,6 +87,9 @@ func TestPodShape(t *testing.T) {
 	if m := mounts["/driver-root"]; !m.ReadOnly {
 		t.Errorf("driver root mount %+v: want read-only", m)
 	}
+	if !pod.Spec.HostNetwork {
+		t.Errorf("the daemon pod needs a pod network: it uses unix sockets only")
+	}
 	if pod.Spec.AutomountServiceAccountToken == nil || *pod.Spec.AutomountServiceAccountToken {
 		t.Errorf("the daemon pod gets an API token")
 	}
