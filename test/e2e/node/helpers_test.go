@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpudra/gpudra/sharing/mpspod"
 	"github.com/gpudra/gpudra/test/e2e/framework"
 	"github.com/gpudra/gpudra/test/e2e/framework/kubenode/report"
 )
@@ -373,4 +374,51 @@ func strAttr(d resourceapi.Device, name string) string {
 		return ""
 	}
 	return *a.StringValue
+}
+
+// mpsDaemonPod waits for the MPS control daemon pod of daemon id to be Running and Ready and
+// returns it.
+func (s *Suite) mpsDaemonPod(ctx context.Context, t *testing.T, id string) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := s.Client.CoreV1().Pods(releaseNamespace).Get(ctx, mpspod.PodName(id), metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = p
+		return p.Status.Phase == corev1.PodRunning && podReady(p), nil
+	})
+	if err != nil {
+		state := "never seen"
+		if last != nil {
+			state = fmt.Sprintf("node %s, labels %v, phase %s, %s", last.Spec.NodeName, last.Labels, last.Status.Phase, containerStates(last))
+		}
+		t.Fatalf("MPS daemon pod %s/%s not running: %v (%s)\nevents:\n%s", releaseNamespace, mpspod.PodName(id), err, state, s.events(ctx, releaseNamespace))
+	}
+	if last.Spec.NodeName != nodeName || last.Labels[mpspod.DaemonLabel] != id {
+		t.Errorf("MPS daemon pod %s: node %q, labels %v", last.Name, last.Spec.NodeName, last.Labels)
+	}
+	return last
+}
+
+// waitPluginGone waits until the plugin pods of before are gone (deleted, not just terminating).
+func (s *Suite) waitPluginGone(ctx context.Context, before []corev1.Pod) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, p := range before {
+			if _, err := s.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// restarts is the sum of the restart counts of the pod's containers.
+func restarts(p *corev1.Pod) int {
+	n := 0
+	for _, c := range p.Status.ContainerStatuses {
+		n += int(c.RestartCount)
+	}
+	return n
 }

@@ -6,17 +6,23 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/sharing"
+	"github.com/gpudra/gpudra/sharing/mpspod"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
 )
 
@@ -119,5 +125,83 @@ func TestNodeMPS(t *testing.T) {
 		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("after unprepare: the shm directory %s is still there (%v)", d, err)
 		}
+	}
+}
+
+// TestNodeMPSDaemonSurvivesPluginRestart: an MPS claim's control daemon runs in a pod of its own
+// (the chart's default), so deleting the plugin's pod (the DaemonSet recreates it, as in a
+// rolling update) leaves it alone: the same daemon pod (same UID, no container restart) still
+// serves its control socket and the workload still runs. The daemon got the claim's pinned
+// memory limit from the plugin and the workload's environment carries no MPS limit it could
+// raise. Deleting the workload removes the daemon pod, its directories and its shm tmpfs.
+func TestNodeMPSDaemonSurvivesPluginRestart(t *testing.T) {
+	ctx := context.Background()
+	s := suite
+	ns := s.namespace(ctx, t)
+	s.claimTemplate(ctx, t, ns, "mps-limit", "gpu.nvidia.com", 1,
+		gpuConfig(`{"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "10Gi"}}`))
+	pod := s.runPod(ctx, t, workloadPod(ns, "mps-limit", corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("mps-limit")}, "main"))
+	claim, _ := s.allocatedDevices(ctx, t, pod, "gpu")
+	daemon := s.mpsDaemonPod(ctx, t, string(claim.UID))
+	dir := filepath.Join(s.Node.Kubelet.RootDir, "plugins", driverName, "mps", string(claim.UID))
+	spec := sharing.MPSDaemonSpec{ID: string(claim.UID), Dir: dir, PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm")}
+
+	cmds, err := mpspod.Commands(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cmds, "set_default_device_pinned_mem_limit 0 10240M") {
+		t.Errorf("the MPS daemon got commands %q, want set_default_device_pinned_mem_limit 0 10240M", cmds)
+	}
+	r := s.report(ctx, t, pod, "main")
+	for k, v := range r.Env {
+		if strings.HasPrefix(k, "CUDA_MPS_") && k != "CUDA_MPS_PIPE_DIRECTORY" {
+			t.Errorf("the workload's environment carries %s=%s: the daemon enforces the claim's limits", k, v)
+		}
+	}
+
+	plugins, err := s.pluginPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range plugins {
+		if err := s.Client.CoreV1().Pods(releaseNamespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.waitPluginGone(ctx, plugins); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.waitPluginReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := s.mpsDaemonPod(ctx, t, string(claim.UID))
+	if after.UID != daemon.UID || restarts(after) != 0 || after.DeletionTimestamp != nil {
+		t.Errorf("after the plugin's restart: daemon pod %s (UID %s, %d restarts, deleting %v), want the same pod %s running on",
+			after.Name, after.UID, restarts(after), after.DeletionTimestamp != nil, daemon.UID)
+	}
+	if up, err := sharing.ProbeMPSControl(spec); !up || err != nil {
+		t.Errorf("after the plugin's restart: the daemon's control socket %s does not accept (%v)", spec.ControlSocket(), err)
+	}
+	running := s.runningPod(ctx, t, pod)
+	if restarts(running) != 0 {
+		t.Errorf("after the plugin's restart: the workload's containers restarted: %s", containerStates(running))
+	}
+
+	s.deletePod(ctx, t, pod)
+	s.waitUnprepared(ctx, t, string(claim.UID))
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := s.Client.CoreV1().Pods(releaseNamespace).Get(ctx, mpspod.PodName(string(claim.UID)), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("the daemon pod %s is still there after its claim was unprepared: %v", mpspod.PodName(string(claim.UID)), err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(spec.ShmDir, &sfs); err == nil && sfs.Type == unix.TMPFS_MAGIC {
+		t.Errorf("after unprepare: the shm tmpfs %s is still mounted", spec.ShmDir)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after unprepare: the daemon's directory %s is still there (%v)", dir, err)
 	}
 }
