@@ -22,6 +22,7 @@ const CommandsFile = "commands.log"
 // the spec's control socket, records each command line it receives (CommandsFile) and quits on
 // "quit". It starts no MPS server.
 type FakeControl struct {
+	// Spec is the daemon's: its control socket is in PipeDir, CommandsFile in LogDir.
 	Spec sharing.MPSDaemonSpec
 
 	mu sync.Mutex

@@ -97,9 +97,12 @@ func waitAccepts(ctx context.Context, spec sharing.MPSDaemonSpec, exited <-chan 
 // with the root's own loader; see sharing.DriverRootDir), commands sent through
 // nvidia-cuda-mps-control's standard input.
 type Control struct {
-	Root   sharing.DriverRootDir
+	// Root is the driver root the daemon and its client run from.
+	Root sharing.DriverRootDir
+	// Binary is nvidia-cuda-mps-control's path (in Root).
 	Binary string
-	Spec   sharing.MPSDaemonSpec
+	// Spec is the daemon's: its devices, pipe and log directories.
+	Spec sharing.MPSDaemonSpec
 }
 
 // NewControl returns the Control of spec with the driver root's nvidia-cuda-mps-control.
