@@ -98,7 +98,8 @@ func mpsRole(t *testing.T, objs []*unstructured.Unstructured) (*rbacv1.Role, *rb
 // TestMPSDaemonPodsRBAC: where MPS daemons run in pods (MPS allowed and mpsDaemonPods, the
 // default), the plugin's service account gets exactly create, get and delete on pods of the
 // release namespace (a Role, never a ClusterRole), and serve gets --mps-daemon-pods with the
-// plugin's image, priority class and namespace; otherwise there is no Role and no flag.
+// plugin's image, priority class and the release namespace; otherwise there is no Role and no
+// flag.
 func TestMPSDaemonPodsRBAC(t *testing.T) {
 	for name, tc := range map[string]struct {
 		vals map[string]any
@@ -136,17 +137,11 @@ func TestMPSDaemonPodsRBAC(t *testing.T) {
 				len(binding.Subjects) != 1 || binding.Subjects[0].Name != sa || binding.Subjects[0].Namespace != "gpu-dra-driver" {
 				t.Errorf("RoleBinding %+v does not bind Role %s to the plugin's service account %s", binding, role.Name, sa)
 			}
-			for _, a := range []string{"--mps-daemon-pods", "--mps-daemon-image=" + c.Image, "--mps-daemon-priority-class=" + ds.Spec.Template.Spec.PriorityClassName} {
+			for _, a := range []string{"--mps-daemon-pods", "--mps-daemon-image=" + c.Image, "--mps-daemon-namespace=gpu-dra-driver",
+				"--mps-daemon-priority-class=" + ds.Spec.Template.Spec.PriorityClassName} {
 				if !slices.Contains(c.Args, a) {
 					t.Errorf("args %s: no %s", args, a)
 				}
-			}
-			ns := false
-			for _, e := range c.Env {
-				ns = ns || e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace"
-			}
-			if !ns {
-				t.Errorf("env %v: no POD_NAMESPACE from metadata.namespace", c.Env)
 			}
 		})
 	}
