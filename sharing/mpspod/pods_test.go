@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -175,4 +176,9 @@ func TestStartRefusesAnotherNodesPod(t *testing.T) {
 	if err := newDaemons(t, client, sharingtest.NewFakeHost()).Start(ctx, spec); err == nil {
 		t.Errorf("Start adopted the daemon pod of another node")
 	}
+}
+
+// jsonArg decodes the JSON of a "--spec=<JSON>" argument.
+func jsonArg(arg string, into any) error {
+	return json.Unmarshal([]byte(strings.TrimPrefix(arg, "--spec=")), into)
 }
