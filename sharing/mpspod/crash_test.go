@@ -122,7 +122,7 @@ func TestCrashBetweenPodAndRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The plugin is killed here: the record is lost, the pod is not.
-	pod, err := client.CoreV1().Pods(ns).Get(ctx, mpspod.PodName(uid), metav1.GetOptions{})
+	pod, err := client.CoreV1().Pods(ns).Get(ctx, mpspod.PodName(node, uid), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the daemon pod of the prepared claim: %v", err)
 	}
@@ -131,7 +131,7 @@ func TestCrashBetweenPodAndRecord(t *testing.T) {
 	if _, err := newManager().Prepare(ctx, claim, lookup); err != nil {
 		t.Fatalf("retried Prepare: %v", err)
 	}
-	again, err := client.CoreV1().Pods(ns).Get(ctx, mpspod.PodName(uid), metav1.GetOptions{})
+	again, err := client.CoreV1().Pods(ns).Get(ctx, mpspod.PodName(node, uid), metav1.GetOptions{})
 	if err != nil || again.UID != pod.UID {
 		t.Errorf("retried Prepare: pod %v (%v), want the same pod %s adopted", again.UID, err, pod.UID)
 	}
@@ -141,7 +141,7 @@ func TestCrashBetweenPodAndRecord(t *testing.T) {
 	if err := m.Undo(ctx, m.ResetPlan(plan)); err != nil {
 		t.Fatalf("undoing the recorded plan: %v", err)
 	}
-	if _, err := client.CoreV1().Pods(ns).Get(ctx, mpspod.PodName(uid), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := client.CoreV1().Pods(ns).Get(ctx, mpspod.PodName(node, uid), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("after the plan's undo the daemon pod is still there (%v)", err)
 	}
 	if st := host.State(); len(st.Mounts) != 0 || st.ComputeModes[gpu] != sharing.ComputeModeDefault {

@@ -7,15 +7,15 @@
 //   - Start creates the daemon's pipe, log and shm directories under the MPS root, mounts the
 //     shm tmpfs on the host (the plugin's MPS root must propagate mounts to the host:
 //     mountPropagation Bidirectional) and creates a Pod in the driver's namespace named after
-//     the daemon ID (PodName), pinned to the node (spec.nodeName), restartPolicy Always,
-//     tolerating every taint, with the plugin's image and priority class, on the host's
+//     the daemon ID and the node (PodName), pinned to the node (spec.nodeName), restartPolicy
+//     Always, tolerating every taint, with the plugin's image and priority class, on the host's
 //     network (it uses unix sockets only; no dependency on the pod network). The pod mounts the
 //     daemon's directory at its host path (HostToContainer, so that it sees the tmpfs) and the
 //     driver root read-only at /driver-root, and runs the plugin's daemon command with the
 //     daemon's spec. A pod of that name that exists already is adopted: the name depends on the
-//     daemon ID only, so a plugin killed between creating the pod and checkpointing the claim
-//     finds it again, on a retried prepare (adopt) as on the undo of the claim's recorded plan
-//     (delete).
+//     daemon ID and the node only, so a plugin killed between creating the pod and
+//     checkpointing the claim finds it again, on a retried prepare (adopt) as on the undo of
+//     the claim's recorded plan (delete).
 //   - Ready waits until the control socket, which the plugin sees at the same host path,
 //     accepts and the pod's command has applied the daemon's limits (ReadyFile): the pod's
 //     workload containers are started only after that.

@@ -25,6 +25,6 @@ func ExampleDaemons_Pod() {
 	fmt.Println(pod.Name)
 	fmt.Println(pod.Spec.NodeName, pod.Spec.RestartPolicy, pod.Spec.Containers[0].Command)
 	// Output:
-	// mps-control-daemon-3f2c6a1e-8d4b-4c2a-9e7f-5b1d0c9a8e21
+	// mps-control-daemon-3f2c6a1e-8d4b-4c2a-9e7f-5b1d0c9a8e21-35971be6
 	// node-1 Always [gpu-dra-driver mps-daemon]
 }

@@ -107,17 +107,23 @@ func New(cfg Config) (*Daemons, error) {
 	return &Daemons{cfg: cfg, poll: 100 * time.Millisecond}, nil
 }
 
-// PodName is the daemon pod's name, derived from the daemon's ID alone, so that a plugin
-// that crashed after creating the pod finds (adopts or deletes) the same pod after its restart.
-// IDs that are not DNS labels (never made by sharing.Manager) are hashed.
-func PodName(id string) string {
-	name := "mps-control-daemon-" + id
-	if len(validation.IsDNS1123Label(name)) == 0 {
+// PodName is the name of the pod of daemon id on node: derived from the two alone, so that a
+// plugin that crashed after creating the pod finds (adopts or deletes) the same pod after its
+// restart. The node is part of it (a short hash) because daemon IDs need not differ between
+// nodes: a shared daemon is named after its GPU's UUID, and fake machines repeat theirs.
+// IDs that make no DNS subdomain (never made by sharing.Manager) are hashed.
+func PodName(node, id string) string {
+	sum := sha256.Sum256([]byte(node))
+	suffix := "-" + hex.EncodeToString(sum[:4])
+	name := "mps-control-daemon-" + id + suffix
+	if len(validation.IsDNS1123Subdomain(name)) == 0 {
 		return name
 	}
-	sum := sha256.Sum256([]byte(id))
-	return "mps-control-daemon-" + hex.EncodeToString(sum[:12])
+	idSum := sha256.Sum256([]byte(id))
+	return "mps-control-daemon-" + hex.EncodeToString(idSum[:12]) + suffix
 }
+
+func (d *Daemons) podName(spec sharing.MPSDaemonSpec) string { return PodName(d.cfg.NodeName, spec.ID) }
 
 // Pod returns the pod that runs the daemon of spec.
 func (d *Daemons) Pod(spec sharing.MPSDaemonSpec) (*corev1.Pod, error) {
@@ -156,7 +162,7 @@ func (d *Daemons) Pod(spec sharing.MPSDaemonSpec) (*corev1.Pod, error) {
 	}
 	args := append([]string{"--spec=" + string(js)}, d.cfg.Args...)
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: PodName(spec.ID), Namespace: d.cfg.Namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: d.podName(spec), Namespace: d.cfg.Namespace, Labels: labels},
 		Spec: corev1.PodSpec{
 			NodeName:                      d.cfg.NodeName,
 			RestartPolicy:                 corev1.RestartPolicyAlways,
@@ -182,7 +188,7 @@ func (d *Daemons) Pod(spec sharing.MPSDaemonSpec) (*corev1.Pod, error) {
 // tmpfs on the host and creates its pod. A pod of that name that exists already is adopted
 // (a restarted plugin, a retried prepare); one being deleted is waited for and created again.
 func (d *Daemons) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error {
-	logger := klog.FromContext(ctx).WithValues("daemon", spec.ID, "pod", klog.KRef(d.cfg.Namespace, PodName(spec.ID)))
+	logger := klog.FromContext(ctx).WithValues("daemon", spec.ID, "pod", klog.KRef(d.cfg.Namespace, d.podName(spec)))
 	if spec.PipeDir == "" || spec.LogDir == "" || spec.ShmDir == "" || spec.Dir == "" {
 		return fmt.Errorf("MPS daemon %s: its directory and pipe, log and shm directories must be set", spec.ID)
 	}
@@ -254,10 +260,10 @@ func (d *Daemons) Running(_ context.Context, spec sharing.MPSDaemonSpec) (bool, 
 // to quit on SIGTERM), waits until the pod is gone and the control socket with it, unmounts
 // the shm tmpfs and removes the directories. A pod that does not exist is not an error.
 func (d *Daemons) Stop(ctx context.Context, spec sharing.MPSDaemonSpec) error {
-	logger := klog.FromContext(ctx).WithValues("daemon", spec.ID, "pod", klog.KRef(d.cfg.Namespace, PodName(spec.ID)))
-	err := d.cfg.Client.CoreV1().Pods(d.cfg.Namespace).Delete(ctx, PodName(spec.ID), metav1.DeleteOptions{})
+	logger := klog.FromContext(ctx).WithValues("daemon", spec.ID, "pod", klog.KRef(d.cfg.Namespace, d.podName(spec)))
+	err := d.cfg.Client.CoreV1().Pods(d.cfg.Namespace).Delete(ctx, d.podName(spec), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("MPS daemon %s: deleting pod %s/%s: %w", spec.ID, d.cfg.Namespace, PodName(spec.ID), err)
+		return fmt.Errorf("MPS daemon %s: deleting pod %s/%s: %w", spec.ID, d.cfg.Namespace, d.podName(spec), err)
 	}
 	if err == nil {
 		logger.V(2).Info("Deleted MPS control daemon pod")
@@ -282,7 +288,7 @@ func (d *Daemons) Stop(ctx context.Context, spec sharing.MPSDaemonSpec) error {
 // waitGone waits until the daemon's pod no longer exists.
 func (d *Daemons) waitGone(ctx context.Context, spec sharing.MPSDaemonSpec) error {
 	return d.wait(ctx, spec, "have its pod deleted", func(ctx context.Context) (bool, error) {
-		_, err := d.cfg.Client.CoreV1().Pods(d.cfg.Namespace).Get(ctx, PodName(spec.ID), metav1.GetOptions{})
+		_, err := d.cfg.Client.CoreV1().Pods(d.cfg.Namespace).Get(ctx, d.podName(spec), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}
@@ -308,7 +314,7 @@ func (d *Daemons) wait(ctx context.Context, spec sharing.MPSDaemonSpec, what str
 			if err != nil {
 				cause = fmt.Errorf("%w; last check: %w", cause, err)
 			}
-			return fmt.Errorf("MPS daemon %s (pod %s/%s, %s) did not %s within %s: %w", spec.ID, d.cfg.Namespace, PodName(spec.ID),
+			return fmt.Errorf("MPS daemon %s (pod %s/%s, %s) did not %s within %s: %w", spec.ID, d.cfg.Namespace, d.podName(spec),
 				d.podState(context.WithoutCancel(ctx), spec), what, d.cfg.ReadyTimeout, cause)
 		case <-t.C:
 		}
@@ -319,7 +325,7 @@ func (d *Daemons) wait(ctx context.Context, spec sharing.MPSDaemonSpec, what str
 func (d *Daemons) podState(ctx context.Context, spec sharing.MPSDaemonSpec) string {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	p, err := d.cfg.Client.CoreV1().Pods(d.cfg.Namespace).Get(ctx, PodName(spec.ID), metav1.GetOptions{})
+	p, err := d.cfg.Client.CoreV1().Pods(d.cfg.Namespace).Get(ctx, d.podName(spec), metav1.GetOptions{})
 	if err != nil {
 		return "pod: " + err.Error()
 	}

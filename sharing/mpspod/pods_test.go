@@ -60,7 +60,7 @@ func TestPodShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pod.Name != "mps-control-daemon-"+uid || pod.Namespace != ns || pod.Spec.NodeName != node ||
+	if pod.Name != mpspod.PodName(node, uid) || pod.Namespace != ns || pod.Spec.NodeName != node ||
 		pod.Spec.RestartPolicy != corev1.RestartPolicyAlways || pod.Spec.PriorityClassName != "system-node-critical" {
 		t.Errorf("pod %s/%s on %q, restart %s, priority %q", pod.Namespace, pod.Name, pod.Spec.NodeName, pod.Spec.RestartPolicy, pod.Spec.PriorityClassName)
 	}
@@ -110,7 +110,7 @@ func TestStartAdoptRunStop(t *testing.T) {
 	if err := d.Start(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	first, err := client.CoreV1().Pods(ns).Get(ctx, mpspod.PodName(uid), metav1.GetOptions{})
+	first, err := client.CoreV1().Pods(ns).Get(ctx, mpspod.PodName(node, uid), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestStartAdoptRunStop(t *testing.T) {
 	if err := newDaemons(t, client, host).Start(ctx, spec); err != nil {
 		t.Fatalf("second Start: %v", err)
 	}
-	if again, _ := client.CoreV1().Pods(ns).Get(ctx, mpspod.PodName(uid), metav1.GetOptions{}); again.UID != first.UID || again.ResourceVersion != first.ResourceVersion {
+	if again, _ := client.CoreV1().Pods(ns).Get(ctx, mpspod.PodName(node, uid), metav1.GetOptions{}); again.UID != first.UID || again.ResourceVersion != first.ResourceVersion {
 		t.Errorf("second Start replaced the pod")
 	}
 	if running, err := d.Running(ctx, spec); running || err != nil {
@@ -143,7 +143,7 @@ func TestStartAdoptRunStop(t *testing.T) {
 	// kubelet: the pod's deletion sends SIGTERM to its command.
 	go func() {
 		for {
-			if _, err := client.CoreV1().Pods(ns).Get(ctx, mpspod.PodName(uid), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			if _, err := client.CoreV1().Pods(ns).Get(ctx, mpspod.PodName(node, uid), metav1.GetOptions{}); apierrors.IsNotFound(err) {
 				stopPod()
 				return
 			}
@@ -172,7 +172,7 @@ func TestStartAdoptRunStop(t *testing.T) {
 func TestStartRefusesAnotherNodesPod(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	spec := testSpec(t)
-	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: mpspod.PodName(uid), Namespace: ns}, Spec: corev1.PodSpec{NodeName: "node-2"}})
+	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: mpspod.PodName(node, uid), Namespace: ns}, Spec: corev1.PodSpec{NodeName: "node-2"}})
 	if err := newDaemons(t, client, sharingtest.NewFakeHost()).Start(ctx, spec); err == nil {
 		t.Errorf("Start adopted the daemon pod of another node")
 	}
@@ -181,4 +181,19 @@ func TestStartRefusesAnotherNodesPod(t *testing.T) {
 // jsonArg decodes the JSON of a "--spec=<JSON>" argument.
 func jsonArg(arg string, into any) error {
 	return json.Unmarshal([]byte(strings.TrimPrefix(arg, "--spec=")), into)
+}
+
+// TestPodName: the name depends on the daemon and the node only: the same on every call, and
+// different on another node (a shared daemon's ID comes from its GPU's UUID, which fake machines
+// repeat on every node).
+func TestPodName(t *testing.T) {
+	if mpspod.PodName(node, uid) != mpspod.PodName(node, uid) {
+		t.Errorf("PodName is not deterministic")
+	}
+	if mpspod.PodName(node, "shared-0123456789ab") == mpspod.PodName("node-2", "shared-0123456789ab") {
+		t.Errorf("two nodes' daemons of one ID get one pod name")
+	}
+	if got := mpspod.PodName(node, "Not_A/Name"); !strings.HasPrefix(got, "mps-control-daemon-") || strings.ContainsAny(got, "_/N") {
+		t.Errorf("PodName of an ID that is no DNS name: %q", got)
+	}
 }

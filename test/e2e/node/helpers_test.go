@@ -382,7 +382,7 @@ func (s *Suite) mpsDaemonPod(ctx context.Context, t *testing.T, id string) *core
 	t.Helper()
 	var last *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := s.Client.CoreV1().Pods(releaseNamespace).Get(ctx, mpspod.PodName(id), metav1.GetOptions{})
+		p, err := s.Client.CoreV1().Pods(releaseNamespace).Get(ctx, mpspod.PodName(nodeName, id), metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -394,7 +394,7 @@ func (s *Suite) mpsDaemonPod(ctx context.Context, t *testing.T, id string) *core
 		if last != nil {
 			state = fmt.Sprintf("node %s, labels %v, phase %s, %s", last.Spec.NodeName, last.Labels, last.Status.Phase, containerStates(last))
 		}
-		t.Fatalf("MPS daemon pod %s/%s not running: %v (%s)\nevents:\n%s", releaseNamespace, mpspod.PodName(id), err, state, s.events(ctx, releaseNamespace))
+		t.Fatalf("MPS daemon pod %s/%s not running: %v (%s)\nevents:\n%s", releaseNamespace, mpspod.PodName(nodeName, id), err, state, s.events(ctx, releaseNamespace))
 	}
 	if last.Spec.NodeName != nodeName || last.Labels[mpspod.DaemonLabel] != id {
 		t.Errorf("MPS daemon pod %s: node %q, labels %v", last.Name, last.Spec.NodeName, last.Labels)

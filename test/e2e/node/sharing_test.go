@@ -191,11 +191,11 @@ func TestNodeMPSDaemonSurvivesPluginRestart(t *testing.T) {
 	s.deletePod(ctx, t, pod)
 	s.waitUnprepared(ctx, t, string(claim.UID))
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := s.Client.CoreV1().Pods(releaseNamespace).Get(ctx, mpspod.PodName(string(claim.UID)), metav1.GetOptions{})
+		_, err := s.Client.CoreV1().Pods(releaseNamespace).Get(ctx, mpspod.PodName(nodeName, string(claim.UID)), metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 	if err != nil {
-		t.Errorf("the daemon pod %s is still there after its claim was unprepared: %v", mpspod.PodName(string(claim.UID)), err)
+		t.Errorf("the daemon pod %s is still there after its claim was unprepared: %v", mpspod.PodName(nodeName, string(claim.UID)), err)
 	}
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(spec.ShmDir, &sfs); err == nil && sfs.Type == unix.TMPFS_MAGIC {
