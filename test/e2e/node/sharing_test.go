@@ -129,9 +129,9 @@ func TestNodeMPS(t *testing.T) {
 }
 
 // TestNodeMPSDaemonSurvivesPluginRestart: an MPS claim's control daemon runs in a pod of its own
-// (the chart's default), so deleting the plugin's pod (the DaemonSet recreates it, as in a
-// rolling update) leaves it alone: the same daemon pod (same UID, no container restart) still
-// serves its control socket and the workload still runs. The daemon got the claim's pinned
+// (the chart's default), so deleting the plugin's pod (the DaemonSet recreates it) and then the
+// chart's rolling update of the plugin leave it alone: the same daemon pod (same UID, no
+// container restart) still serves its control socket and the workload still runs. The daemon got the claim's pinned
 // memory limit from the plugin and the workload's environment carries no MPS limit it could
 // raise. Deleting the workload removes the daemon pod, its directories and its shm tmpfs.
 func TestNodeMPSDaemonSurvivesPluginRestart(t *testing.T) {
@@ -160,6 +160,7 @@ func TestNodeMPSDaemonSurvivesPluginRestart(t *testing.T) {
 		}
 	}
 
+	// A restart: the plugin pod is deleted and the DaemonSet makes a new one.
 	plugins, err := s.pluginPods(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -169,24 +170,13 @@ func TestNodeMPSDaemonSurvivesPluginRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.waitPluginGone(ctx, plugins); err != nil {
+	s.checkMPSDaemonKept(ctx, t, "the plugin's restart", plugins, daemon, spec, pod)
+	// An upgrade: the chart's rolling update (the new plugin pod beside the old, then the old goes).
+	if plugins, err = s.pluginPods(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.waitPluginReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	after := s.mpsDaemonPod(ctx, t, string(claim.UID))
-	if after.UID != daemon.UID || restarts(after) != 0 || after.DeletionTimestamp != nil {
-		t.Errorf("after the plugin's restart: daemon pod %s (UID %s, %d restarts, deleting %v), want the same pod %s running on",
-			after.Name, after.UID, restarts(after), after.DeletionTimestamp != nil, daemon.UID)
-	}
-	if up, err := sharing.ProbeMPSControl(spec); !up || err != nil {
-		t.Errorf("after the plugin's restart: the daemon's control socket %s does not accept (%v)", spec.ControlSocket(), err)
-	}
-	running := s.runningPod(ctx, t, pod)
-	if restarts(running) != 0 {
-		t.Errorf("after the plugin's restart: the workload's containers restarted: %s", containerStates(running))
-	}
+	s.rollDaemonSet(ctx, t)
+	s.checkMPSDaemonKept(ctx, t, "the plugin's rolling update", plugins, daemon, spec, pod)
 
 	s.deletePod(ctx, t, pod)
 	s.waitUnprepared(ctx, t, string(claim.UID))
@@ -204,4 +194,30 @@ func TestNodeMPSDaemonSurvivesPluginRestart(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("after unprepare: the daemon's directory %s is still there (%v)", dir, err)
 	}
+}
+
+// checkMPSDaemonKept waits until the plugin pods of before are gone and a new one is ready, then
+// checks that the MPS daemon pod is still daemon (same UID, no restart), that its control socket
+// accepts and that the workload pod still runs its first containers.
+func (s *Suite) checkMPSDaemonKept(ctx context.Context, t *testing.T, after string, before []corev1.Pod, daemon *corev1.Pod, spec sharing.MPSDaemonSpec, workload *corev1.Pod) {
+	t.Helper()
+	if err := s.waitPluginGone(ctx, before); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.waitPluginReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := s.mpsDaemonPod(ctx, t, spec.ID)
+	if now.UID != daemon.UID || restarts(now) != 0 || now.DeletionTimestamp != nil {
+		t.Errorf("after %s: daemon pod %s (UID %s, %d restarts, deleting %v), want the same pod %s running on",
+			after, now.Name, now.UID, restarts(now), now.DeletionTimestamp != nil, daemon.UID)
+	}
+	if up, err := sharing.ProbeMPSControl(spec); !up || err != nil {
+		t.Errorf("after %s: the daemon's control socket %s does not accept (%v)", after, spec.ControlSocket(), err)
+	}
+	running := s.runningPod(ctx, t, workload)
+	if restarts(running) != 0 {
+		t.Errorf("after %s: the workload's containers restarted: %s", after, containerStates(running))
+	}
+	s.checkBeforeKept(ctx, t, workload)
 }
