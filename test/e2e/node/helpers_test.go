@@ -376,30 +376,41 @@ func strAttr(d resourceapi.Device, name string) string {
 	return *a.StringValue
 }
 
-// mpsDaemonPod waits for the MPS control daemon pod of daemon id to be Running and Ready and
-// returns it.
+// mpsDaemonPod waits for the one MPS control daemon pod of daemon id on the node (found by its
+// labels, not by its name) to be Running and Ready and returns it.
 func (s *Suite) mpsDaemonPod(ctx context.Context, t *testing.T, id string) *corev1.Pod {
 	t.Helper()
 	var last *corev1.Pod
+	var found int
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := s.Client.CoreV1().Pods(releaseNamespace).Get(ctx, mpspod.PodName(nodeName, id), metav1.GetOptions{})
-		if err != nil {
+		pods, err := s.mpsDaemonPods(ctx, id)
+		if err != nil || len(pods) == 0 {
 			return false, nil
 		}
-		last = p
-		return p.Status.Phase == corev1.PodRunning && podReady(p), nil
+		found, last = len(pods), &pods[0]
+		return found == 1 && last.Status.Phase == corev1.PodRunning && podReady(last), nil
 	})
 	if err != nil {
 		state := "never seen"
 		if last != nil {
-			state = fmt.Sprintf("node %s, labels %v, phase %s, %s", last.Spec.NodeName, last.Labels, last.Status.Phase, containerStates(last))
+			state = fmt.Sprintf("%d pods; %s: node %s, phase %s, %s", found, last.Name, last.Spec.NodeName, last.Status.Phase, containerStates(last))
 		}
-		t.Fatalf("MPS daemon pod %s/%s not running: %v (%s)\nevents:\n%s", releaseNamespace, mpspod.PodName(nodeName, id), err, state, s.events(ctx, releaseNamespace))
+		t.Fatalf("MPS daemon pod of %s not running: %v (%s)\nevents:\n%s", id, err, state, s.events(ctx, releaseNamespace))
 	}
-	if last.Spec.NodeName != nodeName || last.Labels[mpspod.DaemonLabel] != id {
-		t.Errorf("MPS daemon pod %s: node %q, labels %v", last.Name, last.Spec.NodeName, last.Labels)
+	if last.Name != mpspod.PodName(nodeName, id) {
+		t.Errorf("MPS daemon pod %s, want the name %s", last.Name, mpspod.PodName(nodeName, id))
 	}
 	return last
+}
+
+// mpsDaemonPods lists the MPS control daemon pods of daemon id on the node, by their labels.
+func (s *Suite) mpsDaemonPods(ctx context.Context, id string) ([]corev1.Pod, error) {
+	l, err := s.Client.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: mpspod.DaemonLabel + "=" + id + "," + mpspod.NodeLabel + "=" + nodeName})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
 }
 
 // waitPluginGone waits until the plugin pods of before are gone (deleted, not just terminating).

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -180,12 +179,13 @@ func TestNodeMPSDaemonSurvivesPluginRestart(t *testing.T) {
 
 	s.deletePod(ctx, t, pod)
 	s.waitUnprepared(ctx, t, string(claim.UID))
+	var left []corev1.Pod
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := s.Client.CoreV1().Pods(releaseNamespace).Get(ctx, mpspod.PodName(nodeName, string(claim.UID)), metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+		left, err = s.mpsDaemonPods(ctx, string(claim.UID))
+		return err == nil && len(left) == 0, nil
 	})
 	if err != nil {
-		t.Errorf("the daemon pod %s is still there after its claim was unprepared: %v", mpspod.PodName(nodeName, string(claim.UID)), err)
+		t.Errorf("daemon pods of the claim are still there after it was unprepared (%v): %d, the first %v", err, len(left), daemonName(left))
 	}
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(spec.ShmDir, &sfs); err == nil && sfs.Type == unix.TMPFS_MAGIC {
@@ -220,4 +220,12 @@ func (s *Suite) checkMPSDaemonKept(ctx context.Context, t *testing.T, after stri
 		t.Errorf("after %s: the workload's containers restarted: %s", after, containerStates(running))
 	}
 	s.checkBeforeKept(ctx, t, workload)
+}
+
+// daemonName names the first pod of pods, for errors.
+func daemonName(pods []corev1.Pod) string {
+	if len(pods) == 0 {
+		return "none"
+	}
+	return pods[0].Name
 }
