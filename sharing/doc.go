@@ -22,8 +22,10 @@
 //   - supervises and cleans MPS daemons (Manager.SuperviseMPSDaemons, Manager.CleanMPSDirs).
 //
 // Real host implementations are NvidiaSMI (time slices), NVMLComputeMode (compute modes) and
-// MPSControl (nvidia-cuda-mps-control, with a TmpfsMounter); sharing/sharingtest has FakeHost,
-// in memory or persisted to a file.
+// two MPSDaemons: MPSControl runs nvidia-cuda-mps-control -d in the calling process's
+// container (with a TmpfsMounter), and package sharing/mpspod runs each daemon in a Pod of its
+// own on the node, which outlives the plugin's pod; sharing/sharingtest has FakeHost, in memory
+// or persisted to a file.
 //
 // # Preparing a claim
 //
@@ -61,10 +63,33 @@
 // ones; give tenants that must not see each other's MPS clients different devices.
 //
 // Each daemon's directories live under the MPS root (WithMPSRoot) as <id>/{pipe,log,shm}; the
-// shm directory is a tmpfs mounted by MPSControl with the manager's size (WithMPSShmSize,
-// default 1 GiB), so clients cannot fill the kubelet disk, and unmounted on Stop. Daemons die
-// with the plugin's container and can crash: SuperviseMPSDaemons, called at start-up
-// and periodically, restarts the daemons of prepared claims that do not run, and CleanMPSDirs
-// removes directories (and tmpfs mounts) that no registered claim uses, such as those of
-// claims forgotten at a reboot.
+// shm directory is a tmpfs mounted by the MPSDaemons with the manager's size (WithMPSShmSize,
+// default 1 GiB), so clients cannot fill the kubelet disk, and unmounted on Stop. Daemons can
+// crash, and MPSControl's die with the plugin's container (a restart, a rolling update: the MPS
+// servers of running pods go with them; mpspod's do not): SuperviseMPSDaemons, called at
+// start-up and periodically, restarts the daemons of prepared claims that do not run, and
+// CleanMPSDirs removes directories (and tmpfs mounts, and with mpspod the daemon pods) that no
+// registered claim uses and whose daemon does not run, such as those of claims forgotten at a
+// reboot. A daemon that runs is never stopped for want of a record.
+//
+// # MPS limits: the daemon's, not the client's
+//
+// A daemon applies its spec's limits (MPSDaemonSpec.DefaultCommands:
+// set_default_active_thread_percentage and set_default_device_pinned_mem_limit per device
+// ordinal) before Start and Ready return, so before any client connects. NVIDIA's MPS
+// documentation (docs.nvidia.com/deploy/mps, "Legacy MPS v2 Interface" and "Appendix:
+// Environment Variables") says that set_default_active_thread_percentage only affects the
+// next server when one is spawned already, and that a client's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+// can only lower the daemon's setting, never raise it. set_default_device_pinned_mem_limit is
+// treated the same way (a default for the servers spawned after it). Whether a client's
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT could raise the daemon's limit is not relied on: the pinned
+// memory limit of a claim's own daemon (its mpsConfig limits) is set on the daemon, and the
+// containers' environment does not carry it, so nothing a tenant can edit bears on it.
+//
+// A shared daemon is the exception: claims allocated a share of a device (consumable
+// capacity "memory", share IDs) use the device's one daemon and its one server, whose default
+// limits apply to every client alike, while their shares differ. Their share's limit is still
+// only CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in the containers' environment, which a tenant that
+// controls its environment can change; a device whose tenants must not exceed their shares
+// needs a daemon and server per claim (not done yet).
 package sharing

@@ -162,3 +162,16 @@ func tail(path string, offset int64) string {
 	b, _ := io.ReadAll(io.LimitReader(f, 4<<10))
 	return strings.TrimSpace(string(b))
 }
+
+// Command returns the command that runs the driver binary bin of this root with args and the
+// process environment plus extraEnv: bin itself for the root "/", the root's own dynamic loader
+// for any other root (see DriverRootDir). An MPS daemon pod runs nvidia-cuda-mps-control -f
+// through it.
+func (r DriverRootDir) Command(ctx context.Context, bin string, extraEnv []string, args ...string) (*exec.Cmd, error) {
+	return r.command(ctx, bin, extraEnv, args...)
+}
+
+// FindBinary returns the path of the driver binary name (nvidia-cuda-mps-control) under the
+// root's usual binary directories, with symbolic links resolved inside the root, or its /usr/bin
+// path when none exists (the error then comes from running it).
+func (r DriverRootDir) FindBinary(name string) string { return r.findBinary(name) }

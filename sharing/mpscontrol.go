@@ -80,17 +80,45 @@ func NewMPSControl(opts ...MPSControlOption) *MPSControl {
 }
 
 func (m *MPSControl) daemonEnv(spec MPSDaemonSpec) []string {
-	return append(slices.Clone(m.env),
-		"CUDA_VISIBLE_DEVICES="+strings.Join(spec.DeviceUUIDs, ","),
-		"CUDA_MPS_PIPE_DIRECTORY="+spec.PipeDir,
-		"CUDA_MPS_LOG_DIRECTORY="+spec.LogDir)
+	return append(slices.Clone(m.env), spec.Env()...)
 }
 
 // startLog is the file in the log directory that gets the output of `nvidia-cuda-mps-control -d`
 // and of the daemon it forks.
 const startLog = "start.log"
 
-func controlSocket(spec MPSDaemonSpec) string { return filepath.Join(spec.PipeDir, "control") }
+func controlSocket(spec MPSDaemonSpec) string { return spec.ControlSocket() }
+
+// ControlSocket is the daemon's control socket, <PipeDir>/control: clients and
+// nvidia-cuda-mps-control connect to it.
+func (s MPSDaemonSpec) ControlSocket() string { return filepath.Join(s.PipeDir, "control") }
+
+// DefaultCommands are the control daemon commands that apply the daemon's limits to the MPS
+// server it spawns, and so to every client of that server, whatever the client's environment
+// says: set_default_active_thread_percentage and set_default_device_pinned_mem_limit per
+// device ordinal. They affect servers spawned after them, so they must reach the daemon before
+// its first client does.
+func (s MPSDaemonSpec) DefaultCommands() []string {
+	var cmds []string
+	if s.ActiveThreadPercentage != nil {
+		cmds = append(cmds, fmt.Sprintf("set_default_active_thread_percentage %d", *s.ActiveThreadPercentage))
+	}
+	for _, ordinal := range sortedKeys(s.PinnedMemoryLimits) {
+		cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit %s %s", ordinal, s.PinnedMemoryLimits[ordinal]))
+	}
+	return cmds
+}
+
+// Env is the environment nvidia-cuda-mps-control runs with for this daemon: the devices it
+// serves (CUDA_VISIBLE_DEVICES), its pipe and its log directory.
+func (s MPSDaemonSpec) Env() []string {
+	return []string{"CUDA_VISIBLE_DEVICES=" + strings.Join(s.DeviceUUIDs, ","),
+		"CUDA_MPS_PIPE_DIRECTORY=" + s.PipeDir, "CUDA_MPS_LOG_DIRECTORY=" + s.LogDir}
+}
+
+// ProbeMPSControl connects to the daemon's control socket: true when it accepts, false when
+// there is no socket or nobody listens on it, an error when the answer is not known.
+func ProbeMPSControl(spec MPSDaemonSpec) (bool, error) { return probe(spec) }
 
 // probe connects to the daemon's control socket: true when it accepts, false when there is no
 // socket or nobody listens on it, an error when the answer is not known.
@@ -145,13 +173,7 @@ func (m *MPSControl) Start(ctx context.Context, spec MPSDaemonSpec) error {
 	if err := m.Ready(ctx, spec); err != nil {
 		return err
 	}
-	var cmds []string
-	if spec.ActiveThreadPercentage != nil {
-		cmds = append(cmds, fmt.Sprintf("set_default_active_thread_percentage %d", *spec.ActiveThreadPercentage))
-	}
-	for _, ordinal := range sortedKeys(spec.PinnedMemoryLimits) {
-		cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit %s %s", ordinal, spec.PinnedMemoryLimits[ordinal]))
-	}
+	cmds := spec.DefaultCommands()
 	if len(cmds) == 0 {
 		return nil
 	}

@@ -356,9 +356,14 @@ func setMPSEdits(rec *Record, mpsDevices []int, spec MPSDaemonSpec, pct *int, li
 	if pct != nil {
 		env = append(env, envThreadPercent+"="+strconv.Itoa(*pct))
 	}
+	// A claim's own daemon enforces its pinned memory limits (spec.PinnedMemoryLimits, sent
+	// with set_default_device_pinned_mem_limit before any client connects): the containers'
+	// environment does not carry them, so that nothing a tenant can edit bears on its share.
+	// A shared daemon serves claims of different shares through one server, so there the
+	// limit stays a client setting (see the package documentation).
 	var l []string
 	for n := range spec.DeviceUUIDs {
-		if v, ok := limits[strconv.Itoa(n)]; ok {
+		if v, ok := limits[strconv.Itoa(n)]; ok && spec.Shared {
 			l = append(l, strconv.Itoa(n)+"="+v)
 		}
 	}

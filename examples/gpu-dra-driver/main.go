@@ -84,10 +84,11 @@ func main() {
 
 // stopGrace is how long a command may take to stop after SIGINT or SIGTERM before the process
 // exits with status 3: a second, for every command but serve, whose shutdown (unpreparing,
-// withdrawing its slices) has its own deadlines.
+// withdrawing its slices) has its own deadlines, and mps-daemon, which waits for its daemon to
+// quit (mpsQuitWait).
 func stopGrace(args []string) (time.Duration, bool) {
 	cmd, _, err := newRootCmd(io.Discard, io.Discard).Find(args)
-	if err == nil && cmd.Name() == "serve" {
+	if err == nil && (cmd.Name() == "serve" || cmd.Name() == "mps-daemon") {
 		return 0, false
 	}
 	return time.Second, true
@@ -185,7 +186,7 @@ Flags may come before or after arguments. Long flags take two dashes (--machine 
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(newDemoCmd(), newServeCmd(), newRenderCmd(), newInventoryCmd(), newMIGCmd(),
-		newTopoCmd(), newCheckCmd(), newVersionCmd())
+		newTopoCmd(), newCheckCmd(), newVersionCmd(), newMPSDaemonCmd())
 	strictCompletion(root)
 	withExitCodes(root)
 	return root

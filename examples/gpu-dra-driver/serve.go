@@ -31,6 +31,7 @@ import (
 	"github.com/gpudra/gpudra/deviceplugin"
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/sharing"
+	"github.com/gpudra/gpudra/sharing/mpspod"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
 )
 
@@ -48,10 +49,15 @@ type serveFlags struct {
 	podUID       string
 	fakeControl  string
 	fakeTmpfs    bool
-	strategies   string
-	allowed      map[string]bool
-	qps          float64
-	burst        int
+	// mpsPods runs each MPS control daemon in a pod of its own (see mpsDaemonPods).
+	mpsPods          bool
+	mpsImage         string
+	mpsNamespace     string
+	mpsPriorityClass string
+	strategies       string
+	allowed          map[string]bool
+	qps              float64
+	burst            int
 	// taintEffect and recovery configure health taints; allowDevicePlugin skips the guard
 	// against a device plugin serving the same GPUs.
 	taintEffect       string
@@ -112,6 +118,11 @@ func (s *serveFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&s.podUID, "pod-uid", os.Getenv("POD_UID"), "the plugin pod's UID (downward API): enables kubelet rolling updates")
 	fs.StringVar(&s.fakeControl, "fake-control", "", "TESTS ONLY, --nvml=fake only: serve the fake machine's test controls (inject XIDs, mark GPUs healthy, list MIG instances) over HTTP on this loopback address (HOST:PORT) or unix socket (unix:/PATH)")
 	fs.BoolVar(&s.fakeTmpfs, "fake-mps-tmpfs", false, "TESTS ONLY, --nvml=fake only: mount a real tmpfs on each MPS daemon's shm directory, as on a real node (needs CAP_SYS_ADMIN), so that its propagation to containers can be tested")
+	fs.BoolVar(&s.mpsPods, "mps-daemon-pods", false, "run each MPS control daemon in a pod of its own on this node (image --mps-daemon-image, namespace --mps-daemon-namespace; needs create, get, list and delete on pods there), "+
+		"so that restarting this plugin leaves the daemons and their workloads running; false runs them in this process's container, where they die with it")
+	fs.StringVar(&s.mpsImage, "mps-daemon-image", "", "the image of the MPS daemon pods (--mps-daemon-pods): the plugin's own, whose gpu-dra-driver mps-daemon runs the daemon")
+	fs.StringVar(&s.mpsNamespace, "mps-daemon-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of the MPS daemon pods (--mps-daemon-pods; default $POD_NAMESPACE, the plugin's)")
+	fs.StringVar(&s.mpsPriorityClass, "mps-daemon-priority-class", "", "the priority class of the MPS daemon pods (--mps-daemon-pods; the plugin's, e.g. system-node-critical)")
 	fs.StringVar(&s.strategies, "sharing-strategies", strategyTimeSlicing+","+strategyMPS, "sharing strategies claims may ask for in their opaque config (comma-separated subset of TimeSlicing,MPS; empty: exclusive use only)")
 	completeValues(cmd, "sharing-strategies", strategyTimeSlicing+","+strategyMPS, strategyTimeSlicing, strategyMPS, "")
 	fs.Float64Var(&s.qps, "kube-api-qps", 200, "API client QPS; kubelet's helper GETs every claim before prepare, so a low limit delays pods")
@@ -188,10 +199,30 @@ func (s *serveFlags) validate() error {
 	if err := s.validateAddrs(); err != nil {
 		return err
 	}
+	if err := s.validateMPSPods(); err != nil {
+		return err
+	}
 	if !(s.qps > 0) || math.IsInf(s.qps, 0) || s.burst <= 0 { // !(> 0) also refuses NaN
 		return fmt.Errorf("--kube-api-qps=%v --kube-api-burst=%d: both must be positive numbers", s.qps, s.burst)
 	}
 	return s.validateDirs()
+}
+
+// validateMPSPods checks the MPS daemon pod flags: with --mps-daemon-pods an image and a
+// namespace are needed; without, the other flags would do nothing.
+func (s *serveFlags) validateMPSPods() error {
+	if !s.mpsPods {
+		for _, name := range []string{"mps-daemon-image", "mps-daemon-priority-class"} {
+			if changed(s.fs, name) {
+				return fmt.Errorf("--%s needs --mps-daemon-pods", name)
+			}
+		}
+		return nil
+	}
+	if s.mpsImage == "" || s.mpsNamespace == "" {
+		return fmt.Errorf("--mps-daemon-pods needs --mps-daemon-image and --mps-daemon-namespace (or $POD_NAMESPACE), got %q and %q", s.mpsImage, s.mpsNamespace)
+	}
+	return nil
 }
 
 // validateAddrs checks the addresses serve listens on: the fake control endpoint and metrics.
@@ -385,7 +416,7 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node, client kubernetes.I
 	if err != nil {
 		return nil, nil, err
 	}
-	actions, err := s.hostActions(n)
+	actions, err := s.hostActions(n, client)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -416,7 +447,7 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node, client kubernetes.I
 // fake machine, time slices and daemons are recorded by a fake host (n.host) kept in a file in
 // the state directory, which also learns the compute modes NVML sets (its MPS daemons need
 // EXCLUSIVE_PROCESS, as real ones do).
-func (s *serveFlags) hostActions(n *node) ([]sharing.Option, error) {
+func (s *serveFlags) hostActions(n *node, client kubernetes.Interface) ([]sharing.Option, error) {
 	var cm sharing.ComputeModeSetter = sharing.NewNVMLComputeMode(n.nvml)
 	var ts sharing.TimeSlicer
 	var mps sharing.MPSDaemons
@@ -443,6 +474,13 @@ func (s *serveFlags) hostActions(n *node) ([]sharing.Option, error) {
 	} else {
 		ts = sharing.NewNvidiaSMI(sharing.WithSMIDriverRoot(sharing.DriverRootDir(s.node.driverRoot)))
 		mps = sharing.NewMPSControl(sharing.WithMPSDriverRoot(sharing.DriverRootDir(s.node.driverRoot)))
+	}
+	if s.mpsPods {
+		pods, err := s.mpsDaemonPods(n, client)
+		if err != nil {
+			return nil, err
+		}
+		mps = pods
 	}
 	ts, mps = restrictStrategies(s.allowed, s.strategies, ts, mps)
 	return []sharing.Option{sharing.WithComputeModeSetter(cm), sharing.WithTimeSlicer(ts), sharing.WithMPSDaemons(mps)}, nil
@@ -584,4 +622,56 @@ func (s *serveFlags) guardDevicePlugin(ctx context.Context, client kubernetes.In
 		return fmt.Errorf("%w (remove the device plugin from this node first, or pass --allow-device-plugin)", err)
 	}
 	return nil
+}
+
+// mpsDaemonPods returns the MPS daemons of --mps-daemon-pods: one pod per daemon on this node,
+// running this image's `gpu-dra-driver mps-daemon` with the daemon's spec. On real GPUs the pod
+// is privileged with the host's PID namespace and gets the driver root; on a fake machine it
+// runs a fake control daemon (mps-daemon --fake), unprivileged, and the fake host still records
+// the daemon, as without pods.
+func (s *serveFlags) mpsDaemonPods(n *node, client kubernetes.Interface) (sharing.MPSDaemons, error) {
+	cfg := mpspod.Config{Client: client, Namespace: s.mpsNamespace, NodeName: s.node.nodeName, Image: s.mpsImage,
+		PriorityClassName: s.mpsPriorityClass}
+	hostRoot := s.node.driverRoot
+	if s.hostRoot != "" {
+		hostRoot = s.hostRoot
+	}
+	if n.machine == nil {
+		cfg.DriverRoot, cfg.Args = hostRoot, []string{"--" + flagDriverRoot + "=/driver-root"}
+		cfg.Privileged, cfg.HostPID = true, true
+	} else {
+		cfg.Args = []string{"--fake"}
+		if !s.fakeTmpfs {
+			cfg.Mounter = n.host // recorded, not mounted
+		}
+	}
+	pods, err := mpspod.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if n.machine == nil {
+		return pods, nil
+	}
+	return recordedMPS{MPSDaemons: pods, host: n.host}, nil
+}
+
+// recordedMPS runs a fake machine's MPS daemons in pods and records them in the fake host too,
+// so that its state (GET /state, the state file) shows them as without pods.
+type recordedMPS struct {
+	sharing.MPSDaemons
+	host *sharingtest.FakeHost
+}
+
+func (r recordedMPS) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error {
+	if err := r.MPSDaemons.Start(ctx, spec); err != nil {
+		return err
+	}
+	return r.host.Start(ctx, spec)
+}
+
+func (r recordedMPS) Stop(ctx context.Context, spec sharing.MPSDaemonSpec) error {
+	if err := r.MPSDaemons.Stop(ctx, spec); err != nil {
+		return err
+	}
+	return r.host.Stop(ctx, spec)
 }

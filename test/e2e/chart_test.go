@@ -141,12 +141,13 @@ func nodeOfDaemonPod(p *corev1.Pod) string {
 
 // TestChartSharingStrategies: with sharingStrategies [MPS], the DaemonSet's driver refuses a
 // time-slicing claim at prepare with an error naming the setting, changes nothing, and still
-// prepares MPS.
+// prepares MPS. (Its MPS daemon runs in the driver's process: this tier's fake kubelet runs no
+// daemon pods.)
 func TestChartSharingStrategies(t *testing.T) {
 	ctx := context.Background()
 	objs, err := framework.RenderChart(filepath.Join(suite.Repo, chartPath), suite.Bins.KubernetesVersion,
 		framework.Release{Name: releaseName, Namespace: releaseNamespace, Values: map[string]any{
-			"fakeMachine": map[string]any{"name": "l4x8"}, "sharingStrategies": []any{"MPS"}}})
+			"fakeMachine": map[string]any{"name": "l4x8"}, "sharingStrategies": []any{"MPS"}, "mpsDaemonPods": false}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,9 +124,11 @@ func (s *Suite) buildDriver(ctx context.Context) error {
 // installChart renders the chart as `helm install gpu-dra-driver -n gpu-dra-driver
 // --set fakeMachine.name=...` would and applies it. The fake machine value makes the
 // DaemonSet's arguments those of a node without GPUs; each test's driver then names its own
-// machine with later flags.
+// machine with later flags. MPS daemons run in the driver's process (mpsDaemonPods false): this
+// tier's kubelet is a fake that runs no pods, so a daemon pod would never start (the node tier,
+// test/e2e/node, runs them).
 func (s *Suite) installChart(ctx context.Context) error {
-	s.Values = map[string]any{"fakeMachine": map[string]any{"name": "dgx-a100-40gb"}}
+	s.Values = map[string]any{"fakeMachine": map[string]any{"name": "dgx-a100-40gb"}, "mpsDaemonPods": false}
 	objs, err := framework.RenderChart(filepath.Join(s.Repo, chartPath), s.Bins.KubernetesVersion,
 		framework.Release{Name: releaseName, Namespace: releaseNamespace, Values: s.Values})
 	if err != nil {

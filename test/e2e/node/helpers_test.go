@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpudra/gpudra/sharing/mpspod"
 	"github.com/gpudra/gpudra/test/e2e/framework"
 	"github.com/gpudra/gpudra/test/e2e/framework/kubenode/report"
 )
@@ -373,4 +374,62 @@ func strAttr(d resourceapi.Device, name string) string {
 		return ""
 	}
 	return *a.StringValue
+}
+
+// mpsDaemonPod waits for the one MPS control daemon pod of daemon id on the node (found by its
+// labels, not by its name) to be Running and Ready and returns it.
+func (s *Suite) mpsDaemonPod(ctx context.Context, t *testing.T, id string) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	var found int
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := s.mpsDaemonPods(ctx, id)
+		if err != nil || len(pods) == 0 {
+			return false, nil
+		}
+		found, last = len(pods), &pods[0]
+		return found == 1 && last.Status.Phase == corev1.PodRunning && podReady(last), nil
+	})
+	if err != nil {
+		state := "never seen"
+		if last != nil {
+			state = fmt.Sprintf("%d pods; %s: node %s, phase %s, %s", found, last.Name, last.Spec.NodeName, last.Status.Phase, containerStates(last))
+		}
+		t.Fatalf("MPS daemon pod of %s not running: %v (%s)\nevents:\n%s", id, err, state, s.events(ctx, releaseNamespace))
+	}
+	if last.Name != mpspod.PodName(nodeName, id) {
+		t.Errorf("MPS daemon pod %s, want the name %s", last.Name, mpspod.PodName(nodeName, id))
+	}
+	return last
+}
+
+// mpsDaemonPods lists the MPS control daemon pods of daemon id on the node, by their labels.
+func (s *Suite) mpsDaemonPods(ctx context.Context, id string) ([]corev1.Pod, error) {
+	l, err := s.Client.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: mpspod.DaemonLabel + "=" + id + "," + mpspod.NodeLabel + "=" + nodeName})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// waitPluginGone waits until the plugin pods of before are gone (deleted, not just terminating).
+func (s *Suite) waitPluginGone(ctx context.Context, before []corev1.Pod) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, p := range before {
+			if _, err := s.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// restarts is the sum of the restart counts of the pod's containers.
+func restarts(p *corev1.Pod) int {
+	n := 0
+	for _, c := range p.Status.ContainerStatuses {
+		n += int(c.RestartCount)
+	}
+	return n
 }

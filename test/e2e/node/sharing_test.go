@@ -6,17 +6,22 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/sharing"
+	"github.com/gpudra/gpudra/sharing/mpspod"
 	"github.com/gpudra/gpudra/sharing/sharingtest"
 )
 
@@ -120,4 +125,107 @@ func TestNodeMPS(t *testing.T) {
 			t.Errorf("after unprepare: the shm directory %s is still there (%v)", d, err)
 		}
 	}
+}
+
+// TestNodeMPSDaemonSurvivesPluginRestart: an MPS claim's control daemon runs in a pod of its own
+// (the chart's default), so deleting the plugin's pod (the DaemonSet recreates it) and then the
+// chart's rolling update of the plugin leave it alone: the same daemon pod (same UID, no
+// container restart) still serves its control socket and the workload still runs. The daemon got the claim's pinned
+// memory limit from the plugin and the workload's environment carries no MPS limit it could
+// raise. Deleting the workload removes the daemon pod, its directories and its shm tmpfs.
+func TestNodeMPSDaemonSurvivesPluginRestart(t *testing.T) {
+	ctx := context.Background()
+	s := suite
+	ns := s.namespace(ctx, t)
+	s.claimTemplate(ctx, t, ns, "mps-limit", "gpu.nvidia.com", 1,
+		gpuConfig(`{"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "10Gi"}}`))
+	pod := s.runPod(ctx, t, workloadPod(ns, "mps-limit", corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("mps-limit")}, "main"))
+	claim, _ := s.allocatedDevices(ctx, t, pod, "gpu")
+	daemon := s.mpsDaemonPod(ctx, t, string(claim.UID))
+	dir := filepath.Join(s.Node.Kubelet.RootDir, "plugins", driverName, "mps", string(claim.UID))
+	spec := sharing.MPSDaemonSpec{ID: string(claim.UID), Dir: dir, PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm")}
+
+	cmds, err := mpspod.Commands(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cmds, "set_default_device_pinned_mem_limit 0 10240M") {
+		t.Errorf("the MPS daemon got commands %q, want set_default_device_pinned_mem_limit 0 10240M", cmds)
+	}
+	r := s.report(ctx, t, pod, "main")
+	for k, v := range r.Env {
+		if strings.HasPrefix(k, "CUDA_MPS_") && k != "CUDA_MPS_PIPE_DIRECTORY" {
+			t.Errorf("the workload's environment carries %s=%s: the daemon enforces the claim's limits", k, v)
+		}
+	}
+
+	// A restart: the plugin pod is deleted and the DaemonSet makes a new one.
+	plugins, err := s.pluginPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range plugins {
+		if err := s.Client.CoreV1().Pods(releaseNamespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.checkMPSDaemonKept(ctx, t, "the plugin's restart", plugins, daemon, spec, pod)
+	// An upgrade: the chart's rolling update (the new plugin pod beside the old, then the old goes).
+	if plugins, err = s.pluginPods(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.rollDaemonSet(ctx, t)
+	s.checkMPSDaemonKept(ctx, t, "the plugin's rolling update", plugins, daemon, spec, pod)
+
+	s.deletePod(ctx, t, pod)
+	s.waitUnprepared(ctx, t, string(claim.UID))
+	var left []corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		left, err = s.mpsDaemonPods(ctx, string(claim.UID))
+		return err == nil && len(left) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("daemon pods of the claim are still there after it was unprepared (%v): %d, the first %v", err, len(left), daemonName(left))
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(spec.ShmDir, &sfs); err == nil && sfs.Type == unix.TMPFS_MAGIC {
+		t.Errorf("after unprepare: the shm tmpfs %s is still mounted", spec.ShmDir)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after unprepare: the daemon's directory %s is still there (%v)", dir, err)
+	}
+}
+
+// checkMPSDaemonKept waits until the plugin pods of before are gone and a new one is ready, then
+// checks that the MPS daemon pod is still daemon (same UID, no restart), that its control socket
+// accepts and that the workload pod still runs its first containers.
+func (s *Suite) checkMPSDaemonKept(ctx context.Context, t *testing.T, after string, before []corev1.Pod, daemon *corev1.Pod, spec sharing.MPSDaemonSpec, workload *corev1.Pod) {
+	t.Helper()
+	if err := s.waitPluginGone(ctx, before); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.waitPluginReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := s.mpsDaemonPod(ctx, t, spec.ID)
+	if now.UID != daemon.UID || restarts(now) != 0 || now.DeletionTimestamp != nil {
+		t.Errorf("after %s: daemon pod %s (UID %s, %d restarts, deleting %v), want the same pod %s running on",
+			after, now.Name, now.UID, restarts(now), now.DeletionTimestamp != nil, daemon.UID)
+	}
+	if up, err := sharing.ProbeMPSControl(spec); !up || err != nil {
+		t.Errorf("after %s: the daemon's control socket %s does not accept (%v)", after, spec.ControlSocket(), err)
+	}
+	running := s.runningPod(ctx, t, workload)
+	if restarts(running) != 0 {
+		t.Errorf("after %s: the workload's containers restarted: %s", after, containerStates(running))
+	}
+	s.checkBeforeKept(ctx, t, workload)
+}
+
+// daemonName names the first pod of pods, for errors.
+func daemonName(pods []corev1.Pod) string {
+	if len(pods) == 0 {
+		return "none"
+	}
+	return pods[0].Name
 }

@@ -59,3 +59,8 @@ auto: where the API server authorizes claim status per driver and node, 1.36+). 
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* "true" when MPS daemons run in pods of their own: MPS allowed and mpsDaemonPods on. */}}
+{{- define "gpu-dra-driver.mpsDaemonPods" -}}
+{{- if and .Values.mpsDaemonPods (has "MPS" .Values.sharingStrategies) }}true{{ end }}
+{{- end }}
