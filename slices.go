@@ -74,11 +74,11 @@ type Builder struct {
 	migOwned   func(g *gpu.GPU, d *gpu.MIGDevice) bool
 	// migProfiles, when not nil, are the only GPU-instance profiles dynamic MIG publishes.
 	migProfiles map[string]bool
+	consumable  *ConsumableMemory
+	topo        *placements // WithTopology, nil without
 	// partitionsFirst and oneMediaExtensionPlacement: WithPartitionsFirst,
 	// WithOneMediaExtensionPlacement.
 	partitionsFirst, oneMediaExtensionPlacement bool
-	consumable  *ConsumableMemory
-	topo        *placements // WithTopology, nil without
 	// listAttributes publishes list-valued attributes (WithListAttributes).
 	listAttributes bool
 	// passthrough publishes vfio devices (WithPassthrough), nil without.

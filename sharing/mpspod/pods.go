@@ -43,7 +43,7 @@ const ReadyFile = "ready"
 
 // Config says how daemon pods are made.
 type Config struct {
-	// Client creates, reads and deletes the daemon pods (namespaced: create, get, list, delete).
+	// Client creates, reads and deletes the daemon pods (namespaced: create, get, delete).
 	Client kubernetes.Interface
 	// Namespace is where daemon pods are created: the driver's namespace.
 	Namespace string
