@@ -187,8 +187,9 @@ func jsonArg(arg string, into any) error {
 // different on another node (a shared daemon's ID comes from its GPU's UUID, which fake machines
 // repeat on every node).
 func TestPodName(t *testing.T) {
-	if mpspod.PodName(node, uid) != mpspod.PodName(node, uid) {
-		t.Errorf("PodName is not deterministic")
+	first, again := mpspod.PodName(node, uid), mpspod.PodName(node, uid)
+	if first != again {
+		t.Errorf("PodName is not deterministic: %q, then %q", first, again)
 	}
 	if mpspod.PodName(node, "shared-0123456789ab") == mpspod.PodName("node-2", "shared-0123456789ab") {
 		t.Errorf("two nodes' daemons of one ID get one pod name")
