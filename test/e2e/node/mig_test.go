@@ -80,14 +80,22 @@ func (s *Suite) instances(t *testing.T) map[int]int {
 // the defaults when the test ends.
 func (s *Suite) reinstall(ctx context.Context, t *testing.T, extra map[string]any) {
 	t.Helper()
-	if err := s.installChart(ctx, extra); err != nil {
-		t.Fatal(err)
-	}
+	s.reinstallAdapted(ctx, t, extra, nil)
+}
+
+// reinstallAdapted is reinstall with a change to the DaemonSet's pod spec (installChartAdapted);
+// the suite's own chart, unchanged, is restored when the test ends.
+func (s *Suite) reinstallAdapted(ctx context.Context, t *testing.T, extra map[string]any, adapt func(*corev1.PodSpec)) {
+	t.Helper()
+	// Restored even when the install fails half way: the next tests need the suite's chart.
 	t.Cleanup(func() {
 		if err := s.installChart(context.Background(), nil); err != nil {
 			t.Errorf("restore the chart's values: %v", err)
 		}
 	})
+	if err := s.installChartAdapted(ctx, extra, adapt); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // migClaimTemplate asks for one MIG device of profile.
