@@ -94,8 +94,28 @@ func (s *Suite) reinstallAdapted(ctx context.Context, t *testing.T, extra map[st
 		}
 	})
 	if err := s.installChartAdapted(ctx, extra, adapt); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, s.pluginLogTails(ctx))
 	}
+}
+
+// pluginLogTails returns the last lines the plugin container of each plugin pod on the node
+// logged (every attempt, restarts included), for errors: why a plugin did not become Ready.
+func (s *Suite) pluginLogTails(ctx context.Context) string {
+	pods, err := s.pluginPods(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for i := range pods {
+		log, err := s.Node.Kubelet.ContainerLog(&pods[i], "plugin")
+		if err != nil {
+			fmt.Fprintf(&b, "plugin pod %s: no log: %v\n", pods[i].Name, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+		fmt.Fprintf(&b, "plugin pod %s, last lines of its log:\n  %s\n", pods[i].Name, strings.Join(lines[max(0, len(lines)-8):], "\n  "))
+	}
+	return b.String()
 }
 
 // migClaimTemplate asks for one MIG device of profile.
