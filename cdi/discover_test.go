@@ -295,6 +295,27 @@ func TestHostRoot(t *testing.T) {
 		}
 	}
 
+	// Where /proc is read: the default, below a proc root, or a directory standing for /proc.
+	for _, tc := range []struct {
+		name string
+		opts []cdi.HostRootOption
+		want string
+	}{
+		{"default", nil, "/proc/driver/nvidia/version"},
+		{"proc root", []cdi.HostRootOption{cdi.WithProcRoot(driver)}, filepath.Join(driver, "proc/driver/nvidia/version")},
+		{"proc dir", []cdi.HostRootOption{cdi.WithProcDir("/host/proc/")}, "/host/proc/driver/nvidia/version"},
+		{"proc dir not named proc", []cdi.HostRootOption{cdi.WithProcDir("/host-proc")}, "/host-proc/driver/nvidia/version"},
+		{"proc dir wins", []cdi.HostRootOption{cdi.WithProcDir("/host-proc"), cdi.WithProcRoot(driver)}, "/host-proc/driver/nvidia/version"},
+	} {
+		pr, err := cdi.NewHostRoot(driver, tc.opts...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := pr.Resolve("/proc/driver/nvidia/version"); got != tc.want {
+			t.Errorf("%s: /proc/driver/nvidia/version resolves to %s, want %s", tc.name, got, tc.want)
+		}
+	}
+
 	host, err := cdi.NewHostRoot("/")
 	if err != nil {
 		t.Fatal(err)
@@ -319,6 +340,8 @@ func TestHostRoot(t *testing.T) {
 	}{
 		{"relative", nil, `driver root "relative": must be an absolute path`},
 		{driver, []cdi.HostRootOption{cdi.WithHostDevRoot("dev")}, `host dev root "dev"`},
+		{driver, []cdi.HostRootOption{cdi.WithProcDir("proc")}, `proc dir "proc": must be an absolute path`},
+		{driver, []cdi.HostRootOption{cdi.WithProcRoot("host")}, `proc root "host": must be an absolute path`},
 		{filepath.Join(driver, "missing"), nil, "driver root: stat"},
 		{"/proc/devices", nil, "not a directory"},
 	} {

@@ -53,7 +53,9 @@ type DriverRoot interface {
 // separately so that specs name the paths the container runtime on the host will see.
 type HostRoot struct {
 	driverRoot, devRoot, procRoot string
-	hostDriverRoot, hostDevRoot   string
+	// procDir is the directory read for "/proc": WithProcDir's, else procRoot's "proc".
+	procDir                     string
+	hostDriverRoot, hostDevRoot string
 }
 
 var _ DriverRoot = (*HostRoot)(nil)
@@ -69,6 +71,11 @@ func WithDevRoot(dir string) HostRootOption { return func(r *HostRoot) { r.devRo
 // WithProcRoot reads "/proc/..." files below dir instead of below "/". The default is right for
 // almost every setup: the NVIDIA /proc files belong to the host kernel, not to the driver root.
 func WithProcRoot(dir string) HostRootOption { return func(r *HostRoot) { r.procRoot = dir } }
+
+// WithProcDir reads "/proc/..." files from dir, the directory that stands for /proc itself (for
+// example the host's /proc mounted at "/host/proc" in a container); "/proc/devices" is then
+// dir/devices. It takes precedence over WithProcRoot.
+func WithProcDir(dir string) HostRootOption { return func(r *HostRoot) { r.procDir = dir } }
 
 // WithHostDriverRoot sets the host path of the driver root, when this process sees it elsewhere
 // (for example the host's "/run/nvidia/driver" mounted at "/driver-root" in the plugin's pod).
@@ -114,6 +121,12 @@ func NewHostRoot(driverRoot string, opts ...HostRootOption) (*HostRoot, error) {
 		}
 		*f.p = filepath.Clean(*f.p)
 	}
+	if r.procDir == "" {
+		r.procDir = filepath.Join(r.procRoot, "proc")
+	} else if !filepath.IsAbs(r.procDir) {
+		return nil, fmt.Errorf("proc dir %q: must be an absolute path", r.procDir)
+	}
+	r.procDir = filepath.Clean(r.procDir)
 	st, err := os.Stat(r.driverRoot)
 	if err != nil {
 		return nil, fmt.Errorf("driver root: %w", err)
@@ -132,7 +145,7 @@ func (r *HostRoot) Resolve(p string) string {
 	p = cleanAbs(p)
 	switch {
 	case under(p, "/proc"):
-		return filepath.Join(r.procRoot, p)
+		return filepath.Join(r.procDir, strings.TrimPrefix(p, "/proc"))
 	case under(p, "/dev"):
 		return filepath.Join(r.devRoot, p)
 	default:

@@ -394,6 +394,8 @@ func specificCases() []badCase {
 		caseServe("bad strategy", 2, "--sharing-strategies", "--sharing-strategies", "Magic"),
 		caseServe("fake control not loopback", 2, "--fake-control", "--fake-control", "0.0.0.0:1"),
 		caseServe("machine without fake", 2, "--machine needs --nvml=fake", "--nvml=real", "--machine", "l4x8"),
+		{name: "serve/relative proc root", args: []string{"serve", "--node-name", "n1", "--kubeconfig", "{kubeconfig-refused}", "--plugin-dir", "{new}", "--proc-root", "host"},
+			code: 2, first: `--proc-root="host": must be an absolute path`},
 		caseServe("API server refuses connections", 3, "API server: ", "--cdi-root", "{new}", "--registrar-dir", "{new}"),
 
 		// completion.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/gpu/gputest"
 )
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
@@ -132,6 +134,8 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"serve", "--node-name", "n1", "--nvml", "fake", "--fake-control", "unix:fc.sock"}, 2, "clean absolute path"},
 		{[]string{"serve", "--node-name", "n1", "--nvml", "fake", "--fake-control", "unix:/run/../fc.sock"}, 2, "clean absolute path"},
 		{[]string{"serve", "--node-name", "n1", "--nvml", "fake", "--state-dir", "state"}, 2, "--state-dir=\"state\": must be an absolute path"},
+		{[]string{"serve", "--node-name", "n1", "--proc-root", "host"}, 2, "--proc-root=\"host\": must be an absolute path"},
+		{[]string{"serve", "--node-name", "n1", "--proc-root="}, 2, "--proc-root=\"\": must be an absolute path"},
 		{[]string{"demo", "--nvml", "real"}, 2, "fake machine only"},
 	}
 	for _, c := range cases {
@@ -207,6 +211,51 @@ func TestServeNeedsNoDriverWithAFakeMachine(t *testing.T) {
 	}
 	if inst.DriverVersion != cditest.DefaultVersion {
 		t.Errorf("discovered driver %q, want the fake installation's %q", inst.DriverVersion, cditest.DefaultVersion)
+	}
+}
+
+// TestServeProcRoot: the kernel's /proc files (the NVIDIA module's version, device majors, MIG
+// capability minors) are read in --proc-root in real mode ("/proc" by default, the process's
+// own), and below a fake machine's driver installation with --nvml=fake, whatever --proc-root.
+func TestServeProcRoot(t *testing.T) {
+	root := t.TempDir()
+	cases := []struct {
+		name string
+		args []string
+		fake bool
+		want string
+	}{
+		{"real, default", []string{"--nvml=real", "--driver-root", root}, false, "/proc/devices"},
+		{"real, --proc-root", []string{"--nvml=real", "--driver-root", root, "--proc-root", "/host/proc/"}, false, "/host/proc/devices"},
+		{"real, --proc-root not named proc", []string{"--nvml=real", "--driver-root", root, "--proc-root", "/host-proc"}, false, "/host-proc/devices"},
+		{"real, --proc-root in the driver root", []string{"--nvml=real", "--driver-root", root, "--proc-root", filepath.Join(root, "proc")}, false, filepath.Join(root, "proc/devices")},
+		{"fake machine's driver root", []string{"--nvml=fake", "--machine", "l4x8", "--driver-root", root}, true, filepath.Join(root, "proc/devices")},
+		{"fake machine's driver root, --proc-root", []string{"--nvml=fake", "--machine", "l4x8", "--driver-root", root, "--proc-root", "/host/proc"}, true, filepath.Join(root, "proc/devices")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := parseServeFlags(append([]string{"--node-name", "n1"}, c.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := &node{}
+			if c.fake {
+				if n.machine, err = gputest.New("l4x8"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dr, err := s.driverRootFor(context.Background(), n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hr, ok := dr.(*cdi.HostRoot)
+			if !ok {
+				t.Fatalf("driver root %T, want a *cdi.HostRoot", dr)
+			}
+			if got := hr.Resolve("/proc/devices"); got != c.want {
+				t.Errorf("/proc/devices is read from %s, want %s", got, c.want)
+			}
+		})
 	}
 }
 

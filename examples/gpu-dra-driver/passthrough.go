@@ -29,7 +29,8 @@ func (f *passthroughFlags) register(fs *pflag.FlagSet) {
 		"needs the IOMMU on and the vfio-pci module loaded (docs/install.md, \"GPU passthrough\")")
 	fs.StringVar(&f.sysfsRoot, "sysfs-root", "/sys", "with --passthrough: where the host's sysfs is mounted")
 	fs.StringVar(&f.devRoot, "vfio-dev-root", "/dev", "with --passthrough: where the host's /dev is mounted (the plugin waits for <dir>/vfio/<group>)")
-	fs.StringVar(&f.procRoot, "proc-root", "/proc", "with --passthrough: where the host's /proc is (needs the host's PID namespace to see which processes hold a GPU open)")
+	fs.StringVar(&f.procRoot, "proc-root", "/proc", "where the host's /proc is: with --nvml=real the NVIDIA kernel module's files are read there (driver version, device majors, MIG capability minors; "+
+		"a fake machine's driver installation carries its own), and with --passthrough the processes that hold a GPU open (needs the host's PID namespace)")
 }
 
 // passthrough is what --passthrough adds to the plugin: the slice option and the binder.

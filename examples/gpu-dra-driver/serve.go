@@ -246,7 +246,7 @@ func (s *serveFlags) validateAddrs() error {
 
 // validateDirs checks that the directory flags are absolute paths; the optional ones may be empty.
 func (s *serveFlags) validateDirs() error {
-	for _, name := range []string{"plugin-dir", "registrar-dir", "cdi-root", "driver-root", "state-dir", "host-driver-root", "dev-root"} {
+	for _, name := range []string{"plugin-dir", "registrar-dir", "cdi-root", "driver-root", "state-dir", "host-driver-root", "dev-root", "proc-root"} {
 		dir := s.fs.Lookup(name).Value.String()
 		optional := name == "state-dir" || name == "host-driver-root" || name == "dev-root"
 		if (dir != "" || !optional) && !filepath.IsAbs(dir) {
@@ -560,6 +560,9 @@ func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot
 			// A fake installation carries the fake kernel's /proc files (driver version,
 			// device majors, MIG capability minors): the host's /proc has none of them.
 			opts = append(opts, cdi.WithProcRoot(s.node.driverRoot))
+		} else {
+			// --proc-root: the host kernel's /proc, where the NVIDIA module's files are.
+			opts = append(opts, cdi.WithProcDir(s.passthrough.procRoot))
 		}
 		return cdi.NewHostRoot(s.node.driverRoot, opts...)
 	}

@@ -213,6 +213,12 @@ func (s *Suite) chartValues(extra map[string]any) map[string]any {
 // installChart renders the chart as `helm upgrade --install` would with chartValues(extra),
 // adapts the DaemonSet to this node's network (see adaptToNode) and applies it.
 func (s *Suite) installChart(ctx context.Context, extra map[string]any) error {
+	return s.installChartAdapted(ctx, extra, nil)
+}
+
+// installChartAdapted is installChart with a test's own change to the DaemonSet's pod spec
+// (adapt, when not nil), made after adaptToNode's.
+func (s *Suite) installChartAdapted(ctx context.Context, extra map[string]any, adapt func(*corev1.PodSpec)) error {
 	s.Values = s.chartValues(extra)
 	objs, err := framework.RenderChart(filepath.Join(s.Repo, chartPath), s.Bins.KubernetesVersion,
 		framework.Release{Name: releaseName, Namespace: releaseNamespace, Values: s.Values})
@@ -226,7 +232,7 @@ func (s *Suite) installChart(ctx context.Context, extra map[string]any) error {
 		if o.GetKind() != "DaemonSet" {
 			continue
 		}
-		if objs[i], err = s.adaptDaemonSet(o); err != nil {
+		if objs[i], err = s.adaptDaemonSet(o, adapt); err != nil {
 			return err
 		}
 	}
@@ -263,15 +269,18 @@ func (s *Suite) fakeControlSocket(uid string) string {
 	return filepath.Join(s.Node.Kubelet.RootDir, "plugins", driverName, "fc-"+uid+".sock")
 }
 
-// adaptDaemonSet applies adaptToNode to a rendered DaemonSet; its update strategy stays the
-// chart's (a surge update: the new plugin pod starts beside the old one).
-func (s *Suite) adaptDaemonSet(o *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+// adaptDaemonSet applies adaptToNode, then adapt (when not nil), to a rendered DaemonSet; its
+// update strategy stays the chart's (a surge update: the new plugin pod starts beside the old one).
+func (s *Suite) adaptDaemonSet(o *unstructured.Unstructured, adapt func(*corev1.PodSpec)) (*unstructured.Unstructured, error) {
 	ds := &appsv1.DaemonSet{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
 		return nil, err
 	}
 	if err := s.adaptToNode(&ds.Spec.Template.Spec); err != nil {
 		return nil, err
+	}
+	if adapt != nil {
+		adapt(&ds.Spec.Template.Spec)
 	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ds)
 	if err != nil {

@@ -80,14 +80,42 @@ func (s *Suite) instances(t *testing.T) map[int]int {
 // the defaults when the test ends.
 func (s *Suite) reinstall(ctx context.Context, t *testing.T, extra map[string]any) {
 	t.Helper()
-	if err := s.installChart(ctx, extra); err != nil {
-		t.Fatal(err)
-	}
+	s.reinstallAdapted(ctx, t, extra, nil)
+}
+
+// reinstallAdapted is reinstall with a change to the DaemonSet's pod spec (installChartAdapted);
+// the suite's own chart, unchanged, is restored when the test ends.
+func (s *Suite) reinstallAdapted(ctx context.Context, t *testing.T, extra map[string]any, adapt func(*corev1.PodSpec)) {
+	t.Helper()
+	// Restored even when the install fails half way: the next tests need the suite's chart.
 	t.Cleanup(func() {
 		if err := s.installChart(context.Background(), nil); err != nil {
 			t.Errorf("restore the chart's values: %v", err)
 		}
 	})
+	if err := s.installChartAdapted(ctx, extra, adapt); err != nil {
+		t.Fatalf("%v\n%s", err, s.pluginLogTails(ctx))
+	}
+}
+
+// pluginLogTails returns the last lines the plugin container of each plugin pod on the node
+// logged (every attempt, restarts included), for errors: why a plugin did not become Ready.
+func (s *Suite) pluginLogTails(ctx context.Context) string {
+	pods, err := s.pluginPods(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for i := range pods {
+		log, err := s.Node.Kubelet.ContainerLog(&pods[i], "plugin")
+		if err != nil {
+			fmt.Fprintf(&b, "plugin pod %s: no log: %v\n", pods[i].Name, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+		fmt.Fprintf(&b, "plugin pod %s, last lines of its log:\n  %s\n", pods[i].Name, strings.Join(lines[max(0, len(lines)-8):], "\n  "))
+	}
+	return b.String()
 }
 
 // migClaimTemplate asks for one MIG device of profile.

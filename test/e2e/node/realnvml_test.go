@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,13 +13,16 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/gpu"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/gpu/nvmlgpu"
+	"github.com/gpudra/gpudra/test/e2e/cmd/nvml-standin/standin"
 	"github.com/gpudra/gpudra/test/e2e/framework"
 	"github.com/gpudra/gpudra/test/e2e/framework/kubenode"
 )
@@ -155,6 +159,163 @@ func countMIG(inv *gpu.Inventory) int {
 	n := 0
 	for _, g := range inv.GPUs {
 		n += len(g.MIGDevices)
+	}
+	return n
+}
+
+// TestNodeRealNVMLServe (issue 27): the chart's DaemonSet in real mode (fakeMachine.name "",
+// nvidiaDriverRoot a fake driver root whose libnvidia-ml is the stand-in serving an
+// unpartitioned DGX A100, dynamicMIG on) runs `serve --nvml=real` and serves the node. The only
+// changes to the chart's pod beside the suite's (adaptToNode) are realServeAdapt's: the kernel's
+// /proc files and the device nodes are read from the fake driver root, and the stand-in's state
+// directory is mounted. The plugin becomes Ready, publishes exactly the gputest machine's GPUs
+// (UUIDs and driver version, which the suite's fake machine reports differently), prepares an
+// exclusive GPU whose device node the container gets, and creates a MIG instance in the
+// stand-in's state for a MIG claim; unprepare removes the CDI specs, the checkpoint entries and
+// the instance.
+func TestNodeRealNVMLServe(t *testing.T) {
+	ctx := context.Background()
+	s := suite
+	m, err := gputest.New(machine, gputest.WithDriverVersion(cditest.DefaultVersion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The chart's driver-root volume propagates mounts from the host: on the node's shared mount.
+	root := filepath.Join(s.Node.Dir, "standin-serve-root")
+	stateDir := filepath.Join(s.Node.Dir, "standin-serve-state")
+	t.Cleanup(func() { _ = os.RemoveAll(root); _ = os.RemoveAll(stateDir) })
+	if err := kubenode.FakeDriverRoot(root, gpus, kubenode.WithNVMLStandIn(m, stateDir)); err != nil {
+		t.Fatal(err)
+	}
+	s.reinstallAdapted(ctx, t, map[string]any{"nvidiaDriverRoot": root, "fakeMachine": map[string]any{"name": ""}, "dynamicMIG": true},
+		realServeAdapt(stateDir))
+	s.checkRealPlugin(ctx, t)
+	s.checkRealSlices(ctx, t, m)
+
+	t.Run("exclusive GPU", func(t *testing.T) {
+		ns := s.namespace(ctx, t)
+		s.claimTemplate(ctx, t, ns, "one-gpu", "gpu.nvidia.com", 1)
+		pod := s.runPod(ctx, t, workloadPod(ns, "exclusive", corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}, "main"))
+		claim, devs := s.allocatedDevices(ctx, t, pod, "gpu")
+		s.checkGPUNodes(ctx, t, pod, devs, "main")
+		if !s.checkpointNames(t, string(claim.UID)) || len(s.cdiSpecsOf(t, string(claim.UID))) == 0 {
+			t.Errorf("prepared claim %s: CDI specs %v, in the checkpoint: %v; want both", claim.UID, s.cdiSpecsOf(t, string(claim.UID)), s.checkpointNames(t, string(claim.UID)))
+		}
+		s.deletePod(ctx, t, pod)
+		s.waitUnprepared(ctx, t, string(claim.UID))
+	})
+
+	t.Run("dynamic MIG", func(t *testing.T) {
+		if n := standinInstances(t, stateDir); len(n) != 0 {
+			t.Fatalf("MIG instances in the stand-in before the pod: %v, want none", n)
+		}
+		ns := s.namespace(ctx, t)
+		s.migClaimTemplate(ctx, t, ns, "mig", "1g.5gb")
+		pod := s.runPod(ctx, t, workloadPod(ns, "mig", corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("mig")}, "main"))
+		claim, devs := s.allocatedDevices(ctx, t, pod, "gpu")
+		dev := s.device(ctx, t, devs[0])
+		// The stand-in's root is laid out as the suite's (same GPUs, same mig-minors file).
+		s.checkMIGNodes(t, dev, s.report(ctx, t, pod, "main").Devices)
+		parent := int(intAttr(dev, "parentIndex"))
+		if n := standinInstances(t, stateDir); len(n) != 1 || n[parent] != [2]int{1, 1} {
+			t.Errorf("stand-in MIG instances (GPU index: [GPU instances, compute instances]) while the pod runs: %v, want one of each on GPU %d", n, parent)
+		}
+		s.deletePod(ctx, t, pod)
+		s.waitUnprepared(ctx, t, string(claim.UID))
+		if n := standinInstances(t, stateDir); len(n) != 0 {
+			t.Errorf("stand-in MIG instances after unprepare: %v, want none", n)
+		}
+	})
+}
+
+// realServeAdapt is what the node tier changes in the chart's real-mode plugin pod (documented
+// in docs/install.md's node-tier table): --proc-root=/driver-root/proc, because the fake driver root
+// carries the kernel files this node's /proc lacks; --dev-root= (empty, last wins over the
+// chart's "/"), so that device nodes are read from the driver root and the CDI specs name their
+// host paths below nvidiaDriverRoot, as with the fake machine's driver root; and the stand-in's
+// state directory mounted at its own path, writable (the stand-in writes MIG changes there).
+func realServeAdapt(stateDir string) func(*corev1.PodSpec) {
+	return func(spec *corev1.PodSpec) {
+		dirType := corev1.HostPathDirectory
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "standin-state",
+			VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: stateDir, Type: &dirType}}})
+		c := &spec.Containers[0]
+		c.Args = append(c.Args, "--proc-root=/driver-root/proc", "--dev-root=")
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "standin-state", MountPath: stateDir})
+	}
+}
+
+// checkRealPlugin checks that the plugin pod serving the node runs the chart's real mode with
+// realServeAdapt's arguments, and has not restarted.
+func (s *Suite) checkRealPlugin(ctx context.Context, t *testing.T) {
+	t.Helper()
+	pod, err := s.servingPluginPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := pod.Spec.Containers[0].Args
+	if slices.Contains(args, "--nvml=fake") || !slices.Contains(args, "--proc-root=/driver-root/proc") {
+		t.Fatalf("plugin pod %s runs %v, want the chart's real mode with --proc-root=/driver-root/proc", pod.Name, args)
+	}
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.RestartCount != 0 {
+			t.Errorf("plugin pod %s: container %s restarted %d times", pod.Name, c.Name, c.RestartCount)
+		}
+	}
+}
+
+// publishedGPU is what the node's ResourceSlices say of a device with a UUID.
+type publishedGPU struct {
+	UUID, DriverVersion string
+}
+
+// checkRealSlices compares the devices with a UUID that the node's ResourceSlices publish with
+// the gputest machine's own enumeration: the same UUIDs, with the stand-in's driver version.
+func (s *Suite) checkRealSlices(ctx context.Context, t *testing.T, m *gputest.Machine) {
+	t.Helper()
+	want, err := nvmlgpu.Enumerate(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantGPUs []publishedGPU
+	for _, g := range want.GPUs {
+		wantGPUs = append(wantGPUs, publishedGPU{UUID: g.UUID, DriverVersion: want.DriverVersion})
+	}
+	sl, err := s.nodeSlices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []publishedGPU
+	for _, x := range sl {
+		for _, d := range x.Spec.Devices {
+			if uuid := strAttr(d, "uuid"); uuid != "" {
+				v := d.Attributes[resourceapi.QualifiedName(driverName+"/driverVersion")]
+				if v.VersionValue == nil {
+					v = d.Attributes["driverVersion"]
+				}
+				got = append(got, publishedGPU{UUID: uuid, DriverVersion: ptr.Deref(v.VersionValue, "")})
+			}
+		}
+	}
+	byUUID := cmpopts.SortSlices(func(a, b publishedGPU) bool { return a.UUID < b.UUID })
+	if diff := cmp.Diff(wantGPUs, got, byUUID); diff != "" {
+		t.Errorf("devices with a UUID in node %s's ResourceSlices differ from the gputest machine's GPUs (-gputest +published):\n%s", nodeName, diff)
+	}
+}
+
+// standinInstances reads the stand-in's state: for each GPU index with MIG instances, its
+// number of GPU instances and of compute instances.
+func standinInstances(t *testing.T, stateDir string) map[int][2]int {
+	t.Helper()
+	st, err := standin.ReadState(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[int][2]int{}
+	for i, g := range st.GPUs {
+		if len(g.GPUInstances)+len(g.ComputeInstances) > 0 {
+			n[i] = [2]int{len(g.GPUInstances), len(g.ComputeInstances)}
+		}
 	}
 	return n
 }
