@@ -40,7 +40,7 @@ type passthrough struct {
 }
 
 // setup returns the slice option and binder of --passthrough (nothing without it). On a fake
-// machine the GPUs sit on a fake PCI host under the state directory, made afresh at each start,
+// machine the GPUs sit on a fake PCI host under the state directory, kept across restarts,
 // each with an audio function, in IOMMU group fakeIOMMUGroup(minor).
 func (f *passthroughFlags) setup(ctx context.Context, inv *gpu.Inventory, fake bool, stateDir string) (passthrough, error) {
 	if !f.enabled {
@@ -110,12 +110,10 @@ func offlinePassthrough(ctx context.Context, inv *gpu.Inventory, fake bool) (gpu
 	return passthroughOption(iommuGroups(ctx, b, inv)), nil
 }
 
-// fakePCIHost builds a fake PCI host with the inventory's GPUs in dir, replacing what an earlier
-// start left there.
+// fakePCIHost builds a fake PCI host with the inventory's GPUs in dir, or continues the one an
+// earlier start left there: a real host keeps its drivers' bindings when the plugin restarts,
+// and a restarted plugin must find a GPU it bound to vfio-pci still bound.
 func fakePCIHost(inv *gpu.Inventory, dir string) (*gputest.PCIHost, error) {
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, err
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -90,4 +92,66 @@ func specFileOf(t *testing.T, n *TestNode, uid string) string {
 	}
 	t.Fatalf("no CDI spec for claim %s among %v", uid, specs)
 	return ""
+}
+
+// TestVFIOKilledWhileBound (issue 32): the driver is killed (SIGKILL) after it bound a virtual
+// machine's GPU to vfio-pci and answered the prepare, and restarted as kubelet restarts a
+// crashed plugin container. The GPU stays bound and the claim prepared (its CDI spec is there;
+// kubelet's retried prepare gets the same device IDs); the unprepare after the restart gives
+// the GPU back to nvidia and removes the spec.
+func TestVFIOKilledWhileBound(t *testing.T) {
+	ctx := context.Background()
+	n := suite.StartNode(t, NodeSpec{Name: "vfio-kill", Machine: "l4x8", ExtraArgs: []string{"--passthrough"}})
+	ns := shortName("vfio", n.Spec.Name)
+	createPodsWithClaims(t, n, ns, []*resourceapi.ResourceClaim{claimSpec("vm", "vfio.gpu.nvidia.com", "", nil)}, podUsing("a-vm", "vm"))
+	pods, err := waitScheduled(ctx, ns, 1, n.Spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := pods[0].Claims[0]
+	published, err := Slices(ctx, n.Spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := *Devices(published)[claim.Status.Allocation.Devices.Results[0].Device].Attributes["resource.kubernetes.io/pciBusID"].StringValue
+	state := n.Driver.ArgValue("--state-dir")
+	if state == "" {
+		state = n.Driver.ArgValue("--plugin-dir")
+	}
+	driverOf := func() string {
+		link, _ := os.Readlink(filepath.Join(state, "fake-pci", "sys/bus/pci/devices", addr, "driver"))
+		return filepath.Base(link)
+	}
+	first, err := n.prepare(ctx, claim)
+	if err != nil {
+		t.Fatalf("prepare the VM claim: %v", err)
+	}
+	n.crash(t)
+	if got := driverOf(); got != "vfio-pci" {
+		t.Errorf("after the restart: GPU %s on %q, want still vfio-pci", addr, got)
+	}
+	specFileOf(t, n, string(claim.UID))
+	again, err := n.prepare(ctx, claim)
+	if err != nil {
+		t.Fatalf("kubelet's retried prepare after the restart: %v", err)
+	}
+	ids := func(r *drapbv1.NodePrepareResourcesResponse) []string {
+		var out []string
+		for _, d := range r.Claims[string(claim.UID)].GetDevices() {
+			out = append(out, d.CdiDeviceIds...)
+		}
+		return out
+	}
+	if got, want := ids(again), ids(first); len(want) == 0 || !slices.Equal(got, want) {
+		t.Errorf("the retried prepare answered CDI devices %v, the first %v", got, want)
+	}
+	if err := n.unprepare(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	if got := driverOf(); got != "nvidia" {
+		t.Errorf("after unprepare: GPU %s on %q, want nvidia", addr, got)
+	}
+	if specs, err := n.CDISpecs(); err != nil || len(specs) != 0 {
+		t.Errorf("CDI specs after unprepare: %v (%v)", specs, err)
+	}
 }
