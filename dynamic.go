@@ -100,8 +100,8 @@ func WithPartitionsFirst() Option { return func(b *Builder) { b.partitionsFirst 
 // extensions ("+me", "+me.all") at one placement per GPU, the one with the highest start,
 // instead of at every placement. The extensions exist once per GPU (CounterMediaExtensions), so
 // at most one such instance exists at a time; the other placements only add devices that the
-// scheduler converts and checks in every attempt on the node (on an A100, 13 of a GPU's 26
-// partitions). The trade-off: a claim for such a profile fits a GPU only while that one
+// scheduler converts and checks in every attempt on the node (on an A100 40GB, 6 of a GPU's 25
+// partitions: 1g.5gb+me at 7 placements becomes 1). The trade-off: a claim for such a profile fits a GPU only while that one
 // placement's memory slices are free; where a smaller instance already uses them, the claim
 // goes to another GPU (or waits) although another placement on the same GPU is free.
 func WithOneMediaExtensionPlacement() Option {

@@ -73,6 +73,7 @@ It exits 0 when everything passes, 1 on findings, policy violations or unschedul
 	}
 	o.node.register(cmd, allNodeFlags...)
 	o.node.registerPassthrough(cmd)
+	o.node.registerMIGPublishing(cmd)
 	fs := cmd.Flags()
 	o.output = "table"
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")

@@ -60,6 +60,7 @@ and why. It exits 1 when a claim could not be allocated and 3 when preparing one
 		Args: noArgs,
 	}
 	nf.register(cmd, allNodeFlags...)
+	nf.registerMIGPublishing(cmd)
 	_ = cmd.Flags().MarkHidden(flagNVML) // only fake: kept so that --nvml=real says why not
 	_ = cmd.Flags().MarkHidden(flagDriverRoot)
 	// The demo shows MIG partitions created on demand unless told otherwise.

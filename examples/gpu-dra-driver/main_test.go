@@ -137,6 +137,8 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"serve", "--node-name", "n1", "--proc-root", "host"}, 2, "--proc-root=\"host\": must be an absolute path"},
 		{[]string{"serve", "--node-name", "n1", "--proc-root="}, 2, "--proc-root=\"\": must be an absolute path"},
 		{[]string{"demo", "--nvml", "real"}, 2, "fake machine only"},
+		{[]string{"render", "--mig-partitions-first"}, 2, "--mig-partitions-first needs --dynamic-mig"},
+		{[]string{"check", "x.yaml", "--mig-one-me-placement"}, 2, "--mig-one-me-placement needs --dynamic-mig"},
 	}
 	for _, c := range cases {
 		code, _, errOut := runCLI(t, c.args...)

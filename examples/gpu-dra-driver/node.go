@@ -67,6 +67,25 @@ type nodeFlags struct {
 	// passthrough publishes GPUs for passthrough as serve --passthrough would (render and
 	// check; serve has its own flags, passthrough.go).
 	passthrough bool
+	// partitionsFirst and oneMEPlacement are the dynamic MIG publishing options
+	// (registerMIGPublishing).
+	partitionsFirst, oneMEPlacement bool
+}
+
+// Names of the dynamic MIG publishing flags (registerMIGPublishing).
+const (
+	flagPartitionsFirst = "mig-partitions-first"
+	flagOneMEPlacement  = "mig-one-me-placement"
+)
+
+// registerMIGPublishing adds the flags that change how --dynamic-mig publishes (serve, render,
+// check, demo): gpudra.WithPartitionsFirst and gpudra.WithOneMediaExtensionPlacement.
+func (n *nodeFlags) registerMIGPublishing(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.BoolVar(&n.partitionsFirst, flagPartitionsFirst, false, "with --dynamic-mig: publish the MIG partitions before the full GPUs, "+
+		"which makes MIG claims cheaper for the scheduler and full-GPU claims dearer (for nodes that serve MIG claims only; docs/benchmarks.md)")
+	fs.BoolVar(&n.oneMEPlacement, flagOneMEPlacement, false, "with --dynamic-mig: publish each +me profile at one placement per GPU instead of every placement "+
+		"(at most one such instance exists per GPU; fewer devices for the scheduler, but a +me claim then fits a GPU only while that placement is free)")
 }
 
 // registerPassthrough adds --passthrough (render, check).
@@ -156,6 +175,14 @@ func (n *nodeFlags) validate() error {
 	}
 	if n.has(flagNVML) && n.driverRoot != "" && !filepath.IsAbs(n.driverRoot) {
 		return usageErrorf("--%s=%q: must be an absolute path", flagDriverRoot, n.driverRoot)
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{flagPartitionsFirst, n.partitionsFirst}, {flagOneMEPlacement, n.oneMEPlacement}} {
+		if f.set && !n.dynamicMIG {
+			return usageErrorf("--%s needs --dynamic-mig: it changes how MIG partitions are published", f.name)
+		}
 	}
 	if n.nvmlMode == "real" && n.migConfig != "" {
 		return usageErrorf("--mig-config applies to fake machines only; with --nvml=real the GPUs' current MIG layout is read")
@@ -393,6 +420,12 @@ func (n *nodeFlags) builderOptions(nd *node) []gpudra.Option {
 	opts := []gpudra.Option{gpudra.WithPCIeRoot(nd.topo.PCIeRoot), gpudra.WithTopology(nd.topo)}
 	if n.dynamicMIG {
 		opts = append(opts, gpudra.WithDynamicMIG(nil))
+		if n.partitionsFirst {
+			opts = append(opts, gpudra.WithPartitionsFirst())
+		}
+		if n.oneMEPlacement {
+			opts = append(opts, gpudra.WithOneMediaExtensionPlacement())
+		}
 	}
 	if n.consumableMemory {
 		opts = append(opts, gpudra.WithConsumableMemory(gpudra.ConsumableMemory{}))

@@ -47,6 +47,7 @@ equals what serve publishes on such a node with the same flags.`,
 	}
 	nf.register(cmd, allNodeFlags...)
 	nf.registerPassthrough(cmd)
+	nf.registerMIGPublishing(cmd)
 	output := outputFlag(cmd, "output format: yaml (multi-document stream) or json (a v1 List)", "yaml", "json")
 	cmd.Flags().BoolVar(&ro.template, "template", false, "print slice templates for autoscalers instead of this node's objects")
 	cmd.Flags().BoolVar(&ro.templateVersions, "template-driver-versions", false, "keep driverVersion and cudaDriverVersion in --template output (every node runs this NVIDIA driver)")

@@ -98,6 +98,7 @@ func (s *serveFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	s.fs = fs
 	s.node.register(cmd, allNodeFlags...)
+	s.node.registerMIGPublishing(cmd)
 	// On a node, serve drives the real GPUs: a fake machine is only used when asked for.
 	setDefault(fs, flagNVML, "real")
 	setDefault(fs, flagNodeName, os.Getenv("NODE_NAME"))

@@ -156,6 +156,10 @@ func TestValuesServeWouldRefuse(t *testing.T) {
 		{"fake-driver-root-without-machine", map[string]any{"fakeMachine": map[string]any{"driverRoot": "/opt/fake"}}, "fakeMachine.driverRoot needs fakeMachine.name"},
 		{"fake-tmpfs-without-machine", map[string]any{"fakeMachine": map[string]any{"mountTmpfs": true}}, "fakeMachine.mountTmpfs needs fakeMachine.name"},
 		{"fake-tmpfs-not-bool", map[string]any{"fakeMachine": map[string]any{"name": "l4x8", "mountTmpfs": "yes"}}, "/fakeMachine/mountTmpfs"},
+		// serve refuses the dynamic MIG publishing flags without --dynamic-mig.
+		{"partitions-first-without-dynamic-mig", map[string]any{"dynamicMIGPublishing": map[string]any{"partitionsFirst": true}}, "dynamicMIGPublishing needs dynamicMIG"},
+		{"one-me-without-dynamic-mig", map[string]any{"dynamicMIGPublishing": map[string]any{"oneMediaExtensionPlacement": true}}, "dynamicMIGPublishing needs dynamicMIG"},
+		{"publishing-unknown-key", map[string]any{"dynamicMIG": true, "dynamicMIGPublishing": map[string]any{"migFirst": true}}, "migFirst"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := framework.RenderChart(chartDir, kubeVersion, release(tc.vals))
