@@ -178,12 +178,18 @@ driver-progress:
 	CGO_ENABLED=1 $(GO) build -v -o $(BIN) ./examples/gpu-dra-driver
 
 CODE_GENERATOR_VERSION ?= v0.37.2
+# controller-gen makes the CustomResourceDefinitions from the API types (computedomain/v1beta1).
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
 
-## generate: regenerate the DeepCopy methods of sharing/v1beta1 with deepcopy-gen.
+## generate: regenerate the DeepCopy methods (deepcopy-gen) of sharing/v1beta1 and
+## computedomain/v1beta1, and the ComputeDomain CRD (controller-gen, deployments/crds).
 generate:
 	$(GO) run k8s.io/code-generator/cmd/deepcopy-gen@$(CODE_GENERATOR_VERSION) \
-		--output-file zz_generated.deepcopy.go --go-header-file hack/boilerplate.go.txt ./sharing/v1beta1
+		--output-file zz_generated.deepcopy.go --go-header-file hack/boilerplate.go.txt ./sharing/v1beta1 ./computedomain/v1beta1
+	$(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION) \
+		crd paths=./computedomain/v1beta1/... output:crd:dir=deployments/crds
 
 ## verify-generate: fail when the generated files are stale (run by make test).
 verify-generate: generate
-	@git diff --exit-code -- '*zz_generated*' || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- '*zz_generated*' deployments/crds || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- deployments/crds)" || { echo "generated CRDs are not committed: run make generate and commit"; exit 1; }

@@ -67,6 +67,16 @@ func (a *Applier) resource(obj *unstructured.Unstructured, ns string) (dynamic.R
 	return a.dyn.Resource(m.Resource).Namespace(ns), nil
 }
 
+// Get reads obj's current state from the API server (namespaced objects without a namespace are
+// looked up in ns).
+func (a *Applier) Get(ctx context.Context, ns string, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	r, err := a.resource(obj, ns)
+	if err != nil {
+		return nil, err
+	}
+	return r.Get(ctx, obj.GetName(), metav1.GetOptions{})
+}
+
 // Apply applies objs in order; namespaced objects without a namespace go to ns.
 func (a *Applier) Apply(ctx context.Context, ns string, objs ...*unstructured.Unstructured) error {
 	for _, obj := range objs {
