@@ -21,7 +21,6 @@ import (
 type passthroughFlags struct {
 	enabled            bool
 	sysfsRoot, devRoot string
-	procRoot           string
 }
 
 func (f *passthroughFlags) register(fs *pflag.FlagSet) {
@@ -29,8 +28,6 @@ func (f *passthroughFlags) register(fs *pflag.FlagSet) {
 		"needs the IOMMU on and the vfio-pci module loaded (docs/install.md, \"GPU passthrough\")")
 	fs.StringVar(&f.sysfsRoot, "sysfs-root", "/sys", "with --passthrough: where the host's sysfs is mounted")
 	fs.StringVar(&f.devRoot, "vfio-dev-root", "/dev", "with --passthrough: where the host's /dev is mounted (the plugin waits for <dir>/vfio/<group>)")
-	fs.StringVar(&f.procRoot, "proc-root", "/proc", "where the host's /proc is: with --nvml=real the NVIDIA kernel module's files are read there (driver version, device majors, MIG capability minors; "+
-		"a fake machine's driver installation carries its own), and with --passthrough the processes that hold a GPU open (needs the host's PID namespace)")
 }
 
 // passthrough is what --passthrough adds to the plugin: the slice option and the binder.
@@ -41,12 +38,13 @@ type passthrough struct {
 
 // setup returns the slice option and binder of --passthrough (nothing without it). On a fake
 // machine the GPUs sit on a fake PCI host under the state directory, kept across restarts,
-// each with an audio function, in IOMMU group fakeIOMMUGroup(minor).
-func (f *passthroughFlags) setup(ctx context.Context, inv *gpu.Inventory, fake bool, stateDir string) (passthrough, error) {
+// each with an audio function, in IOMMU group fakeIOMMUGroup(minor). procRoot is serve's
+// --proc-root, where the host's /proc is (open GPU handles, MIG instances).
+func (f *passthroughFlags) setup(ctx context.Context, inv *gpu.Inventory, fake bool, stateDir, procRoot string) (passthrough, error) {
 	if !f.enabled {
 		return passthrough{}, nil
 	}
-	opts := []vfio.Option{vfio.WithRoots(f.sysfsRoot, f.devRoot, f.procRoot)}
+	opts := []vfio.Option{vfio.WithRoots(f.sysfsRoot, f.devRoot, procRoot)}
 	if fake {
 		host, err := fakePCIHost(inv, filepath.Join(stateDir, "fake-pci"))
 		if err != nil {

@@ -45,6 +45,7 @@ type serveFlags struct {
 	stateDir     string
 	hostRoot     string
 	devRoot      string
+	procRoot     string // the host's /proc: real mode's kernel-module files, passthrough
 	metricsAddr  string
 	podUID       string
 	fakeControl  string
@@ -115,6 +116,8 @@ func (s *serveFlags) register(cmd *cobra.Command) {
 		"with --nvml=fake the default is a fake installation under --state-dir, and a fake installation given here carries the fake kernel's /proc files"
 	fs.StringVar(&s.hostRoot, "host-driver-root", "", "the driver root's path on the host, when this process sees it elsewhere (a container mounting the host's driver root at --driver-root); CDI specs name host paths (default: --driver-root)")
 	fs.StringVar(&s.devRoot, "dev-root", "", "where the NVIDIA device nodes are, on the host as here (\"/\" when a driver container creates them in the host's /dev; default: --driver-root)")
+	fs.StringVar(&s.procRoot, "proc-root", "/proc", "where the host's /proc is: with --nvml=real the NVIDIA kernel module's files are read there (driver version, device majors, MIG capability minors; "+
+		"a fake machine's driver installation carries its own), and with --passthrough the processes that hold a GPU open (needs the host's PID namespace)")
 	fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics) and a liveness check through the plugin's sockets (/healthz) on this address, e.g. :8080; empty: off")
 	fs.StringVar(&s.podUID, "pod-uid", os.Getenv("POD_UID"), "the plugin pod's UID (downward API): enables kubelet rolling updates")
 	fs.StringVar(&s.fakeControl, "fake-control", "", "TESTS ONLY, --nvml=fake only: serve the fake machine's test controls (inject XIDs, mark GPUs healthy, list MIG instances) over HTTP on this loopback address (HOST:PORT) or unix socket (unix:/PATH)")
@@ -426,7 +429,7 @@ func (s *serveFlags) newPlugin(ctx context.Context, n *node, client kubernetes.I
 	if err != nil {
 		return nil, nil, err
 	}
-	pt, err := s.passthrough.setup(ctx, n.inv, n.machine != nil, s.stateDir)
+	pt, err := s.passthrough.setup(ctx, n.inv, n.machine != nil, s.stateDir, s.procRoot)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -563,7 +566,7 @@ func (s *serveFlags) driverRootFor(ctx context.Context, n *node) (cdi.DriverRoot
 			opts = append(opts, cdi.WithProcRoot(s.node.driverRoot))
 		} else {
 			// --proc-root: the host kernel's /proc, where the NVIDIA module's files are.
-			opts = append(opts, cdi.WithProcDir(s.passthrough.procRoot))
+			opts = append(opts, cdi.WithProcDir(s.procRoot))
 		}
 		return cdi.NewHostRoot(s.node.driverRoot, opts...)
 	}

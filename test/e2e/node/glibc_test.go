@@ -7,13 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/gpudra/gpudra/test/e2e/framework"
 	"github.com/gpudra/gpudra/test/e2e/framework/kubenode"
 )
 
@@ -36,46 +33,20 @@ func TestNodeGlibcDriverRoot(t *testing.T) {
 	foreignLibc(t, filepath.Join(root, "usr", "lib", "x86_64-linux-gnu"))
 
 	// The chart as installed on a node with a real driver at root.
-	values := s.chartValues(map[string]any{"nvidiaDriverRoot": root, "fakeMachine": map[string]any{"name": ""}})
-	objs, err := framework.RenderChart(filepath.Join(s.Repo, chartPath), s.Bins.KubernetesVersion,
-		framework.Release{Name: releaseName, Namespace: releaseNamespace, Values: values})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := framework.DaemonSetFrom(objs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.adaptToNode(&ds.Spec.Template.Spec); err != nil {
-		t.Fatal(err)
-	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "glibc-version", Namespace: releaseNamespace},
-		Spec:       *ds.Spec.Template.Spec.DeepCopy(),
+		Spec:       s.realModePodSpec(t, root),
 	}
-	pod.Spec.NodeName = nodeName
-	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	c := &pod.Spec.Containers[0]
 	c.Command = []string{"gpu-dra-driver", "version"}
 	c.Args = []string{"--driver-root=/driver-root"}
-	c.StartupProbe, c.LivenessProbe, c.ReadinessProbe = nil, nil, nil
 	if _, err := s.Client.CoreV1().Pods(releaseNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = s.Client.CoreV1().Pods(releaseNamespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
 	})
-	var done *corev1.Pod
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		done, err = s.Client.CoreV1().Pods(releaseNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		return done.Status.Phase == corev1.PodSucceeded || done.Status.Phase == corev1.PodFailed, nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s did not finish: %v (%s)", pod.Name, err, containerStates(done))
-	}
+	done := s.waitFinished(ctx, t, pod.Name)
 	log, err := s.Node.Kubelet.ContainerLog(done, c.Name)
 	if err != nil {
 		t.Fatalf("log of pod %s: %v", pod.Name, err)

@@ -82,6 +82,25 @@ func TestNodeRealNVML(t *testing.T) {
 // link beside it there). Its containers run `version` and `inventory --nvml=real -o json`.
 func (s *Suite) realModePod(t *testing.T, root, stateDir string) *corev1.Pod {
 	t.Helper()
+	spec := s.realModePodSpec(t, root)
+	dirType := corev1.HostPathDirectory
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "standin-state",
+		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: stateDir, Type: &dirType}}})
+	base := spec.Containers[0]
+	base.VolumeMounts = append(base.VolumeMounts, corev1.VolumeMount{Name: "standin-state", MountPath: stateDir})
+	version, inventory := base, *base.DeepCopy()
+	version.Name, version.Command, version.Args = "version", []string{"gpu-dra-driver", "version"}, []string{"--driver-root=/driver-root"}
+	inventory.Name, inventory.Command = "inventory", []string{"gpu-dra-driver", "inventory"}
+	inventory.Args = []string{"--nvml=real", "--driver-root=/driver-root", "-o", "json"}
+	spec.Containers = []corev1.Container{version, inventory}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "real-nvml", Namespace: releaseNamespace}, Spec: spec}
+}
+
+// realModePodSpec is the pod spec of the chart's DaemonSet rendered for a node with a real
+// driver at root, adapted to this node as the suite's plugin is, for a pod that runs once on the
+// node: no probes, restartPolicy Never. Tests replace its container's command.
+func (s *Suite) realModePodSpec(t *testing.T, root string) corev1.PodSpec {
+	t.Helper()
 	values := s.chartValues(map[string]any{"nvidiaDriverRoot": root, "fakeMachine": map[string]any{"name": ""}})
 	objs, err := framework.RenderChart(filepath.Join(s.Repo, chartPath), s.Bins.KubernetesVersion,
 		framework.Release{Name: releaseName, Namespace: releaseNamespace, Values: values})
@@ -98,18 +117,11 @@ func (s *Suite) realModePod(t *testing.T, root, stateDir string) *corev1.Pod {
 	spec := *ds.Spec.Template.Spec.DeepCopy()
 	spec.NodeName = nodeName
 	spec.RestartPolicy = corev1.RestartPolicyNever
-	dirType := corev1.HostPathDirectory
-	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "standin-state",
-		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: stateDir, Type: &dirType}}})
-	base := spec.Containers[0]
-	base.StartupProbe, base.LivenessProbe, base.ReadinessProbe = nil, nil, nil
-	base.VolumeMounts = append(base.VolumeMounts, corev1.VolumeMount{Name: "standin-state", MountPath: stateDir})
-	version, inventory := base, *base.DeepCopy()
-	version.Name, version.Command, version.Args = "version", []string{"gpu-dra-driver", "version"}, []string{"--driver-root=/driver-root"}
-	inventory.Name, inventory.Command = "inventory", []string{"gpu-dra-driver", "inventory"}
-	inventory.Args = []string{"--nvml=real", "--driver-root=/driver-root", "-o", "json"}
-	spec.Containers = []corev1.Container{version, inventory}
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "real-nvml", Namespace: releaseNamespace}, Spec: spec}
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		c.StartupProbe, c.LivenessProbe, c.ReadinessProbe = nil, nil, nil
+	}
+	return spec
 }
 
 // waitFinished waits for the pod to succeed or fail.
