@@ -16,10 +16,11 @@ func Resource() schema.GroupResource {
 	return schema.GroupResource{Group: GroupName, Resource: "computedomains"}
 }
 
-// AddToScheme registers ComputeDomain and ComputeDomainList in s.
+// AddToScheme registers ComputeDomain and ComputeDomainList, and the opaque configurations
+// ComputeDomainChannelConfig and ComputeDomainDaemonConfig, in s.
 func AddToScheme(s *runtime.Scheme) error {
 	gv := GroupVersion()
-	s.AddKnownTypes(gv, &ComputeDomain{}, &ComputeDomainList{})
+	s.AddKnownTypes(gv, &ComputeDomain{}, &ComputeDomainList{}, &ComputeDomainChannelConfig{}, &ComputeDomainDaemonConfig{})
 	metav1.AddToGroupVersion(s, gv)
 	return nil
 }

@@ -95,6 +95,11 @@ type ComputeDomainStatus struct {
 	// +kubebuilder:default=NotReady
 	// +optional
 	Status string `json:"status,omitempty"`
+	// CliqueID is the NVLink clique ("<cluster UUID>.<clique ID>") the controller chose for the
+	// domain: its channel claim template selects channels of that clique only, so the
+	// scheduler puts every pod of the job on nodes of one NVLink domain. Empty until chosen.
+	// +optional
+	CliqueID string `json:"cliqueID,omitempty"`
 	// Nodes are the nodes whose IMEX daemons belong to the domain.
 	// +listType=map
 	// +listMapKey=name
