@@ -244,6 +244,9 @@ func unprepareAll(t *testing.T, e *env, p *draplugin.Plugin, cs ...*resourceapi.
 	}
 }
 
+// sharedTimeSlicingConfig time-slices a GPU that several claims share.
+const sharedTimeSlicingConfig = `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`
+
 // bystanderInstances is the MIG instance of the dynamic MIG bystander, as pluginEnv.instances
 // names it.
 func bystanderInstances(t *testing.T, others []*resourceapi.ResourceClaim) []string {
@@ -255,9 +258,10 @@ func bystanderInstances(t *testing.T, others []*resourceapi.ResourceClaim) []str
 	return []string{fmt.Sprintf("%d:2g.10gb@%d", mn.ParentMinor, mn.PlacementStart)}
 }
 
-// TestJoiningShareRecordsNoIntent: two claims share GPU 4's MPS daemon (and its compute mode).
-// The first to prepare makes the host changes and records its intent first; the second only
-// joins them and records none. Whichever unprepares first leaves the settings to the other and
+// TestJoiningShareRecordsNoIntent: two claims time-slice shares of GPU 4 (its compute mode and
+// time slice are the same for both). The first to prepare makes the host changes and records
+// its intent first; the second only joins them and records none. (Shares under MPS start a
+// daemon each, so each records its intent.) Whichever unprepares first leaves the settings to the other and
 // records no intent; the last one restores them and records UnprepareStarted first. The crash
 // safety of both paths is TestRealCrash's (scenario static-and-shared) and TestPowerLoss's.
 func TestJoiningShareRecordsNoIntent(t *testing.T) {
@@ -266,7 +270,7 @@ func TestJoiningShareRecordsNoIntent(t *testing.T) {
 			e := newEnv(t, "dgx-a100-40gb", false)
 			var cs []*resourceapi.ResourceClaim
 			for _, name := range []string{"shared-a", "shared-b"} {
-				c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, gpuIndex(4), sharedMPSConfig)
+				c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, gpuIndex(4), sharedTimeSlicingConfig)
 				shareDevice(c, e.Node, 4)
 				cs = append(cs, c)
 			}

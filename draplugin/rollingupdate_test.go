@@ -200,14 +200,13 @@ func TestRollingUpdateSharedSettings(t *testing.T) {
 }
 
 // TestRollingUpdateShareAfterACrashedFirstShare: the old pod crashes right after the first MPS
-// share of a GPU set its compute mode and started its daemon (the claim recorded as
-// PrepareStarted), while the new pod, started before, serves on without reconciling. The new
-// pod then prepares a second share of that GPU. Taking the crashed claim's settings for the
-// host's own, it would never restore them: the compute mode would stay EXCLUSIVE_PROCESS after
-// both claims are gone. With "rollback fails", the crashed claim's compute mode cannot be
-// restored for now: the second share must still be prepared (a claim whose rollback fails must
-// not lock every other claim out of its GPU), and once the mode can be restored, kubelet's
-// unprepares leave the host clean. Found by review.
+// share of a GPU started its daemon (the claim recorded as PrepareStarted), while the new pod,
+// started before, serves on without reconciling. The new pod then prepares a second share of
+// that GPU, which gets a daemon of its own beside the crashed claim's. With "rollback fails",
+// the crashed claim's daemon cannot be stopped for now: the second share must still be
+// prepared (a claim whose rollback fails must not lock every other claim out of its GPU), the
+// crashed claim's unprepare fails without touching the second's daemon, and once the daemon can
+// be stopped, kubelet's unprepares leave the host clean. Found by review.
 func TestRollingUpdateShareAfterACrashedFirstShare(t *testing.T) {
 	for _, rollbackFails := range []bool{false, true} {
 		t.Run(map[bool]string{false: "rolled back", true: "rollback fails"}[rollbackFails], func(t *testing.T) {
@@ -223,15 +222,23 @@ func TestRollingUpdateShareAfterACrashedFirstShare(t *testing.T) {
 			if seen := crash.Seen(); seen[len(seen)-1] != testhooks.CrashAfterSharingApplied {
 				t.Fatalf("crashed at %v, the scenario needs %s", seen, testhooks.CrashAfterSharingApplied)
 			}
-			restore := "SetComputeMode " + e.Inventory.GPUs[0].UUID + " DEFAULT"
+			restore := "Stop " + string(first.UID)
 			if rollbackFails {
-				e.Host.FailOn(restore, errors.New("nvml: unknown error"))
+				e.Host.FailOn(restore, errors.New("quit refused"))
 			}
 			if _, err := prepareOne(t, updated, second); err != nil {
 				t.Fatalf("prepare of the second share: %v", err)
 			}
-			if daemons := e.Host.State().Daemons; len(daemons) != 1 {
-				t.Errorf("MPS daemons running after the second share's prepare: %v, want one", daemons)
+			if daemons := e.Host.State().Daemons; daemons[string(second.UID)].ID == "" {
+				t.Errorf("MPS daemons running after the second share's prepare: %v, want the second share's own", daemons)
+			}
+			if rollbackFails {
+				if err := unprepareOne(t, updated, first); err == nil {
+					t.Fatal("the crashed share's unprepare succeeded although its MPS daemon could not be stopped")
+				}
+				if daemons := e.Host.State().Daemons; daemons[string(second.UID)].ID == "" {
+					t.Errorf("the crashed share's failed unprepare took the second share's daemon: running %v", daemons)
+				}
 			}
 			e.Host.FailOn(restore, nil)
 			for _, c := range []*resourceapi.ResourceClaim{first, second} { // kubelet gave up on the first
@@ -250,11 +257,11 @@ func TestRollingUpdateShareAfterACrashedFirstShare(t *testing.T) {
 }
 
 // TestRollingUpdateShareAfterAHalfDoneUnprepare: the only share of a GPU is unprepared; its
-// sharing Undo stops the MPS daemon but cannot restore the compute mode, so the unprepare fails
-// and kubelet will retry it. The other pod of a rolling update then prepares a new share of that
-// GPU. It knows the first claim only from the checkpoint: that must record only the change
-// still on the host, or the new share joins the stopped daemon and runs without MPS. Found by
-// review.
+// sharing Undo cannot stop its MPS daemon, so the unprepare fails and kubelet will retry it. The
+// other pod of a rolling update then prepares a new share of that GPU, knowing the first claim
+// only from the checkpoint: the new share gets a daemon of its own, and kubelet's retry of the
+// first unprepare later stops the first's. Found by review (when shares had one daemon, the new
+// share joined the stopped one).
 func TestRollingUpdateShareAfterAHalfDoneUnprepare(t *testing.T) {
 	e, first, second := twoShares(t)
 	old, updated := e.plugin(), e.plugin()
@@ -263,20 +270,17 @@ func TestRollingUpdateShareAfterAHalfDoneUnprepare(t *testing.T) {
 	if _, err := prepareOne(t, old, first); err != nil {
 		t.Fatal(err)
 	}
-	restore := "SetComputeMode " + e.Inventory.GPUs[0].UUID + " DEFAULT"
-	e.Host.FailOn(restore, errors.New("nvml: unknown error"))
+	restore := "Stop " + string(first.UID)
+	e.Host.FailOn(restore, errors.New("quit refused"))
 	if err := unprepareOne(t, old, first); err == nil {
-		t.Fatal("unprepare succeeded although the compute mode could not be restored")
+		t.Fatal("unprepare succeeded although the MPS daemon could not be stopped")
 	}
 	e.Host.FailOn(restore, nil)
-	if daemons := e.Host.State().Daemons; len(daemons) != 0 {
-		t.Fatalf("test setup: the failed unprepare should have stopped the MPS daemon, running: %v", daemons)
-	}
 	if _, err := prepareOne(t, updated, second); err != nil {
 		t.Fatal(err)
 	}
-	if daemons := e.Host.State().Daemons; len(daemons) != 1 {
-		t.Errorf("the new share was prepared, but MPS daemons running: %v; want its own", daemons)
+	if daemons := e.Host.State().Daemons; len(daemons) != 2 || daemons[string(second.UID)].ID == "" {
+		t.Errorf("the new share was prepared, but MPS daemons running: %v; want its own beside the first's", daemons)
 	}
 	for _, c := range []*resourceapi.ResourceClaim{first, second} { // kubelet's retry, then the second pod goes
 		if err := unprepareOne(t, updated, c); err != nil {
@@ -289,7 +293,7 @@ func TestRollingUpdateShareAfterAHalfDoneUnprepare(t *testing.T) {
 }
 
 // twoShares is a DGX H100 node with consumable memory and two claims, "first" and "second", of
-// 2Gi of GPU 0 each: MPS shares of the GPU's one daemon.
+// 2Gi of GPU 0 each: MPS shares of the GPU, with a daemon each.
 func twoShares(t *testing.T) (e *env, first, second *resourceapi.ResourceClaim) {
 	t.Helper()
 	e = newEnvWith(t, "dgx-h100", draplugintest.WithSliceOptions(gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})))

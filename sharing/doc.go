@@ -53,14 +53,18 @@
 //
 // # MPS daemons and isolation
 //
-// Devices that a claim has to itself (no share ID) get a daemon of the claim's own, named
-// after the claim UID (which Prepare and Plan require to be a canonical UUID, so that it stays
-// one directory under the MPS root): its pipe directory and its shm tmpfs are mounted into
-// that claim's containers only. A device allocated with a share ID gets the device's shared
-// daemon: MPS runs one control daemon per GPU, so claims that share a device necessarily share
-// its daemon, its pipe directory and its shm directory, whatever their namespaces. The isolation
-// boundary of MPS sharing is therefore the claim for unshared devices and the device for shared
-// ones; give tenants that must not see each other's MPS clients different devices.
+// Every claim with MPS devices gets a control daemon of its own, named after the claim UID
+// (which Prepare and Plan require to be a canonical UUID, so that it stays one directory under
+// the MPS root), whether it has its devices to itself or was allocated a share of them (a share
+// ID, from consumable capacity): its pipe directory and its shm tmpfs are mounted into that
+// claim's containers only, and its MPS server serves that claim's clients only. The isolation
+// boundary of MPS sharing is the claim. A device the claim has to itself is set to compute mode
+// EXCLUSIVE_PROCESS (the claim's server is its only context); a device shared by several claims
+// stays in (or is set to) DEFAULT, so that each claim's server holds a context of its own beside
+// the others': the servers of different claims time-slice the GPU between them, while the
+// clients of one claim run concurrently. Records of earlier versions, whose one daemon per
+// device served every share of it in EXCLUSIVE_PROCESS, are undone as they were made; a new
+// share of such a device is refused, naming the claim that holds it, until that claim is gone.
 //
 // Each daemon's directories live under the MPS root (WithMPSRoot) as <id>/{pipe,log,shm}; the
 // shm directory is a tmpfs mounted by the MPSDaemons with the manager's size (WithMPSShmSize,
@@ -76,20 +80,18 @@
 //
 // A daemon applies its spec's limits (MPSDaemonSpec.DefaultCommands:
 // set_default_active_thread_percentage and set_default_device_pinned_mem_limit per device
-// ordinal) before Start and Ready return, so before any client connects. NVIDIA's MPS
-// documentation (docs.nvidia.com/deploy/mps, "Legacy MPS v2 Interface" and "Appendix:
-// Environment Variables") says that set_default_active_thread_percentage only affects the
-// next server when one is spawned already, and that a client's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
-// can only lower the daemon's setting, never raise it. set_default_device_pinned_mem_limit is
-// treated the same way (a default for the servers spawned after it). Whether a client's
-// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT could raise the daemon's limit is not relied on: the pinned
-// memory limit of a claim's own daemon (its mpsConfig limits) is set on the daemon, and the
-// containers' environment does not carry it, so nothing a tenant can edit bears on it.
-//
-// A shared daemon is the exception: claims allocated a share of a device (consumable
-// capacity "memory", share IDs) use the device's one daemon and its one server, whose default
-// limits apply to every client alike, while their shares differ. Their share's limit is still
-// only CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in the containers' environment, which a tenant that
-// controls its environment can change; a device whose tenants must not exceed their shares
-// needs a daemon and server per claim (not done yet).
+// ordinal) before Start and Ready return, so before any client connects and before its server
+// is spawned. NVIDIA's MPS documentation (docs.nvidia.com/deploy/mps, "Legacy MPS v2 Interface"
+// and "Appendix: Environment Variables") says that set_default_active_thread_percentage only
+// affects the next server when one is spawned already, and that a client's
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE can only lower the daemon's setting, never raise it.
+// set_default_device_pinned_mem_limit is treated the same way (a default for the servers
+// spawned after it). Whether a client's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT could raise the
+// daemon's limit is not relied on: a claim's pinned memory limits — its mpsConfig limits, or the
+// memory it was allocated of a shared device, summed over its shares of that device — are set
+// on the claim's daemon only, and the containers' environment does not carry them, so nothing a
+// tenant can edit bears on its share. (That the servers of several daemons share one GPU in
+// compute mode DEFAULT, and that each enforces its own daemon's limit, is NVIDIA's documented
+// model of several control daemons with their own pipe directories; it has not been checked on
+// a GPU by this project yet.)
 package sharing

@@ -83,7 +83,9 @@ type MPSDaemonSpec struct {
 	PinnedMemoryLimits map[string]string `json:"pinnedMemoryLimits,omitempty"`
 	// ClientLimit is the most MPS clients the daemon's devices accept (48, or 16 before Volta).
 	ClientLimit int `json:"clientLimit"`
-	// Shared says whether several claims use the daemon (devices allocated with a share ID).
+	// Shared is set in records of earlier versions, whose one daemon per device served every
+	// claim allocated a share of it; this version gives each claim a daemon of its own and
+	// leaves it false. Undo and supervision treat both alike.
 	Shared bool `json:"shared,omitempty"`
 }
 

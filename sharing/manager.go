@@ -147,7 +147,7 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		}
 		return &rec, nil
 	}
-	if err := m.registry.Check(p.rec, p.daemons); err != nil {
+	if err := m.registry.Check(p.rec); err != nil {
 		return nil, err
 	}
 	defer m.claimDirs(p.daemons)()
@@ -304,7 +304,7 @@ func (m *Manager) apply(ctx context.Context, p *plan, dry bool) error {
 	}
 	for _, spec := range p.daemons {
 		for _, uuid := range spec.DeviceUUIDs {
-			if err := a.computeMode(ctx, rec, uuid, ComputeModeExclusiveProcess); err != nil {
+			if err := a.computeMode(ctx, rec, uuid, mpsComputeMode(rec, uuid)); err != nil {
 				return err
 			}
 		}
@@ -313,6 +313,19 @@ func (m *Manager) apply(ctx context.Context, p *plan, dry bool) error {
 		}
 	}
 	return nil
+}
+
+// mpsComputeMode is the compute mode an MPS device needs: EXCLUSIVE_PROCESS when the claim has
+// it to itself (its daemon's server is then the only context on it), DEFAULT when the claim was
+// allocated a share of it (a share ID), so that the servers of the claims sharing it can each
+// hold a context.
+func mpsComputeMode(rec *Record, uuid string) ComputeMode {
+	for _, d := range rec.Devices {
+		if d.UUID == uuid && d.ShareID != "" {
+			return ComputeModeDefault
+		}
+	}
+	return ComputeModeExclusiveProcess
 }
 
 // acquirer makes (or, dry, plans) the host changes of one claim.
@@ -339,6 +352,10 @@ func (m *Manager) join(ctx context.Context, rec *Record, resource string) bool {
 func (a acquirer) computeMode(ctx context.Context, rec *Record, uuid string, mode ComputeMode) error {
 	m := a.m
 	resource := resourceComputeMode(uuid)
+	if other, step := m.registry.holder(resource, rec.ClaimUID); step != nil && step.ComputeMode != nil && *step.ComputeMode != mode {
+		return fmt.Errorf("device %s needs compute mode %s, but claim %s/%s (%s) holds it in %s; an MPS daemon that served every claim sharing the device (an earlier version's) must be released first",
+			uuid, mode, other.Namespace, other.Name, other.ClaimUID, *step.ComputeMode)
+	}
 	if m.join(ctx, rec, resource) {
 		return nil
 	}

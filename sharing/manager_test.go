@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,10 +100,46 @@ func TestPrepareUndo(t *testing.T) {
 			},
 		},
 		{
-			name:  "fractional memory runs under MPS",
+			// A share of a GPU gets a daemon of its own whose server enforces the share, in
+			// compute mode DEFAULT so that other shares' servers fit beside it.
+			name:      "fractional memory runs under MPS",
+			claim:     newClaim(uidU1, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))),
+			wantCalls: []string{"ComputeMode " + uuidA, "Start " + uidU1, "Ready " + uidU1, "Stop " + uidU1},
+			during: func(t *testing.T, s sharingtest.HostState) {
+				if got := s.Daemons[uidU1].PinnedMemoryLimits; !maps.Equal(got, map[string]string{"0": "16384M"}) {
+					t.Errorf("the share's daemon has pinned memory limits %v, want 0=16384M", got)
+				}
+				if s.ComputeModes[uuidA] != sharing.ComputeModeDefault {
+					t.Errorf("compute mode of the shared GPU = %s, want DEFAULT", s.ComputeModes[uuidA])
+				}
+			},
+		},
+		{
+			// One daemon serves every MPS device of a claim, shares of two GPUs included.
+			name:      "shares of two GPUs in one claim",
+			claim:     newClaim(uidU1, results(withMemory(shared(result("a", "gpu-0"), "s1"), "1Gi"), withMemory(shared(result("b", "gpu-1"), "s2"), "2Gi"))),
+			wantCalls: []string{"ComputeMode " + uuidA, "ComputeMode " + uuidB, "Start " + uidU1, "Ready " + uidU1, "Stop " + uidU1},
+			during: func(t *testing.T, s sharingtest.HostState) {
+				if got := s.Daemons[uidU1]; !cmp.Equal(got.DeviceUUIDs, []string{uuidA, uuidB}) || !maps.Equal(got.PinnedMemoryLimits, map[string]string{"0": "1024M", "1": "2048M"}) {
+					t.Errorf("daemon serves %v with limits %v, want [%s %s] with 0=1024M 1=2048M", got.DeviceUUIDs, got.PinnedMemoryLimits, uuidA, uuidB)
+				}
+			},
+		},
+		{
+			// A GPU the claim has to itself goes EXCLUSIVE_PROCESS, its share of another stays DEFAULT.
+			name:  "an own GPU and a share of another in one claim",
+			claim: newClaim(uidU1, results(result("a", "gpu-1"), withMemory(shared(result("b", "gpu-0"), "s2"), "1Gi")), claimCfg(mpsGPU, "a")),
+			wantCalls: []string{"ComputeMode " + uuidB, "SetComputeMode " + uuidB + " EXCLUSIVE_PROCESS", "ComputeMode " + uuidA, "Start " + uidU1, "Ready " + uidU1,
+				"Stop " + uidU1, "SetComputeMode " + uuidB + " DEFAULT"},
+		},
+		{
+			name: "a share of a GPU in EXCLUSIVE_PROCESS sets DEFAULT",
+			setup: func(h *sharingtest.FakeHost) {
+				h.SetComputeModeState(uuidA, sharing.ComputeModeExclusiveProcess)
+			},
 			claim: newClaim(uidU1, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))),
-			wantCalls: []string{"ComputeMode " + uuidA, "SetComputeMode " + uuidA + " EXCLUSIVE_PROCESS", "Start shared-4f86766ad33c", "Ready shared-4f86766ad33c",
-				"Stop shared-4f86766ad33c", "SetComputeMode " + uuidA + " DEFAULT"},
+			wantCalls: []string{"ComputeMode " + uuidA, "SetComputeMode " + uuidA + " DEFAULT", "Start " + uidU1, "Ready " + uidU1,
+				"Stop " + uidU1, "SetComputeMode " + uuidA + " EXCLUSIVE_PROCESS"},
 		},
 	}
 	for _, tt := range tests {
@@ -316,12 +352,14 @@ func TestConflicts(t *testing.T) {
 	}
 }
 
-// TestSharedDevice: two fractional claims on one GPU share its MPS daemon and compute mode;
-// the host goes back to its first state only when the last one is undone, also across a
-// restart (Restore from checkpointed records).
+// TestSharedDevice: two fractional claims on one GPU get a daemon each, whose server enforces
+// the claim's share (the containers' environment does not carry it), and share the GPU's
+// compute mode DEFAULT; undoing one stops only its daemon, and the host goes back to its first
+// state when the last one is undone, also across a restart (Restore from checkpointed records).
 func TestSharedDevice(t *testing.T) {
 	ctx := ctxFor(t)
 	h := newHost()
+	h.SetComputeModeState(uuidA, sharing.ComputeModeExclusiveProcess)
 	before := h.State()
 	m := newManager(t, h)
 	a, err := m.Prepare(ctx, newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))), lookup)
@@ -332,10 +370,24 @@ func TestSharedDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := b.Devices[0].Edits.Env, []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=32768M"}; !cmp.Equal(got, want) {
-		t.Errorf("second claim env = %v, want %v", got, want)
+	for _, c := range []struct {
+		rec   *sharing.Record
+		limit string
+	}{{a, "16384M"}, {b, "32768M"}} {
+		if got, want := c.rec.Devices[0].Edits.Env, []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"}; !cmp.Equal(got, want) {
+			t.Errorf("claim %s env = %v, want %v", c.rec.ClaimUID, got, want)
+		}
+		id := c.rec.Devices[0].MPSDaemonID
+		if id != string(c.rec.ClaimUID) {
+			t.Errorf("claim %s is served by daemon %q, want its own", c.rec.ClaimUID, id)
+		}
+		if got := h.State().Daemons[id].PinnedMemoryLimits; !maps.Equal(got, map[string]string{"0": c.limit}) {
+			t.Errorf("daemon of claim %s has pinned memory limits %v, want 0=%s", c.rec.ClaimUID, got, c.limit)
+		}
 	}
-	during := h.State()
+	if got := h.State().ComputeModes[uuidA]; got != sharing.ComputeModeDefault {
+		t.Errorf("compute mode of the shared GPU = %s, want DEFAULT", got)
+	}
 
 	// Restart: a new manager restored from the checkpoint.
 	m = newManager(t, h)
@@ -345,8 +397,12 @@ func TestSharedDevice(t *testing.T) {
 	if err := m.Undo(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(during, h.State()); diff != "" {
-		t.Errorf("undoing the first claim changed the shared setup (-before +after):\n%s", diff)
+	after := h.State()
+	if _, ok := after.Daemons[uidA]; ok {
+		t.Errorf("the first claim's daemon runs after its Undo")
+	}
+	if _, ok := after.Daemons[uidB]; !ok || after.ComputeModes[uuidA] != sharing.ComputeModeDefault {
+		t.Errorf("undoing the first claim took the second's daemon or compute mode: daemons %v, compute mode %s", after.Daemons, after.ComputeModes[uuidA])
 	}
 	if err := m.Undo(ctx, b); err != nil {
 		t.Fatal(err)
@@ -356,15 +412,18 @@ func TestSharedDevice(t *testing.T) {
 	}
 }
 
-// TestShared: a share of a GPU whose MPS daemon and compute mode another claim already set up
-// only joins them (its plan and its record are Shared); the first claim's are not, and neither
-// is the record of the claim left last, whose Undo restores the host.
+// TestShared: a claim whose every host setting another claim already made only joins them (its
+// plan and its record are Shared): a second time-slicing share of a GPU. A share under MPS
+// never is, since it starts a daemon of its own; the record of the claim left last is not
+// either, and its Undo restores the host.
 func TestShared(t *testing.T) {
 	ctx := ctxFor(t)
 	m := newManager(t, newHost())
-	claimA := newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi")))
-	claimB := newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "16Gi")))
-	claimC := newClaim(uidC, results(withMemory(shared(result("gpu", "gpu-1"), "s3"), "16Gi")))
+	claimA := newClaim(uidA, results(shared(result("gpu", "gpu-0"), "s1")), claimCfg(tsShort, "gpu"))
+	claimB := newClaim(uidB, results(shared(result("gpu", "gpu-0"), "s2")), claimCfg(tsShort, "gpu"))
+	claimC := newClaim(uidC, results(shared(result("gpu", "gpu-1"), "s3")), claimCfg(tsShort, "gpu"))
+	mpsD := newClaim(uidU1, results(withMemory(shared(result("gpu", "gpu-3"), "s4"), "1Gi")))
+	mpsE := newClaim(uidU2, results(withMemory(shared(result("gpu", "gpu-3"), "s5"), "1Gi")))
 	shared := func(what string, rec *sharing.Record, err error, want bool) {
 		t.Helper()
 		if err != nil {
@@ -390,25 +449,53 @@ func TestShared(t *testing.T) {
 	}
 	shared("record of the share left last", b, nil, false)
 	shared("no record", nil, nil, true)
+
+	d, err := m.Prepare(ctx, mpsD, lookup)
+	shared("record of a first MPS share", d, err, false)
+	e, err := m.Prepare(ctx, mpsE, lookup)
+	shared("record of a second MPS share, with a daemon of its own", e, err, false)
+}
+
+// TestSharedDeviceOfEarlierVersion: a claim prepared by an earlier version, whose one daemon
+// served every share of the GPU in EXCLUSIVE_PROCESS, holds the compute mode that a new share
+// cannot use; the new share is refused with the reason, and the host is left as it was.
+func TestSharedDeviceOfEarlierVersion(t *testing.T) {
+	ctx := ctxFor(t)
+	h := newHost()
+	m := newManager(t, h)
+	old, err := m.Prepare(ctx, newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))), lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Undo(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	// What an earlier version recorded: the GPU set to EXCLUSIVE_PROCESS for its shared daemon.
+	excl, def := sharing.ComputeModeExclusiveProcess, sharing.ComputeModeDefault
+	old.Steps = []sharing.Step{{Action: sharing.ActionSetComputeMode, Resource: old.Steps[0].Resource, UUID: uuidA, ComputeMode: &excl, PreviousComputeMode: &def, Changed: true}}
+	h.SetComputeModeState(uuidA, excl)
+	m = newManager(t, h)
+	if err := m.Restore([]sharing.Record{*old}); err != nil {
+		t.Fatal(err)
+	}
+	before := h.State()
+	_, err = m.Prepare(ctx, newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "16Gi"))), lookup)
+	want := "device " + uuidA + " needs compute mode DEFAULT, but claim ns/claim-" + uidA + " (" + uidA + ") holds it in EXCLUSIVE_PROCESS"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Prepare error = %v, want one containing %q", err, want)
+	}
+	if diff := cmp.Diff(before, h.State()); diff != "" {
+		t.Errorf("the refused claim changed the host (-before +after):\n%s", diff)
+	}
 }
 
 func TestMPSClientLimit(t *testing.T) {
-	ctx := ctxFor(t)
-	m := newManager(t, newHost())
-	// The Pascal GPU takes 16 MPS clients.
-	for i := range 16 {
-		uid := fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
-		if _, err := m.Prepare(ctx, newClaim(uid, results(withMemory(shared(result("gpu", "gpu-3"), uid), "1Gi"))), lookup); err != nil {
-			t.Fatalf("claim %d: %v", i, err)
+	for _, tt := range []struct {
+		ccMajor, want int
+	}{{6, 16}, {7, 48}, {9, 48}} {
+		if got := sharing.MPSClientLimit(tt.ccMajor); got != tt.want {
+			t.Errorf("MPSClientLimit(%d) = %d, want %d", tt.ccMajor, got, tt.want)
 		}
-	}
-	_, err := m.Prepare(ctx, newClaim(uidZZ, results(withMemory(shared(result("gpu", "gpu-3"), "zz"), "1Gi"))), lookup)
-	want := `claim ns/claim-` + uidZZ + ` (` + uidZZ + `): MPS control daemon shared-`
-	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.HasSuffix(err.Error(), "would serve 17 claims, more than the device's limit of 16 MPS clients") {
-		t.Fatalf("17th claim error = %v", err)
-	}
-	if got := sharing.MPSClientLimit(7); got != 48 {
-		t.Errorf("MPSClientLimit(7) = %d, want 48", got)
 	}
 }
 
@@ -453,16 +540,6 @@ func TestPlanErrors(t *testing.T) {
 			name:    "two thread percentages on one daemon",
 			claim:   newClaim(uidU, results(result("a", "gpu-0"), result("b", "gpu-1")), claimCfg(mpsPct("10"), "a"), claimCfg(mpsPct("20"), "b")),
 			wantErr: `claim ns/claim-` + uidU + ` (` + uidU + `): requests "a" (config[0] (GpuConfig from claim, requests [a])) and "b" (config[1] (GpuConfig from claim, requests [b])) set different MPS defaultActiveThreadPercentage (10 and 20), but the claim's devices share one MPS control daemon; use one value`,
-		},
-		{
-			name:    "two daemons for one claim",
-			claim:   newClaim(uidU, results(withMemory(shared(result("a", "gpu-0"), "s1"), "1Gi"), withMemory(shared(result("b", "gpu-1"), "s2"), "1Gi"))),
-			wantErr: `claim ns/claim-` + uidU + ` (` + uidU + `): devices "gpu-0" (GPU ` + uuidA + `) (request "a") and "gpu-1" (GPU ` + uuidB + `) (request "b") would be served by different MPS control daemons`,
-		},
-		{
-			name:    "a shared and an own device in one claim",
-			claim:   newClaim(uidU, results(result("a", "gpu-1"), withMemory(shared(result("b", "gpu-0"), "s2"), "1Gi")), claimCfg(mpsGPU, "a")),
-			wantErr: `claim ns/claim-` + uidU + ` (` + uidU + `): devices "gpu-1" (GPU ` + uuidB + `) (request "a") and "gpu-0" (GPU ` + uuidA + `) (request "b") would be served by different MPS control daemons`,
 		},
 		{
 			name: "one shared device twice with two thread percentages",
@@ -530,21 +607,14 @@ func tsMedium() string {
 }
 
 // TestSameDeviceTwice (defect 10): consumable capacity lets one claim get the same device
-// twice, each result with its own share ID (here two requests). Both results use the device's
-// one shared MPS daemon, the daemon serves the device once, and the host is set up once.
+// twice, each result with its own share ID (here two requests). Both results use the claim's
+// one daemon, which serves the device once and enforces the sum of the shares; the host is set
+// up once.
 func TestSameDeviceTwice(t *testing.T) {
 	ctx := ctxFor(t)
 	h := newHost()
 	before := h.State()
 	m := newManager(t, h)
-	// The daemon another claim sharing gpu-0 gets: the one both results must use.
-	other, err := m.Plan(ctx, newClaim(uidOther, results(withMemory(shared(result("gpu", "gpu-0"), "s0"), "1Gi"))), lookup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantDaemon := other.Devices[0].MPSDaemonID
-	h.ResetCalls() // Plan read the compute mode; the calls below are Prepare's
-
 	claim := newClaim(uidU1, results(withMemory(shared(result("a", "gpu-0"), "s1"), "16Gi"), withMemory(shared(result("b", "gpu-0"), "s2"), "8Gi")),
 		claimCfg(mpsGPU, "a", "b"))
 	rec, err := m.Prepare(ctx, claim, lookup)
@@ -552,23 +622,21 @@ func TestSameDeviceTwice(t *testing.T) {
 		t.Fatalf("Prepare: %v", err)
 	}
 	for i, d := range rec.Devices {
-		if d.MPSDaemonID != wantDaemon {
-			t.Errorf("device %d (request %q): daemon %q, want the device's shared daemon %q", i, d.Request, d.MPSDaemonID, wantDaemon)
+		if d.MPSDaemonID != uidU1 {
+			t.Errorf("device %d (request %q): daemon %q, want the claim's own %q", i, d.Request, d.MPSDaemonID, uidU1)
 		}
-	}
-	// The device is visible once (ordinal 0) and the claim holds 16Gi + 8Gi of it.
-	wantEnv := []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=24576M"}
-	for i, d := range rec.Devices {
-		if diff := cmp.Diff(wantEnv, d.Edits.Env); diff != "" {
+		if diff := cmp.Diff([]string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"}, d.Edits.Env); diff != "" {
 			t.Errorf("device %d env (-want +got):\n%s", i, diff)
 		}
 	}
-	wantCalls := []string{"ComputeMode " + uuidA, "SetComputeMode " + uuidA + " EXCLUSIVE_PROCESS", "Start " + wantDaemon, "Ready " + wantDaemon}
+	wantCalls := []string{"ComputeMode " + uuidA, "Start " + uidU1, "Ready " + uidU1}
 	if diff := cmp.Diff(wantCalls, h.Calls()); diff != "" {
 		t.Errorf("host calls (-want +got):\n%s", diff)
 	}
-	if got := h.State().Daemons[wantDaemon].DeviceUUIDs; !cmp.Equal(got, []string{uuidA}) {
-		t.Errorf("daemon devices = %v, want [%s]", got, uuidA)
+	// The device is served once (ordinal 0) and the claim holds 16Gi + 8Gi of it.
+	d := h.State().Daemons[uidU1]
+	if !cmp.Equal(d.DeviceUUIDs, []string{uuidA}) || !maps.Equal(d.PinnedMemoryLimits, map[string]string{"0": "24576M"}) {
+		t.Errorf("daemon serves %v with limits %v, want [%s] with 0=24576M", d.DeviceUUIDs, d.PinnedMemoryLimits, uuidA)
 	}
 	if err := m.Undo(ctx, rec); err != nil {
 		t.Fatal(err)
@@ -667,17 +735,19 @@ func daemonStep(t *testing.T, rec *sharing.Record) *sharing.Step {
 }
 
 // TestRestoredRecordsAreCopies: records given to Restore and Sync are copied: a caller changing
-// them afterwards changes nothing a later share of the GPU joins.
+// them afterwards changes nothing a later share of the GPU joins (the GPU's compute mode step).
 func TestRestoredRecordsAreCopies(t *testing.T) {
 	ctx := ctxFor(t)
 	for _, restore := range []string{"Restore", "Sync"} {
 		t.Run(restore, func(t *testing.T) {
-			m := newManager(t, newHost())
+			h := newHost()
+			h.SetComputeModeState(uuidA, sharing.ComputeModeExclusiveProcess)
+			m := newManager(t, h)
 			a, err := m.Prepare(ctx, newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-0"), "s-a"), "8Gi"))), lookup)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := daemonStep(t, a).Daemon.PipeDir
+			want := *computeModeStep(t, a).PreviousComputeMode
 			records := []sharing.Record{*a}
 			if restore == "Restore" {
 				err = m.Restore(records)
@@ -687,16 +757,27 @@ func TestRestoredRecordsAreCopies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			daemonStep(t, &records[0]).Daemon.PipeDir = "/changed"
+			*computeModeStep(t, &records[0]).PreviousComputeMode = sharing.ComputeModeProhibited
 			b, err := m.Prepare(ctx, newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s-b"), "8Gi"))), lookup)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := daemonStep(t, b).Daemon.PipeDir; got != want {
-				t.Errorf("the share joined an MPS daemon step with pipe directory %q, want %q: the registry kept the caller's record", got, want)
+			if got := *computeModeStep(t, b).PreviousComputeMode; got != want {
+				t.Errorf("the share joined a compute mode step restoring %s, want %s: the registry kept the caller's record", got, want)
 			}
 		})
 	}
+}
+
+func computeModeStep(t *testing.T, rec *sharing.Record) *sharing.Step {
+	t.Helper()
+	for i := range rec.Steps {
+		if rec.Steps[i].Action == sharing.ActionSetComputeMode {
+			return &rec.Steps[i]
+		}
+	}
+	t.Fatalf("claim %s: no compute mode step in %+v", rec.Name, rec.Steps)
+	return nil
 }
 
 // TestClaimUIDMustBeAUUID: the claim UID names the claim's own MPS daemon and its directory

@@ -49,7 +49,7 @@ func TestShmTmpfsSize(t *testing.T) {
 }
 
 // TestSuperviseMPSDaemons (defect 13): daemons of prepared claims that died (with the plugin's
-// container) are restarted, each once, with the spec they were started with; a daemon that
+// container) are restarted, each once (the two shares of gpu-0 have a daemon each), with the spec they were started with; a daemon that
 // only a failed Prepare's partial record holds is not; one whose state is unknown is left.
 func TestSuperviseMPSDaemons(t *testing.T) {
 	ctx := ctxFor(t)
@@ -67,7 +67,7 @@ func TestSuperviseMPSDaemons(t *testing.T) {
 		}
 		sharedRecs = append(sharedRecs, rec)
 	}
-	sharedID := sharedRecs[0].Devices[0].MPSDaemonID
+	shareA, shareB := sharedRecs[0].Devices[0].MPSDaemonID, sharedRecs[1].Devices[0].MPSDaemonID
 	h.FailOn("Ready "+uidMig, errors.New("daemon crashed"))
 	h.FailOn("Stop "+uidMig, errors.New("quit refused"))
 	if partial, _ := m.Prepare(ctx, newClaim(uidMig, results(result("mig", "gpu-2-mig-1g5gb-0")), claimCfg(mpsMIG, "mig")), lookup); partial == nil {
@@ -81,7 +81,7 @@ func TestSuperviseMPSDaemons(t *testing.T) {
 	if got, err := m.SuperviseMPSDaemons(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("SuperviseMPSDaemons with every daemon alive = %v, %v; want nothing", got, err)
 	}
-	for _, id := range []string{uidOwn, sharedID, uidMig} {
+	for _, id := range []string{uidOwn, shareA, shareB, uidMig} {
 		h.KillDaemon(id)
 	}
 	h.ResetCalls()
@@ -89,7 +89,7 @@ func TestSuperviseMPSDaemons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantRestarted := []string{uidOwn, sharedID}
+	wantRestarted := []string{uidOwn, shareA, shareB}
 	slices.Sort(wantRestarted)
 	if diff := cmp.Diff(wantRestarted, got); diff != "" {
 		t.Errorf("restarted (-want +got):\n%s", diff)
@@ -98,8 +98,10 @@ func TestSuperviseMPSDaemons(t *testing.T) {
 	if diff := cmp.Diff(want, h.State().Daemons); diff != "" {
 		t.Errorf("daemons after supervision (-want +got):\n%s", diff)
 	}
-	if n := strings.Count(strings.Join(h.Calls(), "\n"), "Start "+sharedID); n != 1 {
-		t.Errorf("shared daemon started %d times, want once: %v", n, h.Calls())
+	for _, id := range []string{shareA, shareB} {
+		if n := strings.Count(strings.Join(h.Calls(), "\n"), "Start "+id); n != 1 {
+			t.Errorf("the daemon of a share of gpu-0 started %d times, want once: %v", n, h.Calls())
+		}
 	}
 
 	// A daemon whose state cannot be read is not restarted.

@@ -2,8 +2,6 @@ package sharing
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -236,68 +234,37 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// planDaemons assigns MPS devices to daemons: devices the claim has to itself share one
-// daemon named after the claim; a device allocated with a share ID gets the per-device shared
-// daemon that every claim on it joins. A claim may list one shared device several times (one
-// result per request, each with its own share ID): all those results use that device's daemon.
-// A container can talk to one daemon only, so a claim whose MPS devices would need two daemons
-// is an error.
+// planDaemons gives the claim's MPS devices one control daemon of the claim's own, named after
+// the claim UID, whether the claim has its devices to itself or was allocated a share of them
+// (a share ID): each claim's daemon spawns its own MPS server, which enforces the claim's
+// pinned memory limits and thread percentage whatever its clients' environment says. Claims
+// sharing a device therefore run one MPS server each on it, side by side in compute mode
+// DEFAULT (see the package documentation).
 func (m *Manager) planDaemons(claim *resourceapi.ResourceClaim, dcs []ResolvedDevice, rec *Record, mpsDevices []int) ([]MPSDaemonSpec, error) {
 	if len(mpsDevices) == 0 {
 		return nil, nil
-	}
-	cs := ClaimString(claim)
-	var own, shared []int
-	for _, i := range mpsDevices {
-		if dcs[i].ShareID != "" {
-			shared = append(shared, i)
-		} else {
-			own = append(own, i)
-		}
-	}
-	twoDaemons := func(a, b int) error {
-		return fmt.Errorf("claim %s: devices %s (request %q) and %s (request %q) would be served by different MPS control daemons, and a container can use only one: a shared device (share ID) needs a claim of its own",
-			cs, dcs[a].Device, dcs[a].Request, dcs[b].Device, dcs[b].Request)
-	}
-	for _, i := range shared[min(1, len(shared)):] {
-		if dcs[i].Device.UUID != dcs[shared[0]].Device.UUID {
-			return nil, twoDaemons(shared[0], i)
-		}
-	}
-	if len(shared) > 0 && len(own) > 0 {
-		return nil, twoDaemons(min(shared[0], own[0]), max(shared[0], own[0]))
 	}
 	pct, err := threadPercentage(claim, dcs, mpsDevices)
 	if err != nil {
 		return nil, err
 	}
-
-	var spec MPSDaemonSpec
-	if len(shared) > 0 {
-		d := dcs[shared[0]].Device
-		sum := sha256.Sum256([]byte(d.UUID))
-		spec = m.daemonSpec("shared-"+hex.EncodeToString(sum[:6]), []string{d.UUID}, d.ComputeCapabilityMajor)
-		spec.Shared = true
-	} else {
-		var uuids []string
-		minCC := 0
-		for n, i := range own {
-			if !slices.Contains(uuids, dcs[i].Device.UUID) {
-				uuids = append(uuids, dcs[i].Device.UUID)
-			}
-			if cc := dcs[i].Device.ComputeCapabilityMajor; n == 0 || cc < minCC {
-				minCC = cc
-			}
+	var uuids []string
+	minCC := 0
+	for n, i := range mpsDevices {
+		if !slices.Contains(uuids, dcs[i].Device.UUID) {
+			uuids = append(uuids, dcs[i].Device.UUID)
 		}
-		spec = m.daemonSpec(string(claim.UID), uuids, minCC)
-		// Daemon-wide defaults: the claim's daemon applies them to every client.
-		spec.ActiveThreadPercentage = pct
+		if cc := dcs[i].Device.ComputeCapabilityMajor; n == 0 || cc < minCC {
+			minCC = cc
+		}
 	}
-	limits := ordinalLimits(spec.DeviceUUIDs, rec, mpsDevices)
-	if !spec.Shared && len(limits) > 0 {
+	spec := m.daemonSpec(string(claim.UID), uuids, minCC)
+	// Daemon-wide defaults: the claim's daemon applies them to every client.
+	spec.ActiveThreadPercentage = pct
+	if limits := ordinalLimits(spec.DeviceUUIDs, rec, mpsDevices); len(limits) > 0 {
 		spec.PinnedMemoryLimits = limits
 	}
-	setMPSEdits(rec, mpsDevices, spec, pct, limits)
+	setMPSEdits(rec, mpsDevices, spec, pct)
 	return []MPSDaemonSpec{spec}, nil
 }
 
@@ -350,25 +317,14 @@ func ordinalLimits(uuids []string, rec *Record, mpsDevices []int) map[string]str
 }
 
 // setMPSEdits gives every MPS device of the claim the same container edits, so that a
-// container that gets any subset of them sees one consistent daemon.
-func setMPSEdits(rec *Record, mpsDevices []int, spec MPSDaemonSpec, pct *int, limits map[string]string) {
+// container that gets any subset of them sees one consistent daemon. The pinned memory limits
+// are not among them: the claim's daemon enforces them (spec.PinnedMemoryLimits, sent with
+// set_default_device_pinned_mem_limit before any client connects), so that nothing a tenant
+// can edit bears on its share.
+func setMPSEdits(rec *Record, mpsDevices []int, spec MPSDaemonSpec, pct *int) {
 	env := []string{envPipeDir + "=" + MPSPipeContainerPath}
 	if pct != nil {
 		env = append(env, envThreadPercent+"="+strconv.Itoa(*pct))
-	}
-	// A claim's own daemon enforces its pinned memory limits (spec.PinnedMemoryLimits, sent
-	// with set_default_device_pinned_mem_limit before any client connects): the containers'
-	// environment does not carry them, so that nothing a tenant can edit bears on its share.
-	// A shared daemon serves claims of different shares through one server, so there the
-	// limit stays a client setting (see the package documentation).
-	var l []string
-	for n := range spec.DeviceUUIDs {
-		if v, ok := limits[strconv.Itoa(n)]; ok && spec.Shared {
-			l = append(l, strconv.Itoa(n)+"="+v)
-		}
-	}
-	if len(l) > 0 {
-		env = append(env, envPinnedLimit+"="+strings.Join(l, ","))
 	}
 	for _, i := range mpsDevices {
 		rec.Devices[i].MPSDaemonID = spec.ID

@@ -221,12 +221,11 @@ func sortedUIDs(m map[types.UID]*Record) []types.UID {
 // those of an already prepared claim:
 //   - a device (or a MIG device of a GPU and the whole GPU) used by two claims, unless both
 //     allocations carry a share ID;
-//   - on a shared device: different strategies, different time slice intervals, or more
-//     claims than the MPS client limit.
+//   - on a shared device: different strategies or different time slice intervals.
 //
 // Records of the same claim never conflict (one claim used by several pods is prepared once),
 // and admin access devices never conflict.
-func (r *Registry) Check(rec *Record, daemons []MPSDaemonSpec) error {
+func (r *Registry) Check(rec *Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, uid := range sortedUIDs(r.records) {
@@ -240,21 +239,6 @@ func (r *Registry) Check(rec *Record, daemons []MPSDaemonSpec) error {
 					return err
 				}
 			}
-		}
-	}
-	for _, d := range daemons {
-		if !d.Shared {
-			continue
-		}
-		users := 1
-		for _, other := range r.records {
-			if other.ClaimUID != rec.ClaimUID && slices.ContainsFunc(other.Devices, func(p PreparedDevice) bool { return p.MPSDaemonID == d.ID }) {
-				users++
-			}
-		}
-		if users > d.ClientLimit {
-			return fmt.Errorf("claim %s/%s (%s): MPS control daemon %s on %v would serve %d claims, more than the device's limit of %d MPS clients",
-				rec.Namespace, rec.Name, rec.ClaimUID, d.ID, d.DeviceUUIDs, users, d.ClientLimit)
 		}
 	}
 	return nil

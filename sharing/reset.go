@@ -44,9 +44,9 @@ func (m *Manager) ResetPlan(plan *Record) *Record {
 				continue
 			}
 			seen[resourceComputeMode(u)] = true
-			excl, def := ComputeModeExclusiveProcess, ComputeModeDefault
+			mode, def := mpsComputeMode(rec, u), ComputeModeDefault
 			rec.Steps = append(rec.Steps, Step{Action: ActionSetComputeMode, Resource: resourceComputeMode(u), UUID: u,
-				ComputeMode: &excl, PreviousComputeMode: &def, Changed: true})
+				ComputeMode: &mode, PreviousComputeMode: &def, Changed: true})
 		}
 		rec.Steps = append(rec.Steps, Step{Action: ActionStartMPSDaemon, Resource: resourceDaemon(spec.ID), Daemon: &spec, Changed: true})
 	}

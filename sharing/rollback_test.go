@@ -133,42 +133,36 @@ func mustRoundTrip(t *testing.T, rec *sharing.Record) *sharing.Record {
 	return &out
 }
 
-// TestJoinDaemonOfPartialRecord: a shared MPS daemon that only a failed Prepare's partial record
-// holds may be dead; the next claim on the device starts it instead of trusting it, and the
-// daemon stays until both claims let go of it.
-func TestJoinDaemonOfPartialRecord(t *testing.T) {
+// TestShareBesideAPartialRecord: a share of a GPU whose first share's Prepare failed half-way
+// (its daemon did not become ready and would not stop: a partial record) starts a daemon of its
+// own, joins only the GPU's compute mode, and keeps both when the partial record is undone.
+func TestShareBesideAPartialRecord(t *testing.T) {
 	ctx := ctxFor(t)
 	h := newHost()
+	h.SetComputeModeState(uuidA, sharing.ComputeModeExclusiveProcess)
 	before := h.State()
 	m := newManager(t, h)
 	first := newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "1Gi")))
-	plan, err := m.Plan(ctx, first, lookup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	daemon := plan.Devices[0].MPSDaemonID
-	h.FailOn("Ready "+daemon, errors.New("daemon crashed"))
-	h.FailOn("Stop "+daemon, errors.New("quit refused"))
+	h.FailOn("Ready "+uidA, errors.New("daemon crashed"))
+	h.FailOn("Stop "+uidA, errors.New("quit refused"))
 	partial, err := m.Prepare(ctx, first, lookup)
 	if err == nil || partial == nil {
 		t.Fatalf("first Prepare = %+v, %v; want an error and a partial record", partial, err)
 	}
-	h.FailOn("Ready "+daemon, nil)
-	h.FailOn("Stop "+daemon, nil)
-	h.KillDaemon(daemon) // whatever the failed Prepare left is not running
-	h.ResetCalls()
+	h.FailOn("Ready "+uidA, nil)
+	h.FailOn("Stop "+uidA, nil)
 	rec, err := m.Prepare(ctx, newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "1Gi"))), lookup)
 	if err != nil {
 		t.Fatalf("second Prepare: %v", err)
 	}
-	if _, ok := h.State().Daemons[daemon]; !ok {
-		t.Fatalf("daemon %s does not run after the second Prepare; calls %v", daemon, h.Calls())
+	if got := rec.Devices[0].MPSDaemonID; got != uidB {
+		t.Fatalf("the second share is served by daemon %q, want its own (%s)", got, uidB)
 	}
 	if err := m.Undo(ctx, partial); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := h.State().Daemons[daemon]; !ok {
-		t.Fatal("undoing the partial record stopped the daemon the second claim uses")
+	if _, ok := h.State().Daemons[uidB]; !ok || h.State().ComputeModes[uuidA] != sharing.ComputeModeDefault {
+		t.Fatalf("undoing the partial record took the second share's daemon or compute mode: %+v", h.State())
 	}
 	if err := m.Undo(ctx, rec); err != nil {
 		t.Fatal(err)
@@ -188,6 +182,7 @@ func TestFailedUndoKeepsOnlyWhatIsLeft(t *testing.T) {
 		t.Run(strings.Join(order, " then "), func(t *testing.T) {
 			ctx := ctxFor(t)
 			h := newHost()
+			h.SetComputeModeState(uuidA, sharing.ComputeModeExclusiveProcess)
 			before := h.State()
 			m := newManager(t, h)
 			a, err := m.Prepare(ctx, newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))), lookup)
@@ -195,7 +190,7 @@ func TestFailedUndoKeepsOnlyWhatIsLeft(t *testing.T) {
 				t.Fatal(err)
 			}
 			daemon := a.Devices[0].MPSDaemonID
-			restore := "SetComputeMode " + uuidA + " DEFAULT"
+			restore := "SetComputeMode " + uuidA + " EXCLUSIVE_PROCESS"
 			h.FailOn(restore, errors.New("nvml: unknown error"))
 			undoErr := m.Undo(ctx, a)
 			if undoErr == nil || !strings.Contains(undoErr.Error(), "nvml: unknown error") {

@@ -110,7 +110,8 @@ func New(cfg Config) (*Daemons, error) {
 // PodName is the name of the pod of daemon id on node: derived from the two alone, so that a
 // plugin that crashed after creating the pod finds (adopts or deletes) the same pod after its
 // restart. The node is part of it (a short hash) because daemon IDs need not differ between
-// nodes: a shared daemon is named after its GPU's UUID, and fake machines repeat theirs.
+// nodes: an earlier version's shared daemon was named after its GPU's UUID, and fake machines
+// repeat theirs.
 // IDs that make no DNS subdomain (never made by sharing.Manager) are hashed.
 func PodName(node, id string) string {
 	sum := sha256.Sum256([]byte(node))

@@ -292,8 +292,10 @@ func (h *host) setComputeMode(uuid string, m sharing.ComputeMode) {
 }
 
 // Start implements sharing.MPSDaemons. Like the real daemon setup, it needs every device in
-// compute mode EXCLUSIVE_PROCESS, and it mounts the shm tmpfs (spec.ShmSizeBytes, or
-// sharing.DefaultMPSShmSize when 0) unless something is mounted there already.
+// compute mode EXCLUSIVE_PROCESS, where the daemon's server is the device's only context and no
+// other daemon may serve it, or DEFAULT, where the servers of several daemons each hold a
+// context; it mounts the shm tmpfs (spec.ShmSizeBytes, or sharing.DefaultMPSShmSize when 0)
+// unless something is mounted there already.
 func (f *FakeHost) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error {
 	if err := f.begin(ctx, true, "Start %s", spec.ID); err != nil {
 		return err
@@ -303,8 +305,8 @@ func (f *FakeHost) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error 
 			if err := h.device(u); err != nil {
 				return false, err
 			}
-			if h.State.ComputeModes[u] != sharing.ComputeModeExclusiveProcess {
-				return false, fmt.Errorf("device %s is in compute mode %s, want EXCLUSIVE_PROCESS", u, h.State.ComputeModes[u])
+			if err := h.serverFits(spec.ID, u); err != nil {
+				return false, err
 			}
 		}
 		h.State.Daemons[spec.ID] = spec
@@ -313,6 +315,23 @@ func (f *FakeHost) Start(ctx context.Context, spec sharing.MPSDaemonSpec) error 
 		}
 		return true, nil
 	}), "Start %s", spec.ID)
+}
+
+// serverFits fails when device u cannot take one more MPS server, that of daemon id.
+func (h *host) serverFits(id, u string) error {
+	switch mode := h.State.ComputeModes[u]; mode {
+	case sharing.ComputeModeDefault:
+		return nil
+	case sharing.ComputeModeExclusiveProcess:
+		for other, d := range h.State.Daemons {
+			if other != id && slices.Contains(d.DeviceUUIDs, u) {
+				return fmt.Errorf("device %s is in compute mode EXCLUSIVE_PROCESS and MPS control daemon %s's server holds it", u, other)
+			}
+		}
+		return nil
+	default:
+		return fmt.Errorf("device %s is in compute mode %s, want EXCLUSIVE_PROCESS or DEFAULT", u, mode)
+	}
 }
 
 // Ready implements sharing.MPSDaemons.

@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/sharing/mpspod"
 	"github.com/gpudra/gpudra/test/e2e/framework"
@@ -347,6 +349,35 @@ func (s *Suite) cdiSpecsOf(t *testing.T, uid string) []string {
 		data, err := os.ReadFile(filepath.Join(s.Node.CDIDir, e.Name()))
 		if err == nil && strings.Contains(string(data), uid) {
 			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// cdiMounts returns the host paths that claim uid's CDI specs mount at containerPath, from the
+// specs' container edits and their devices' edits.
+func (s *Suite) cdiMounts(t *testing.T, uid, containerPath string) []string {
+	t.Helper()
+	var out []string
+	for _, name := range s.cdiSpecsOf(t, uid) {
+		data, err := os.ReadFile(filepath.Join(s.Node.CDIDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spec cdispec.Spec
+		if err := yaml.Unmarshal(data, &spec); err != nil {
+			t.Fatalf("CDI spec %s: %v", name, err)
+		}
+		edits := []cdispec.ContainerEdits{spec.ContainerEdits}
+		for _, d := range spec.Devices {
+			edits = append(edits, d.ContainerEdits)
+		}
+		for _, e := range edits {
+			for _, m := range e.Mounts {
+				if m.ContainerPath == containerPath {
+					out = append(out, m.HostPath)
+				}
+			}
 		}
 	}
 	return out

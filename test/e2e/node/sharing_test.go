@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -124,6 +126,80 @@ func TestNodeMPS(t *testing.T) {
 		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("after unprepare: the shm directory %s is still there (%v)", d, err)
 		}
+	}
+}
+
+// TestNodeMPSShares (issue 27, item 3): two pods whose claims each ask for 10Gi of GPU 0's
+// memory (consumable capacity) run under MPS with a control daemon each, in a daemon pod each:
+// each daemon was told its claim's 10Gi before any client connected, the containers'
+// environment carries no MPS limit a tenant could raise, each claim's CDI spec mounts its own
+// daemon's pipe directory, and the GPU is in compute mode DEFAULT while both run (one MPS
+// server each) and back to what it was once both pods are gone.
+func TestNodeMPSShares(t *testing.T) {
+	ctx := context.Background()
+	s := suite
+	s.reinstall(ctx, t, map[string]any{"consumableMemory": true})
+	ns := s.namespace(ctx, t)
+	spec := claimSpec("gpu.nvidia.com", 1)
+	spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+		Expression: fmt.Sprintf("device.attributes['%s'].index == 0", driverName)}}}
+	spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{
+		Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("10Gi")}}
+	var pods []*corev1.Pod
+	for _, name := range []string{"share-a", "share-b"} {
+		tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}
+		if _, err := s.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, s.runPod(ctx, t, workloadPod(ns, name, corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To(name)}, "main")))
+	}
+	var uuid string
+	var claims []string
+	pipes := map[string]bool{}
+	for _, pod := range pods {
+		claim, devs := s.allocatedDevices(ctx, t, pod, "gpu")
+		claims = append(claims, string(claim.UID))
+		uuid = strAttr(s.device(ctx, t, devs[0]), "uuid")
+		s.mpsDaemonPod(ctx, t, string(claim.UID))
+		dir := filepath.Join(s.Node.Kubelet.RootDir, "plugins", driverName, "mps", string(claim.UID))
+		dspec := sharing.MPSDaemonSpec{ID: string(claim.UID), Dir: dir, PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm")}
+		cmds, err := mpspod.Commands(dspec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(cmds, "set_default_device_pinned_mem_limit 0 10240M") {
+			t.Errorf("pod %s: its claim's MPS daemon got commands %q, want set_default_device_pinned_mem_limit 0 10240M", pod.Name, cmds)
+		}
+		r := s.report(ctx, t, pod, "main")
+		for k, v := range r.Env {
+			if strings.HasPrefix(k, "CUDA_MPS_") && k != "CUDA_MPS_PIPE_DIRECTORY" {
+				t.Errorf("pod %s: the workload's environment carries %s=%s: its claim's daemon enforces the share", pod.Name, k, v)
+			}
+		}
+		pipe := r.Env["CUDA_MPS_PIPE_DIRECTORY"]
+		if _, mounted := r.Mounts[pipe]; pipe == "" || !mounted {
+			t.Errorf("pod %s: the MPS pipe directory %q is not mounted (mounts %v)", pod.Name, pipe, r.Mounts)
+		}
+		for _, hostPipe := range s.cdiMounts(t, string(claim.UID), sharing.MPSPipeContainerPath) {
+			if hostPipe != dspec.PipeDir {
+				t.Errorf("pod %s: its CDI spec mounts %s as the pipe directory, want its claim's own daemon's %s", pod.Name, hostPipe, dspec.PipeDir)
+			}
+			pipes[hostPipe] = true
+		}
+	}
+	if len(pipes) != 2 {
+		t.Errorf("the two shares' containers mount pipe directories %v, want two different ones", pipes)
+	}
+	st := s.hostState(t)
+	if len(st.Daemons) != 2 || st.ComputeModes[uuid] != sharing.ComputeModeDefault {
+		t.Errorf("while both pods run: daemons %v, compute mode of %s %v; want one daemon per claim and DEFAULT", st.Daemons, uuid, st.ComputeModes[uuid])
+	}
+	for i, pod := range pods {
+		s.deletePod(ctx, t, pod)
+		s.waitUnprepared(ctx, t, claims[i])
+	}
+	if st := s.hostState(t); len(st.Daemons) != 0 || st.ComputeModes[uuid] != sharing.ComputeModeDefault {
+		t.Errorf("after both unprepares: daemons %v, compute mode of %s %v; want none and DEFAULT", st.Daemons, uuid, st.ComputeModes[uuid])
 	}
 }
 
