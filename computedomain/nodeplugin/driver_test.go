@@ -461,3 +461,42 @@ func TestNewConfig(t *testing.T) {
 		t.Errorf("New: %v", err)
 	}
 }
+
+// TestCrashAfterChannelPrepared: a plugin killed after the driver labelled the node for a
+// channel (and before the claim was complete) leaves the label; the restarted plugin's
+// reconciliation rolls the claim back, which removes it, and the retried prepare works.
+func TestCrashAfterChannelPrepared(t *testing.T) {
+	c := claim("job", channelSel, channelParams(domainUID, ""))
+	crash := testhooks.CrashAt(c.UID, 2) // PrepareStarted, then DevicePrepared
+	e := newEnv(t, envConfig{hooks: crash.Hooks()})
+	if err := e.client.Create(t.Context(), domain("train", domainUID, e.clique, 0, v1beta1.StatusReady, map[string]string{e.nodeName: v1beta1.StatusReady})); err != nil {
+		t.Fatal(err)
+	}
+	c = e.allocate(c)
+	if _, err := kubelettest.Prepare(t.Context(), e.plugin, c); !errors.Is(err, testhooks.ErrCrash) {
+		t.Fatalf("prepare: %v, want the simulated crash", err)
+	}
+	if got := e.label(); got != string(domainUID) {
+		t.Fatalf("label at the crash %q, want %s (the driver had labelled the node)", got, domainUID)
+	}
+	_ = e.plugin.Close()
+	restarted, err := e.node.NewPlugin(t.Context(), exclusive.Config{DriverName: computedomain.DriverName, Driver: e.driver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.plugin = restarted
+	t.Cleanup(func() { _ = restarted.Close() })
+	rep, err := restarted.Reconcile(t.Context())
+	if err != nil || len(rep.RolledBack) != 1 {
+		t.Fatalf("reconcile: %v, %v; want the claim rolled back", rep, err)
+	}
+	if got := e.label(); got != "" {
+		t.Errorf("label after the rollback %q, want none", got)
+	}
+	if _, err := kubelettest.Prepare(t.Context(), restarted, c); err != nil {
+		t.Fatalf("retried prepare: %v", err)
+	}
+	if got := e.label(); got != string(domainUID) {
+		t.Errorf("label after the retried prepare %q, want %s", got, domainUID)
+	}
+}
