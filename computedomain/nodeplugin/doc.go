@@ -17,13 +17,15 @@
 // controller put into the claim template (decoded strictly: unknown fields, another apiVersion
 // or kind, and a domainID that is not a UID are errors that name the field). Prepare finds the
 // domain by UID in the claim's namespace, refuses it unless the domain chose the node's clique,
-// labels the node computedomain.NodeLabel=<domain UID> (refused while the label names another
-// domain: one domain per node), which brings the domain's IMEX daemon pod to the node, and
-// waits, for at most Config.ReadyTimeout, until the domain's status has the node's daemon Ready
-// (and the domain Ready when spec.numNodes > 0). Then it makes the channel device nodes
+// and waits, for at most Config.ReadyTimeout, until the domain's status has the node's daemon
+// Ready (and the domain Ready when spec.numNodes > 0). Then it makes the channel device nodes
 // (channel 0, or every channel in AllocationMode All) and gives the container them and
 // NVIDIA_VISIBLE_DEVICES=void. A wait that runs out fails with the domain, the node and what is
-// missing; the plugin then undoes the attempt (the label goes) and kubelet retries.
+// missing, and kubelet retries. The plugin changes nothing in the cluster: the domain's
+// controller labels the node computedomain.NodeLabel=<domain UID> as soon as the scheduler
+// allocates the node's channel to a claim of the domain (and removes the label when no claim
+// holds it), which brings the domain's IMEX daemon pod; a failed or retried prepare therefore
+// never takes the daemon away while it starts.
 //
 // # Preparing a daemon
 //
@@ -34,16 +36,16 @@
 //
 // # Unpreparing
 //
-// Prepare records the claim's domain under the state directory before it changes anything, so
-// that Unprepare, which the plugin also calls after a failed or interrupted prepare, removes
-// the node label (only while it names that domain) or the daemon directory, unless another
-// claim of the same domain still holds them. Channel device nodes stay: they are the host's.
+// A daemon's prepare records the claim's domain under the state directory before it creates the
+// directory, so that Unprepare, which the plugin also calls after a failed or interrupted
+// prepare, removes the directory unless another claim of the same domain still holds it. A
+// channel leaves nothing to undo: its device nodes are the host's.
 //
 // # What it drives
 //
 // Small interfaces keep the host and the cluster replaceable: Fabric (TopologyFabric over
 // nvmltopology.Discover, on real NVML or a gputest machine), Domains (ClientDomains, a
-// controller-runtime client), NodeLabeler (ClientNodeLabeler) and ChannelDevices (HostChannels:
+// controller-runtime client) and ChannelDevices (HostChannels:
 // mknod under /dev with the major of /proc/devices). The package imports no NVML binding and
 // builds with CGO_ENABLED=0.
 //
@@ -54,7 +56,7 @@
 //	driver, err := nodeplugin.New(nodeplugin.Config{
 //		NodeName: node, StateDir: stateDir,
 //		Fabric:   nodeplugin.TopologyFabric(func(context.Context) (*topology.Topology, error) { return nvmltopology.Discover(lib) }),
-//		Domains:  nodeplugin.NewClientDomains(c), Labels: nodeplugin.NewClientNodeLabeler(c, node),
+//		Domains:  nodeplugin.NewClientDomains(c),
 //		Channels: nodeplugin.NewHostChannels("", ""),
 //	})
 //	plugin, err := exclusive.New(ctx, exclusive.Config{DriverName: computedomain.DriverName,

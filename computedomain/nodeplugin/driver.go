@@ -47,7 +47,7 @@ const (
 // daemonDirs is the directory under the state directory that holds the daemons' directories.
 const daemonDirs = "domains"
 
-// Config configures New. NodeName, StateDir, Fabric, Domains, Labels and Channels are required.
+// Config configures New. NodeName, StateDir, Fabric, Domains and Channels are required.
 type Config struct {
 	// NodeName is the node the plugin runs on, also the name of its pool.
 	NodeName string
@@ -61,8 +61,6 @@ type Config struct {
 	Fabric Fabric
 	// Domains looks up the ComputeDomains that channel claims name.
 	Domains Domains
-	// Labels sets and removes the node's computedomain.NodeLabel.
-	Labels NodeLabeler
 	// Channels makes the host's IMEX channel device nodes.
 	Channels ChannelDevices
 	// ReadyTimeout bounds a channel prepare's wait for the node's IMEX daemon (default
@@ -80,8 +78,8 @@ func (c *Config) complete() error {
 	switch {
 	case c.StateDir == "":
 		return errors.New("compute-domain node plugin config: StateDir is required")
-	case c.Fabric == nil, c.Domains == nil, c.Labels == nil, c.Channels == nil:
-		return errors.New("compute-domain node plugin config: Fabric, Domains, Labels and Channels are required")
+	case c.Fabric == nil, c.Domains == nil, c.Channels == nil:
+		return errors.New("compute-domain node plugin config: Fabric, Domains and Channels are required")
 	case c.ReadyTimeout < 0 || c.PollInterval < 0 || c.ChannelCount < 0:
 		return fmt.Errorf("compute-domain node plugin config: ReadyTimeout %s, PollInterval %s and ChannelCount %d must not be negative (0 means the default)",
 			c.ReadyTimeout, c.PollInterval, c.ChannelCount)
@@ -158,9 +156,13 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim, 
 	return specs.ContainerEdits{}, fmt.Errorf("device %q is not %s or %s", device, ChannelDevice, DaemonDevice)
 }
 
-// Unprepare implements exclusive.Driver: it undoes what Prepare recorded for the claim's
-// device, unless another claim's record needs it, and forgets the record.
+// Unprepare implements exclusive.Driver: a channel leaves nothing to undo (its device nodes are
+// the host's); for the daemon device it removes the directory Prepare recorded, unless another
+// claim of the domain holds it, and forgets the record.
 func (d *Driver) Unprepare(ctx context.Context, claimUID types.UID, device string) error {
+	if device != DaemonDevice {
+		return nil
+	}
 	rec, ok, err := d.records.get(claimUID, device)
 	if err != nil || !ok {
 		return err
@@ -172,12 +174,8 @@ func (d *Driver) Unprepare(ctx context.Context, claimUID types.UID, device strin
 	logger := klog.FromContext(ctx).WithValues("device", device, "domainUID", rec.DomainID)
 	switch {
 	case held:
-		logger.V(2).Info("Another claim of the domain still holds the device's preparation; leaving it")
-	case device == ChannelDevice:
-		if err := d.cfg.Labels.Unlabel(ctx, rec.DomainID); err != nil {
-			return err
-		}
-	case device == DaemonDevice:
+		logger.V(2).Info("Another claim of the domain still holds the IMEX daemon directory; leaving it")
+	default:
 		if err := os.RemoveAll(d.daemonDir(rec.DomainID)); err != nil {
 			return fmt.Errorf("remove the IMEX daemon directory of domain %s: %w", rec.DomainID, err)
 		}
@@ -185,9 +183,10 @@ func (d *Driver) Unprepare(ctx context.Context, claimUID types.UID, device strin
 	return d.records.remove(claimUID, device)
 }
 
-// prepareChannel checks the claim's domain against the node's clique, labels the node for the
-// domain, waits for the node's IMEX daemon to be Ready, makes the channel device nodes and
-// returns the edits that give a container the channels.
+// prepareChannel checks the claim's domain against the node's clique, waits for the node's IMEX
+// daemon to be Ready, makes the channel device nodes and returns the edits that give a container
+// the channels. It changes nothing in the cluster: the controller labels the node for the domain
+// as soon as the claim is allocated here, which brings the daemon.
 func (d *Driver) prepareChannel(ctx context.Context, claim *resourceapi.ResourceClaim) (specs.ContainerEdits, error) {
 	cfg, err := channelConfig(claim, d.cfg.NodeName)
 	if err != nil {
@@ -197,12 +196,6 @@ func (d *Driver) prepareChannel(ctx context.Context, claim *resourceapi.Resource
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("domainUID", uid))
 	dom, err := d.domainInClique(ctx, claim.Namespace, uid)
 	if err != nil {
-		return specs.ContainerEdits{}, err
-	}
-	if err := d.records.put(claim.UID, ChannelDevice, record{DomainID: uid}); err != nil {
-		return specs.ContainerEdits{}, err
-	}
-	if err := d.cfg.Labels.Label(ctx, uid); err != nil {
 		return specs.ContainerEdits{}, err
 	}
 	if err := d.waitReady(ctx, dom); err != nil {

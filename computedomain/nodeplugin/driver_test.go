@@ -120,8 +120,8 @@ func TestClique(t *testing.T) {
 }
 
 // TestChannelThroughKubelet: through the plugin's real sockets, a channel claim of a Ready
-// domain labels the node, gets channel 0's device node and NVIDIA_VISIBLE_DEVICES=void in its
-// CDI spec; unprepare removes the label and every trace of the claim.
+// domain gets channel 0's device node and NVIDIA_VISIBLE_DEVICES=void in its CDI spec, without
+// touching the node's labels (the controller's); unprepare removes every trace of the claim.
 func TestChannelThroughKubelet(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	if err := e.client.Create(t.Context(), domain("train", domainUID, e.clique, 1, v1beta1.StatusReady, map[string]string{e.nodeName: v1beta1.StatusReady})); err != nil {
@@ -140,8 +140,8 @@ func TestChannelThroughKubelet(t *testing.T) {
 	if r := resp.Claims[string(c.UID)]; r.Error != "" || len(r.Devices) != 1 || r.Devices[0].DeviceName != nodeplugin.ChannelDevice {
 		t.Fatalf("prepare: %+v", r)
 	}
-	if got := e.label(); got != string(domainUID) {
-		t.Errorf("node label %q, want %s", got, domainUID)
+	if got := e.label(); got != "" {
+		t.Errorf("the plugin labelled the node %q; labels are the controller's", got)
 	}
 	want := specs.ContainerEdits{Env: []string{"NVIDIA_VISIBLE_DEVICES=void"},
 		DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidia-caps-imex-channels/channel0", Type: "c", Major: 511, Minor: 0}}}
@@ -153,9 +153,6 @@ func TestChannelThroughKubelet(t *testing.T) {
 	}
 	if _, err := srv.Unprepare(t.Context(), c); err != nil {
 		t.Fatal(err)
-	}
-	if got := e.label(); got != "" {
-		t.Errorf("node label after unprepare %q, want none", got)
 	}
 	if got := e.leftovers(); len(got) > 0 {
 		t.Errorf("left after unprepare: %v", got)
@@ -222,9 +219,6 @@ func TestChannelWaitsForDaemon(t *testing.T) {
 			t.Fatalf("prepare ended (%v) before node %s, domain %s", err, s.node, s.domain)
 		case <-time.After(200 * time.Millisecond):
 		}
-		if s.node == v1beta1.StatusNotReady && e.label() != string(domainUID) {
-			t.Errorf("node label while waiting %q, want %s (it brings the IMEX daemon)", e.label(), domainUID)
-		}
 		e.setNodeStatus("train", s.node, s.domain)
 	}
 	if err := <-done; err != nil {
@@ -236,8 +230,8 @@ func TestChannelWaitsForDaemon(t *testing.T) {
 }
 
 // TestChannelNotReady: a channel whose node's daemon does not become Ready in time fails with
-// the domain, the node and what is missing, and leaves no label, record, spec or checkpoint
-// entry behind.
+// the domain, the node and what is missing, and leaves no record, spec or checkpoint entry
+// behind.
 func TestChannelNotReady(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -265,9 +259,6 @@ func TestChannelNotReady(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("prepare: %v\nwant an error containing %q", err, want)
 			}
-			if got := e.label(); got != "" {
-				t.Errorf("node label after the failed prepare %q, want none", got)
-			}
 			if got := e.leftovers(); len(got) > 0 {
 				t.Errorf("left after the failed prepare: %v", got)
 			}
@@ -278,25 +269,21 @@ func TestChannelNotReady(t *testing.T) {
 	}
 }
 
-// TestChannelRefused: a channel of a domain in another clique, of a domain without a clique, of
-// an unknown domain, or on a node that serves another domain is refused before anything is
-// changed (the other domain's label stays).
+// TestChannelRefused: a channel of a domain in another clique, of a domain without a clique, or
+// of an unknown domain is refused before anything is changed.
 func TestChannelRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		clique string // the domain's; "node" for the node's
-		labels map[string]string
 		uid    string
 		want   string
 	}{
 		{name: "other clique", clique: "0000-other.1", want: "ComputeDomain default/train (" + string(domainUID) + ") is in NVLink clique 0000-other.1, node rack-00 in "},
 		{name: "no clique yet", clique: "", want: "has no clique yet (status.cliqueID is empty)"},
 		{name: "unknown domain", clique: "node", uid: string(otherUID), want: "no ComputeDomain with UID " + string(otherUID) + " in namespace default"},
-		{name: "node serves another domain", clique: "node", labels: map[string]string{computedomain.NodeLabel: string(otherUID)},
-			want: "node rack-00 has label resource.nvidia.com/computeDomain=" + string(otherUID) + ", cannot add " + string(domainUID) + ": the node serves another ComputeDomain"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, envConfig{labels: tc.labels, ready: 5 * time.Second})
+			e := newEnv(t, envConfig{ready: 5 * time.Second})
 			clique := tc.clique
 			if clique == "node" {
 				clique = e.clique
@@ -313,36 +300,10 @@ func TestChannelRefused(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("prepare: %v\nwant an error containing %q", err, tc.want)
 			}
-			if got, want := e.label(), tc.labels[computedomain.NodeLabel]; got != want {
-				t.Errorf("node label %q, want %q", got, want)
-			}
 			if got := e.leftovers(); len(got) > 0 {
 				t.Errorf("left after the refused prepare: %v", got)
 			}
 		})
-	}
-}
-
-// TestUnprepareKeepsOtherLabel: unprepare removes the node label only while it names the
-// claim's domain.
-func TestUnprepareKeepsOtherLabel(t *testing.T) {
-	e := newEnv(t, envConfig{})
-	if err := e.client.Create(t.Context(), domain("train", domainUID, e.clique, 0, v1beta1.StatusReady, map[string]string{e.nodeName: v1beta1.StatusReady})); err != nil {
-		t.Fatal(err)
-	}
-	c := e.allocate(claim("job", channelSel, channelParams(domainUID, "")))
-	if _, err := kubelettest.Prepare(t.Context(), e.plugin, c); err != nil {
-		t.Fatal(err)
-	}
-	e.setLabel(string(otherUID))
-	if err := kubelettest.Unprepare(t.Context(), e.plugin, c); err != nil {
-		t.Fatal(err)
-	}
-	if got := e.label(); got != string(otherUID) {
-		t.Errorf("node label after unprepare %q, want the other domain's %s kept", got, otherUID)
-	}
-	if got := e.leftovers(); len(got) > 0 {
-		t.Errorf("left after unprepare: %v", got)
 	}
 }
 
@@ -438,14 +399,14 @@ func (e *env) driverPrepare(c *resourceapi.ResourceClaim) error {
 // TestNewConfig: New refuses a config without what it needs.
 func TestNewConfig(t *testing.T) {
 	ok := nodeplugin.Config{NodeName: "n", StateDir: t.TempDir(), Fabric: fabricOf(nil),
-		Domains: nodeplugin.NewClientDomains(nil), Labels: nodeplugin.NewClientNodeLabeler(nil, "n"), Channels: &fakeChannels{}}
+		Domains: nodeplugin.NewClientDomains(nil), Channels: &fakeChannels{}}
 	for _, tc := range []struct {
 		name   string
 		change func(*nodeplugin.Config)
 		want   string
 	}{
 		{"no state dir", func(c *nodeplugin.Config) { c.StateDir = "" }, "StateDir is required"},
-		{"no fabric", func(c *nodeplugin.Config) { c.Fabric = nil }, "Fabric, Domains, Labels and Channels are required"},
+		{"no fabric", func(c *nodeplugin.Config) { c.Fabric = nil }, "Fabric, Domains and Channels are required"},
 		{"bad node name", func(c *nodeplugin.Config) { c.NodeName = "Node_1" }, "Node_1"},
 		{"negative timeout", func(c *nodeplugin.Config) { c.ReadyTimeout = -time.Second }, "must not be negative"},
 	} {
@@ -462,9 +423,9 @@ func TestNewConfig(t *testing.T) {
 	}
 }
 
-// TestCrashAfterChannelPrepared: a plugin killed after the driver labelled the node for a
-// channel (and before the claim was complete) leaves the label; the restarted plugin's
-// reconciliation rolls the claim back, which removes it, and the retried prepare works.
+// TestCrashAfterChannelPrepared: a plugin killed after the driver made a channel's device node
+// (and before the claim was complete) leaves the claim PrepareStarted; the restarted plugin's
+// reconciliation rolls it back, leaving nothing, and the retried prepare works.
 func TestCrashAfterChannelPrepared(t *testing.T) {
 	c := claim("job", channelSel, channelParams(domainUID, ""))
 	crash := testhooks.CrashAt(c.UID, 2) // PrepareStarted, then DevicePrepared
@@ -476,8 +437,8 @@ func TestCrashAfterChannelPrepared(t *testing.T) {
 	if _, err := kubelettest.Prepare(t.Context(), e.plugin, c); !errors.Is(err, testhooks.ErrCrash) {
 		t.Fatalf("prepare: %v, want the simulated crash", err)
 	}
-	if got := e.label(); got != string(domainUID) {
-		t.Fatalf("label at the crash %q, want %s (the driver had labelled the node)", got, domainUID)
+	if got := e.channels.calls(); len(got) != 1 {
+		t.Fatalf("channels made before the crash: %v, want one call (the driver had prepared the channel)", got)
 	}
 	_ = e.plugin.Close()
 	restarted, err := e.node.NewPlugin(t.Context(), exclusive.Config{DriverName: computedomain.DriverName, Driver: e.driver})
@@ -490,13 +451,10 @@ func TestCrashAfterChannelPrepared(t *testing.T) {
 	if err != nil || len(rep.RolledBack) != 1 {
 		t.Fatalf("reconcile: %v, %v; want the claim rolled back", rep, err)
 	}
-	if got := e.label(); got != "" {
-		t.Errorf("label after the rollback %q, want none", got)
+	if got := e.leftovers(); len(got) > 0 {
+		t.Errorf("left after the rollback: %v", got)
 	}
 	if _, err := kubelettest.Prepare(t.Context(), restarted, c); err != nil {
 		t.Fatalf("retried prepare: %v", err)
-	}
-	if got := e.label(); got != string(domainUID) {
-		t.Errorf("label after the retried prepare %q, want %s", got, domainUID)
 	}
 }

@@ -73,9 +73,9 @@ type env struct {
 type envConfig struct {
 	fabric  func(gputest.DomainNode) gputest.DomainNode // changes the node's fabric
 	objects []client.Object
-	labels  map[string]string // the Node's labels
-	ready   time.Duration     // ReadyTimeout
-	hooks   testhooks.Hooks
+
+	ready time.Duration // ReadyTimeout
+	hooks testhooks.Hooks
 }
 
 func newEnv(t *testing.T, ec envConfig) *env {
@@ -96,7 +96,7 @@ func newEnv(t *testing.T, ec envConfig) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs := append([]client.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: ec.labels}}}, ec.objects...)
+	objs := append([]client.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}}, ec.objects...)
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1beta1.ComputeDomain{}).Build()
 	e := &env{t: t, nodeName: n.Name, clique: rack[0].CliqueID(), client: c, channels: &fakeChannels{}}
 	e.node, err = exclusivetest.NewNode(exclusivetest.WithNodeName(n.Name))
@@ -109,7 +109,7 @@ func newEnv(t *testing.T, ec envConfig) *env {
 		Fabric: nodeplugin.TopologyFabric(func(context.Context) (*topology.Topology, error) {
 			return nvmltopology.Discover(machine, nvmltopology.WithoutSysfs())
 		}),
-		Domains: nodeplugin.NewClientDomains(c), Labels: nodeplugin.NewClientNodeLabeler(c, n.Name), Channels: e.channels,
+		Domains: nodeplugin.NewClientDomains(c), Channels: e.channels,
 		ReadyTimeout: ec.ready, PollInterval: 10 * time.Millisecond, ChannelCount: 4,
 	})
 	if err != nil {
@@ -173,26 +173,6 @@ func (e *env) label() string {
 		e.t.Fatal(err)
 	}
 	return n.Labels[computedomain.NodeLabel]
-}
-
-// setLabel sets (or, with "", removes) the Node's computedomain.NodeLabel behind the plugin's back.
-func (e *env) setLabel(v string) {
-	e.t.Helper()
-	var n corev1.Node
-	if err := e.client.Get(e.t.Context(), client.ObjectKey{Name: e.nodeName}, &n); err != nil {
-		e.t.Fatal(err)
-	}
-	if n.Labels == nil {
-		n.Labels = map[string]string{}
-	}
-	if v == "" {
-		delete(n.Labels, computedomain.NodeLabel)
-	} else {
-		n.Labels[computedomain.NodeLabel] = v
-	}
-	if err := e.client.Update(e.t.Context(), &n); err != nil {
-		e.t.Fatal(err)
-	}
 }
 
 // setNodeStatus sets the status of the env's node in the domain's status (and the domain's

@@ -19,10 +19,10 @@ import (
 // recordsDir is the directory under the state directory that holds the records.
 const recordsDir = "computedomain-claims"
 
-// record is what Unprepare must know of a prepared device that Driver.Unprepare is not told:
-// the domain the claim's config named. Prepare writes it before it changes anything (the node's
-// label, the daemon's directory), so that Unprepare, which the plugin calls after a failed or
-// interrupted prepare too, can undo whatever was done.
+// record is what Unprepare must know of a prepared daemon device that Driver.Unprepare is not
+// told: the domain the claim's config named. Prepare writes it before it creates the daemon's
+// directory, so that Unprepare, which the plugin calls after a failed or interrupted prepare
+// too, can remove it.
 type record struct {
 	// DomainID is the domain's UID.
 	DomainID types.UID `json:"domainID"`
@@ -35,8 +35,7 @@ type record struct {
 // checkpoint survives: a crash of the process, which the atomic rename gives without an fsync
 // (durability.StepDurability). After a power loss the plugin's reconciliation unprepares the
 // claims of the earlier boot that its checkpoint still holds, and a record lost with them would
-// leave at most a node label that names the domain (the controller removes it when the domain
-// goes).
+// leave at most an empty daemon directory of the domain.
 type records struct {
 	dir   string
 	files *atomicfile.Files

@@ -10,7 +10,7 @@ import (
 )
 
 // NewScheme returns a scheme with client-go's types (Nodes) and the ComputeDomain API, for the
-// controller-runtime client that ClientDomains and ClientNodeLabeler use.
+// controller-runtime client that ClientDomains uses.
 func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
