@@ -28,6 +28,9 @@ type Device struct {
 	computeMode nvml.ComputeMode
 	lost        bool
 	gis         map[uint32]*GpuInstance
+	// fabric is what GetGpuFabricInfo reports when WithFabric, WithGPUFabric or SetFabric set
+	// it; nil means the machine's default (defaultFabric).
+	fabric *nvml.GpuFabricInfo
 	// generation is bumped on every MIG device creation and feeds MIG UUIDs.
 	generation uint64
 	// loaded identifies the state file (WithStateDir) the state was last read from or written
@@ -338,12 +341,10 @@ func (d *Device) fabricInfo() (nvml.GpuFabricInfo, nvml.Return) {
 	if !m.spec.fabric {
 		return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED
 	}
-	return nvml.GpuFabricInfo{
-		ClusterUuid: uuid.NewSHA1(uuidNamespace, []byte(m.spec.name+"/fabric")),
-		Status:      uint32(nvml.SUCCESS),
-		CliqueId:    1,
-		State:       nvml.GPU_FABRIC_STATE_COMPLETED,
-	}, nvml.SUCCESS
+	if d.fabric != nil {
+		return *d.fabric, nvml.SUCCESS
+	}
+	return defaultFabric(m.spec.name), nvml.SUCCESS
 }
 
 // validComputeMode answers as NVML's SetComputeMode does for a mode it cannot set.

@@ -24,7 +24,10 @@
 // name or file (WithMIGConfig, WithMIGConfigFile), change what a MIG profile reports
 // (WithMIGProfileEdit, for code that must follow the device rather than the catalog), change the
 // driver and CUDA versions, and inject NVML failures on the Nth call of any method (WithFault,
-// WithFaultAfter); Calls counts calls per method. InjectXID and InjectGPULost deliver events through NVML event sets.
+// WithFaultAfter); Calls counts calls per method. WithFabric, WithGPUFabric and SetFabric set what
+// a GB200's GPUs report from GetGpuFabricInfo (cluster, clique, registration state and status);
+// NVLDomain lays out a multi-node NVLink domain like an NVL72 rack (18 gb200-nvl4 trays in two
+// cliques by default) as node names with the options that make each node's machine. InjectXID and InjectGPULost deliver events through NVML event sets.
 // A Machine is safe for concurrent use.
 //
 // PCIHost is a fake host for PCI driver binding (package vfio): a sysfs, /dev/vfio and /proc tree

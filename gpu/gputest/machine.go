@@ -53,8 +53,10 @@ type config struct {
 	migSpecSource string           // where migSpec came from, for errors
 	stateDir      string
 	callHook      func(call string)
-	profileEdits  []profileEdit // WithMIGProfileEdit, in order
-	bridges       *[][2]int     // WithNVLinkBridges, nil when not given
+	profileEdits  []profileEdit  // WithMIGProfileEdit, in order
+	bridges       *[][2]int      // WithNVLinkBridges, nil when not given
+	fabricAll     *Fabric        // WithFabric, nil when not given
+	fabric        map[int]Fabric // WithGPUFabric, by GPU index
 }
 
 // WithDriverVersion sets the driver version SystemGetDriverVersion reports (default
@@ -179,6 +181,9 @@ func New(name string, opts ...Option) (*Machine, error) {
 		m.devices = append(m.devices, d)
 	}
 	m.setInterfaceFuncs()
+	if err := m.applyFabric(c); err != nil {
+		return nil, err
+	}
 	if err := m.applyProfileEdits(c.profileEdits); err != nil {
 		return nil, err
 	}
