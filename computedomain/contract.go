@@ -46,4 +46,3 @@ const (
 func ChannelDevicePath(n int) string {
 	return ChannelDevDir + "/channel" + strconv.Itoa(n)
 }
-
