@@ -1,0 +1,70 @@
+package imex_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpudra/gpudra/computedomain/imex"
+	"github.com/gpudra/gpudra/computedomain/imex/imextest"
+	"github.com/gpudra/gpudra/computedomain/v1beta1"
+)
+
+const (
+	domainUID = types.UID("0f8fad5b-d9cb-469f-a165-70867728950e")
+	clique    = "5e1c4f2a-9d3b-4c7e-8a6f-2b1d0c9e8f7a.3"
+)
+
+func domainKey() types.NamespacedName { return types.NamespacedName{Namespace: "team", Name: "train"} }
+
+func newDomain(nodes ...v1beta1.ComputeDomainNode) *v1beta1.ComputeDomain {
+	return &v1beta1.ComputeDomain{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "train", UID: domainUID},
+		Spec:       v1beta1.ComputeDomainSpec{NumNodes: 2},
+		Status:     v1beta1.ComputeDomainStatus{CliqueID: clique, Nodes: nodes},
+	}
+}
+
+// TestClientDomainsKeepOtherEntries: a node's apply and removal touch its own entry only;
+// the controller's index survives the node's applies, and removal takes the whole entry.
+func TestClientDomainsKeepOtherEntries(t *testing.T) {
+	ctx := context.Background()
+	b, err := imextest.NewClientBuilder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := b.WithObjects(newDomain(v1beta1.ComputeDomainNode{Name: "node-b", IPAddress: "10.0.0.2", CliqueID: clique, Index: 1, Status: v1beta1.StatusReady})).Build()
+	d := imex.ClientDomains{Client: c}
+	key := domainKey()
+	apply := func(n v1beta1.ComputeDomainNode) {
+		t.Helper()
+		if err := d.ApplyNode(ctx, key, domainUID, imex.FieldManager(n.Name), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(v1beta1.ComputeDomainNode{Name: "node-a", IPAddress: "10.0.0.1", CliqueID: clique, Status: v1beta1.StatusNotReady})
+	apply(v1beta1.ComputeDomainNode{Name: "node-a", IPAddress: "10.0.0.1", CliqueID: clique, Status: v1beta1.StatusReady})
+	got, err := d.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []v1beta1.ComputeDomainNode{
+		{Name: "node-b", IPAddress: "10.0.0.2", CliqueID: clique, Index: 1, Status: v1beta1.StatusReady},
+		{Name: "node-a", IPAddress: "10.0.0.1", CliqueID: clique, Status: v1beta1.StatusReady},
+	}
+	if diff := cmp.Diff(want, got.Status.Nodes); diff != "" {
+		t.Errorf("status.nodes after node-a's applies (-want +got):\n%s", diff)
+	}
+	if err := d.RemoveNode(ctx, key, domainUID, imex.FieldManager("node-a"), "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = d.Get(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want[:1], got.Status.Nodes); diff != "" {
+		t.Errorf("status.nodes after node-a's removal (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,2 @@
+// Package imextest is temporary.
+package imextest
