@@ -32,9 +32,11 @@ type Config struct {
 	// PodIP is the daemon pod's address: nvidia-imex listens on it, and peers find it in the
 	// status.
 	PodIP netip.Addr
-	// DomainUID, DomainName and DomainNamespace identify the ComputeDomain.
-	DomainUID       types.UID
-	DomainName      string
+	// DomainUID is the ComputeDomain's UID.
+	DomainUID types.UID
+	// DomainName is the ComputeDomain's name.
+	DomainName string
+	// DomainNamespace is the ComputeDomain's namespace.
 	DomainNamespace string
 	// CliqueID is this node's NVLink clique, "<cluster UUID>.<clique ID>": only peers of this
 	// clique go into the nodes file.

@@ -46,9 +46,10 @@ const (
 
 // State is what a Supervisor reports about its nvidia-imex.
 type State struct {
-	// Running is true while an nvidia-imex process runs; PID is its process ID.
+	// Running is true while an nvidia-imex process runs.
 	Running bool
-	PID     int
+	// PID is the running process's ID (0 when none runs).
+	PID int
 	// Ready is true once nvidia-imex-ctl answered ReadyAnswer for the running process, until
 	// the process ends or a query says otherwise.
 	Ready bool

@@ -14,15 +14,23 @@ import (
 // Config is the part of nvidia-imex's config file the fake understands.
 type Config struct {
 	// Path is the config file.
-	Path       string
-	Daemonize  string
-	BindIP     netip.Addr
+	Path string
+	// Daemonize is DAEMONIZE.
+	Daemonize string
+	// BindIP is BIND_INTERFACE_IP.
+	BindIP netip.Addr
+	// ServerPort is SERVER_PORT.
 	ServerPort int
-	NodesFile  string
-	LogFile    string
+	// NodesFile is IMEX_NODE_CONFIG_FILE.
+	NodesFile string
+	// LogFile is LOG_FILE_NAME.
+	LogFile string
+	// CmdEnabled is IMEX_CMD_ENABLED=1.
 	CmdEnabled bool
-	CmdBindIP  string
-	CmdPort    int
+	// CmdBindIP is IMEX_CMD_BIND_INTERFACE_IP.
+	CmdBindIP string
+	// CmdPort is IMEX_CMD_PORT.
+	CmdPort int
 }
 
 // knownKeys are the config keys the fake accepts; any other key is an error (the real

@@ -26,8 +26,9 @@ const (
 type State struct {
 	// PID is the process ID of the fake's latest start.
 	PID int `json:"pid"`
-	// Starts counts the fake's starts in this directory; StartTimes holds when each began.
-	Starts     int         `json:"starts"`
+	// Starts counts the fake's starts in this directory.
+	Starts int `json:"starts"`
+	// StartTimes holds when each start began.
 	StartTimes []time.Time `json:"startTimes"`
 	// BindIP is the config's BIND_INTERFACE_IP.
 	BindIP string `json:"bindIP"`
@@ -48,6 +49,8 @@ type Faults struct {
 	NeverReady bool `json:"neverReady,omitempty"`
 	// DieAfter, when not 0, makes each start exit with code 1 after that long.
 	DieAfter time.Duration `json:"dieAfter,omitempty"`
+	// IgnoreSIGTERM makes each start ignore SIGTERM (and SIGINT): only SIGKILL stops it.
+	IgnoreSIGTERM bool `json:"ignoreSIGTERM,omitempty"`
 }
 
 // ReadState returns the state the fake recorded in dir.

@@ -112,6 +112,10 @@ func run(dir string, cfg imextest.Config, st imextest.State, faults imextest.Fau
 			}
 			logLine(cfg, "ready")
 		case s := <-sig:
+			if faults.IgnoreSIGTERM {
+				logLine(cfg, "ignoring %v (injected fault)", s)
+				continue
+			}
 			st.Ready = false
 			_ = imextest.WriteState(dir, st)
 			logLine(cfg, "stopping on %v", s)
