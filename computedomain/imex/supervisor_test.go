@@ -58,28 +58,29 @@ func testRestartsKilledIMEX(t *testing.T, root string) {
 	}
 }
 
-// testBackoff: immediate exits are retried after a backoff that doubles up to its
-// cap; runs that last longer than the reset time are retried after the first backoff each time.
+// testBackoff: immediate exits are retried after a backoff that doubles up to its cap; runs
+// that last longer than the reset time are retried after the first backoff each time. The
+// backoff the Supervisor reports after each exit is checked exactly; the fake's start times
+// show that it really waited that long (and not absurdly longer).
 func testBackoff(t *testing.T, root string) {
 	const initial, maximum = 50 * time.Millisecond, 200 * time.Millisecond
+	ms := time.Millisecond
 	for _, tc := range []struct {
 		name   string
 		faults imextest.Faults
 		reset  time.Duration
-		// min and max bound the gap between start i and i+1 (the run plus the backoff).
-		min, max []time.Duration
+		// want is the backoff after the exit of start 1, 2, ...
+		want []time.Duration
 	}{{
 		name:   "immediate exits double the backoff up to the cap",
 		faults: imextest.Faults{ExitCode: 3},
 		reset:  10 * time.Second,
-		min:    []time.Duration{50, 100, 200, 200}, // ms, multiplied below
-		max:    []time.Duration{350, 350, 400, 400},
+		want:   []time.Duration{50 * ms, 100 * ms, 200 * ms, 200 * ms},
 	}, {
 		name:   "runs longer than the reset time keep the first backoff",
-		faults: imextest.Faults{DieAfter: 150 * time.Millisecond},
-		reset:  100 * time.Millisecond,
-		min:    []time.Duration{200, 200, 200, 200},
-		max:    []time.Duration{340, 340, 340, 340},
+		faults: imextest.Faults{DieAfter: 150 * ms},
+		reset:  100 * ms,
+		want:   []time.Duration{50 * ms, 50 * ms, 50 * ms, 50 * ms},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newIMEXDir(t)
@@ -87,20 +88,56 @@ func testBackoff(t *testing.T, root string) {
 				t.Fatal(err)
 			}
 			s := imex.NewSupervisor(c.ConfigPath(), fastSupervisor(root, imex.WithBackoff(initial, maximum, tc.reset))...)
+			seen := watchBackoff(s)
 			stop := runSupervisor(t, s)
-			waitFor(t, 20*time.Second, "five starts", func() bool { return fakeState(t, c.Dir).Starts >= len(tc.min)+1 })
+			waitFor(t, 20*time.Second, "five starts", func() bool { return fakeState(t, c.Dir).Starts >= len(tc.want)+1 })
 			stop()
+			got := seen()
+			for start, want := range tc.want {
+				if b, ok := got[start+1]; ok && b != want {
+					t.Errorf("backoff after start %d = %v, want %v", start+1, b, want)
+				}
+			}
+			if len(got) < 2 {
+				t.Errorf("saw the backoff after %d exits only (%v); the test checks too little", len(got), got)
+			}
 			times := fakeState(t, c.Dir).StartTimes
-			for i := range tc.min {
-				gap := times[i+1].Sub(times[i])
-				if lo, hi := tc.min[i]*time.Millisecond, tc.max[i]*time.Millisecond; gap < lo || gap > hi {
-					t.Errorf("gap between start %d and %d = %v, want %v to %v", i+1, i+2, gap, lo, hi)
+			for i, want := range tc.want {
+				lo := want + tc.faults.DieAfter
+				if gap := times[i+1].Sub(times[i]); gap < lo || gap > lo+2*time.Second {
+					t.Errorf("gap between start %d and %d = %v, want %v to %v", i+1, i+2, gap, lo, lo+2*time.Second)
 				}
 			}
 			if st := s.State(); tc.faults.ExitCode != 0 && !strings.Contains(st.LastExit, "exit status 3: fake nvidia-imex: exiting with code 3 (injected fault)") {
 				t.Errorf("LastExit = %q, want the exit status and the fake's message", st.LastExit)
 			}
 		})
+	}
+}
+
+// watchBackoff records the backoff s reports after each exit, by the number of starts so far,
+// until the returned function is called.
+func watchBackoff(s *imex.Supervisor) func() map[int]time.Duration {
+	seen := map[int]time.Duration{}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-done:
+				return
+			case <-s.Changed():
+				if st := s.State(); st.Backoff > 0 {
+					seen[st.Starts] = st.Backoff
+				}
+			}
+		}
+	}()
+	return func() map[int]time.Duration {
+		close(done)
+		<-finished
+		return seen
 	}
 }
 
