@@ -2,11 +2,15 @@ package imex_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/gpudra/gpudra/computedomain/imex"
 	"github.com/gpudra/gpudra/computedomain/imex/imextest"
@@ -28,8 +32,8 @@ func newDomain(nodes ...v1beta1.ComputeDomainNode) *v1beta1.ComputeDomain {
 	}
 }
 
-// TestClientDomainsKeepOtherEntries: a node's apply and removal touch its own entry only;
-// the controller's index survives the node's applies, and removal takes the whole entry.
+// TestClientDomainsKeepOtherEntries: a node's apply and removal touch its own entry only: the
+// other node's entry (with the controller's index) survives, and removal takes the whole entry.
 func TestClientDomainsKeepOtherEntries(t *testing.T) {
 	ctx := context.Background()
 	b, err := imextest.NewClientBuilder()
@@ -66,5 +70,42 @@ func TestClientDomainsKeepOtherEntries(t *testing.T) {
 	}
 	if diff := cmp.Diff(want[:1], got.Status.Nodes); diff != "" {
 		t.Errorf("status.nodes after node-a's removal (-want +got):\n%s", diff)
+	}
+}
+
+// TestClientDomainsApplyBody: the apply sends the node's four fields and nothing else (the
+// index is the controller's), with the domain's UID, as the node's field manager, forced. (The
+// fake client turns every apply into a typed ComputeDomain, which gives each entry an index of
+// 0, so only the request itself can show this.)
+func TestClientDomainsApplyBody(t *testing.T) {
+	b, err := imextest.NewClientBuilder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	var opts client.SubResourceApplyOptions
+	c := b.WithObjects(newDomain()).WithInterceptorFuncs(interceptor.Funcs{
+		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, o ...client.SubResourceApplyOption) error {
+			j, err := json.Marshal(obj)
+			if err != nil {
+				return err
+			}
+			body = sub + " " + string(j)
+			opts.ApplyOpts(o)
+			return nil
+		},
+	}).Build()
+	node := v1beta1.ComputeDomainNode{Name: "node-a", IPAddress: "10.0.0.1", CliqueID: clique, Index: 7, Status: v1beta1.StatusReady}
+	if err := (imex.ClientDomains{Client: c}).ApplyNode(context.Background(), domainKey(), domainUID, imex.FieldManager("node-a"), node); err != nil {
+		t.Fatal(err)
+	}
+	want := `status {"apiVersion":"resource.nvidia.com/v1beta1","kind":"ComputeDomain",` +
+		`"metadata":{"name":"train","namespace":"team","uid":"0f8fad5b-d9cb-469f-a165-70867728950e"},` +
+		`"status":{"nodes":[{"cliqueID":"5e1c4f2a-9d3b-4c7e-8a6f-2b1d0c9e8f7a.3","ipAddress":"10.0.0.1","name":"node-a","status":"Ready"}]}}`
+	if diff := cmp.Diff(want, body); diff != "" {
+		t.Errorf("apply request (-want +got):\n%s", diff)
+	}
+	if opts.FieldManager != "imex-daemon/node-a" || opts.Force == nil || !*opts.Force {
+		t.Errorf("apply options: field manager %q, force %v; want imex-daemon/node-a, forced", opts.FieldManager, opts.Force)
 	}
 }

@@ -26,6 +26,7 @@ func TestSupervisor(t *testing.T) {
 		{"stop", testStop},
 		{"bad config", testBadConfig},
 		{"missing binary", testMissingBinary},
+		{"never ready", testNeverReady},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, root) })
 	}
@@ -234,5 +235,24 @@ func testMissingBinary(t *testing.T, _ string) {
 	waitFor(t, 5*time.Second, "the failed start to be reported", func() bool { return s.State().LastExit != "" })
 	if got := s.State().LastExit; !strings.Contains(got, "driver root "+root) {
 		t.Errorf("LastExit = %q, want it to name the driver root", got)
+	}
+}
+
+// testNeverReady: a running nvidia-imex that nvidia-imex-ctl does not call READY is not ready.
+func testNeverReady(t *testing.T, root string) {
+	c := newIMEXDir(t)
+	if err := imextest.WriteFaults(c.Dir, imextest.Faults{NeverReady: true}); err != nil {
+		t.Fatal(err)
+	}
+	s := imex.NewSupervisor(c.ConfigPath(), fastSupervisor(root)...)
+	runSupervisor(t, s)
+	waitFor(t, 10*time.Second, "nvidia-imex to run", func() bool { return s.State().Running })
+	// Many polls (every 20 ms) later it is still not ready.
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if st := s.State(); st.Ready || !st.Running {
+			t.Fatalf("state %+v, want running and not ready", st)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -32,7 +32,8 @@ func Scheme() (*runtime.Scheme, error) {
 // list as one atomic value, so one node's apply would replace every other node's entry).
 //
 // Limits, as for any controller-runtime fake client: no CRD validation (required fields,
-// enums, defaults), no admission, and the UID precondition of an apply is not checked.
+// enums, defaults), no admission, and each apply is made typed first, so it owns the zero
+// values of the entry's fields it did not send (see the package doc).
 func NewClientBuilder() (*fake.ClientBuilder, error) {
 	s, err := Scheme()
 	if err != nil {

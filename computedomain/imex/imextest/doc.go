@@ -35,6 +35,8 @@
 // an error, where nvidia-imex may ignore it), creates no IMEX channels, and treats readiness as
 // a timer rather than a quorum of peers. nvidia-imex-ctl's other modes (-N, -H) are missing. A
 // recorded PID reused by another process after the fake died reads as alive. The fake client
-// (NewClientBuilder) does not validate objects against the CRD (required fields, enums) and
-// does not check the UID an apply carries.
+// (NewClientBuilder) does not validate objects against the CRD (required fields, enums), and
+// it turns each apply into a typed ComputeDomain first, so an applied entry claims every field
+// of the entry with its Go value (an absent index becomes an owned index 0), where the API
+// server, which keeps a custom resource's apply as sent, claims only the fields sent.
 package imextest
