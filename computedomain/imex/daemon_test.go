@@ -54,8 +54,9 @@ type daemonRun struct {
 	stop    func() error
 }
 
-// startDaemon runs node-a's daemon (address selfIP) of the domain newDomain(others...).
-func startDaemon(t *testing.T, root string, others ...v1beta1.ComputeDomainNode) *daemonRun {
+// startDaemon runs node-a's daemon (address selfIP) of the domain newDomain(others...), its
+// fake nvidia-imex with faults.
+func startDaemon(t *testing.T, root string, faults imextest.Faults, others ...v1beta1.ComputeDomainNode) *daemonRun {
 	t.Helper()
 	b, err := imextest.NewClientBuilder()
 	if err != nil {
@@ -66,6 +67,9 @@ func startDaemon(t *testing.T, root string, others ...v1beta1.ComputeDomainNode)
 	r.cfg = imex.Config{
 		NodeName: "node-a", PodIP: selfIP, DomainUID: domainUID, DomainName: "train", DomainNamespace: "team",
 		CliqueID: clique, Dir: t.TempDir(), DriverRoot: root,
+	}
+	if err := imextest.WriteFaults(r.cfg.Dir, faults); err != nil {
+		t.Fatal(err)
 	}
 	r.d, err = imex.NewDaemon(r.cfg, r.domains, imex.WithDomainPoll(50*time.Millisecond), imex.WithSupervisorOptions(fastSupervisor(root)...))
 	if err != nil {
@@ -110,13 +114,14 @@ func TestDaemon(t *testing.T) {
 		{"killed nvidia-imex is restarted and reported NotReady then Ready", testDaemonKilled},
 		{"changed peers rewrite the nodes file and restart nvidia-imex", testDaemonPeersChange},
 		{"stop removes the node's entry", testDaemonStop},
+		{"stop waits for nvidia-imex to exit", testDaemonStopWaits},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, root) })
 	}
 }
 
 func testDaemonKilled(t *testing.T, root string) {
-	r := startDaemon(t, root)
+	r := startDaemon(t, root, imextest.Faults{})
 	ready := []string{v1beta1.StatusNotReady, v1beta1.StatusReady}
 	waitFor(t, 10*time.Second, "NotReady then Ready", func() bool { return slices.Equal(r.domains.statuses(), ready) })
 	if diff := cmp.Diff([]v1beta1.ComputeDomainNode{entry(v1beta1.StatusReady)}, r.nodes(t)); diff != "" {
@@ -137,7 +142,7 @@ func testDaemonKilled(t *testing.T, root string) {
 }
 
 func testDaemonPeersChange(t *testing.T, root string) {
-	r := startDaemon(t, root,
+	r := startDaemon(t, root, imextest.Faults{},
 		v1beta1.ComputeDomainNode{Name: "node-b", IPAddress: "10.0.0.2", CliqueID: clique, Index: 1, Status: v1beta1.StatusReady},
 		v1beta1.ComputeDomainNode{Name: "node-x", IPAddress: "10.0.9.9", CliqueID: "other-cluster.1", Status: v1beta1.StatusReady},
 	)
@@ -170,7 +175,7 @@ func testDaemonPeersChange(t *testing.T, root string) {
 
 func testDaemonStop(t *testing.T, root string) {
 	other := v1beta1.ComputeDomainNode{Name: "node-b", IPAddress: "10.0.0.2", CliqueID: clique, Index: 1, Status: v1beta1.StatusReady}
-	r := startDaemon(t, root, other)
+	r := startDaemon(t, root, imextest.Faults{}, other)
 	waitFor(t, 10*time.Second, "the node to be Ready", func() bool { return slices.Contains(r.domains.statuses(), v1beta1.StatusReady) })
 	pid := fakeState(t, r.cfg.Dir).PID
 	if err := r.stop(); err != nil {
@@ -184,5 +189,22 @@ func testDaemonStop(t *testing.T, root string) {
 	}
 	if log := readFile(t, r.cfg.Dir, imex.LogFile); !strings.Contains(log, "stopping on terminated") {
 		t.Errorf("nvidia-imex was not stopped with SIGTERM; its log:\n%s", log)
+	}
+}
+
+// testDaemonStopWaits: Run returns only after nvidia-imex is gone, even one that takes the
+// whole grace period (it ignores SIGTERM) to die.
+func testDaemonStopWaits(t *testing.T, root string) {
+	r := startDaemon(t, root, imextest.Faults{IgnoreSIGTERM: true})
+	waitFor(t, 10*time.Second, "the node to be Ready", func() bool { return slices.Contains(r.domains.statuses(), v1beta1.StatusReady) })
+	pid := fakeState(t, r.cfg.Dir).PID
+	if err := r.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if imextest.Alive(pid) {
+		t.Errorf("nvidia-imex (pid %d) still runs after the daemon stopped", pid)
+	}
+	if nodes := r.nodes(t); len(nodes) != 0 {
+		t.Errorf("status.nodes after the stop: %v, want none", nodes)
 	}
 }

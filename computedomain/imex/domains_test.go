@@ -62,6 +62,13 @@ func TestClientDomainsKeepOtherEntries(t *testing.T) {
 	if diff := cmp.Diff(want, got.Status.Nodes); diff != "" {
 		t.Errorf("status.nodes after node-a's applies (-want +got):\n%s", diff)
 	}
+	// A domain of the same name with another UID (deleted and created again) is left alone.
+	if err := d.RemoveNode(ctx, key, "another-uid", imex.FieldManager("node-a"), "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = d.Get(ctx, key); err != nil || len(got.Status.Nodes) != 2 {
+		t.Fatalf("after removal from another domain's UID: %v, %v; want both entries", got.Status.Nodes, err)
+	}
 	if err := d.RemoveNode(ctx, key, domainUID, imex.FieldManager("node-a"), "node-a"); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,21 +43,27 @@ func fastSupervisor(root string, extra ...imex.SupervisorOption) []imex.Supervis
 	}, extra...)
 }
 
-// runSupervisor runs s until the test ends (then waits for Run to return).
+// runSupervisor runs s until stop is called or the test ends; stop waits for Run to return
+// (30 s at most: a Run that does not return fails the test).
 func runSupervisor(t *testing.T, s *imex.Supervisor) (stop func()) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(done)
 		if err := s.Run(ctx); err != nil {
 			t.Errorf("Supervisor.Run: %v", err)
 		}
 	}()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	stop = func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("Supervisor.Run did not return 30 s after its context ended")
+		}
+	}
 	t.Cleanup(stop)
 	return stop
 }

@@ -181,7 +181,13 @@ func testStop(t *testing.T, root string) {
 			waitFor(t, 10*time.Second, "nvidia-imex to be ready", func() bool { return s.State().Ready })
 			pid := s.State().PID
 			began := time.Now()
-			stop()
+			stopped := make(chan struct{})
+			go func() { stop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(tc.minStop + 5*time.Second):
+				t.Fatalf("Run did not return %v after its context ended", tc.minStop+5*time.Second)
+			}
 			took := time.Since(began)
 			if imextest.Alive(pid) {
 				t.Errorf("nvidia-imex (pid %d) still runs after Run returned", pid)
