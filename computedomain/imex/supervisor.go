@@ -230,7 +230,7 @@ func (s *Supervisor) runOnce(ctx context.Context) runEnd {
 	s.update(func(st *State) {
 		st.Running, st.PID, st.Ready, st.Backoff = false, 0, false, 0
 		if end == exited {
-			st.LastExit = describeExit(cmd, s.imexBin, err, tail.String())
+			st.LastExit = describeExit(cmd, s.imexBin, s.imexArgs(), err, tail.String())
 		}
 	})
 	return end
@@ -269,7 +269,7 @@ func (s *Supervisor) watch(procCtx, ctx context.Context, stop context.CancelFunc
 // command returns the nvidia-imex command, bound to ctx: its end sends SIGTERM, and SIGKILL
 // follows after the grace period. Its standard error also goes to the returned buffer.
 func (s *Supervisor) command(ctx context.Context) (*exec.Cmd, *tailBuffer, error) {
-	cmd, err := driverroot.Command(ctx, s.root, s.imexBin, nil, "-c", s.config)
+	cmd, err := driverroot.Command(ctx, s.root, s.imexBin, nil, s.imexArgs()...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -280,6 +280,9 @@ func (s *Supervisor) command(ctx context.Context) (*exec.Cmd, *tailBuffer, error
 	cmd.Stderr = io.MultiWriter(s.output, tail)
 	return cmd, tail, nil
 }
+
+// imexArgs are nvidia-imex's arguments.
+func (s *Supervisor) imexArgs() []string { return []string{"-c", s.config} }
 
 // ready asks nvidia-imex-ctl in query mode whether nvidia-imex is ready (see ReadyAnswer).
 func (s *Supervisor) ready(ctx context.Context) bool {
@@ -301,12 +304,12 @@ func (s *Supervisor) ready(ctx context.Context) bool {
 }
 
 // describeExit says how a run ended: the command line, the error and the end of its stderr.
-func describeExit(cmd *exec.Cmd, bin string, err error, stderr string) string {
+func describeExit(cmd *exec.Cmd, bin string, args []string, err error, stderr string) string {
 	what := "exited with status 0"
 	if err != nil {
 		what = err.Error()
 	}
-	s := fmt.Sprintf("%s: %s", driverroot.CommandLine(cmd, bin, cmd.Args[len(cmd.Args)-2:]), what)
+	s := fmt.Sprintf("%s: %s", driverroot.CommandLine(cmd, bin, args), what)
 	if stderr = strings.TrimSpace(stderr); stderr != "" {
 		s += ": " + stderr
 	}
