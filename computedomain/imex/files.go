@@ -31,8 +31,8 @@ const (
 	DefaultCommandPort = 50005
 )
 
-// fileMode: the files hold no secret (addresses and ports), and nvidia-imex-ctl, which may run
-// as another user in the same container, reads the config.
+// fileMode: the files hold no secret (addresses, ports, paths); the directory's own mode (0700,
+// the node plugin's) is what keeps other users out, so the files need not repeat it.
 const fileMode = 0o644
 
 // IMEXConfig is what a daemon sets in nvidia-imex's config file. Render writes these keys,
