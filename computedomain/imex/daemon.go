@@ -217,6 +217,10 @@ func (l *loop) refresh(ctx context.Context) {
 		logger.Error(nil, "the domain of this name is another one; keeping the node list", "foundUID", cd.UID)
 		return
 	}
+	if l.reported != "" && !l.holdsEntry(cd) {
+		logger.Info("the domain's status lost this node's entry; applying it again")
+		l.reported = ""
+	}
 	peers := Peers(cd, d.cfg.NodeName, d.cfg.PodIP, d.cfg.CliqueID)
 	changed, err := d.writer.WriteNodes(d.imex, peers)
 	if err != nil {
@@ -227,6 +231,18 @@ func (l *loop) refresh(ctx context.Context) {
 		logger.Info("node list changed; restarting nvidia-imex", "peers", peers)
 		d.sup.Restart()
 	}
+}
+
+// holdsEntry reports whether cd's status has this node's entry as last applied (someone
+// else's update of the status may have dropped or changed it).
+func (l *loop) holdsEntry(cd *v1beta1.ComputeDomain) bool {
+	c := l.d.cfg
+	for _, n := range cd.Status.Nodes {
+		if n.Name == c.NodeName {
+			return n.IPAddress == c.PodIP.String() && n.CliqueID == c.CliqueID && n.Status == l.reported
+		}
+	}
+	return false
 }
 
 // Peers returns the addresses for the nodes file of node (address self, clique clique): the

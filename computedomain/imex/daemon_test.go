@@ -115,6 +115,7 @@ func TestDaemon(t *testing.T) {
 		{"changed peers rewrite the nodes file and restart nvidia-imex", testDaemonPeersChange},
 		{"stop removes the node's entry", testDaemonStop},
 		{"stop waits for nvidia-imex to exit", testDaemonStopWaits},
+		{"a lost entry is applied again", testDaemonEntryLost},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, root) })
 	}
@@ -207,4 +208,21 @@ func testDaemonStopWaits(t *testing.T, root string) {
 	if nodes := r.nodes(t); len(nodes) != 0 {
 		t.Errorf("status.nodes after the stop: %v, want none", nodes)
 	}
+}
+
+// testDaemonEntryLost: an entry that someone else's status update dropped is applied again.
+func testDaemonEntryLost(t *testing.T, root string) {
+	r := startDaemon(t, root, imextest.Faults{})
+	waitFor(t, 10*time.Second, "the node to be Ready", func() bool { return slices.Contains(r.domains.statuses(), v1beta1.StatusReady) })
+	var cd v1beta1.ComputeDomain
+	if err := r.c.Get(context.Background(), domainKey(), &cd); err != nil {
+		t.Fatal(err)
+	}
+	cd.Status.Nodes = nil
+	if err := r.c.Status().Update(context.Background(), &cd); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the entry to be back", func() bool {
+		return cmp.Equal(r.nodes(t), []v1beta1.ComputeDomainNode{entry(v1beta1.StatusReady)})
+	})
 }

@@ -43,7 +43,8 @@
 //
 // The daemon owns its node's entry in the domain's status.nodes (name, ipAddress, cliqueID,
 // status), written with server-side apply as FieldManager(node), forced: NotReady when it
-// starts and whenever nvidia-imex is down or not ready, Ready while nvidia-imex-ctl says so.
+// starts and whenever nvidia-imex is down or not ready, Ready while nvidia-imex-ctl says so;
+// an entry that someone else's status update dropped or changed is applied again.
 // The controller owns the entry's index and the domain's status and cliqueID. When the daemon
 // stops it removes its entry, whoever owns the entry's other fields (Domains.RemoveNode).
 //
