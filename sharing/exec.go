@@ -35,72 +35,24 @@ func (r DriverRootDir) Path(p string) string {
 	return filepath.Join(string(r), p)
 }
 
-// isHost reports whether the driver root is this process's own "/".
-func (r DriverRootDir) isHost() bool { return driverroot.IsHostRoot(string(r)) }
-
 // findBinary returns the first existing path of name under the driver root's usual binary
 // directories, with symbolic links resolved inside the root, or the /usr/bin path when none
 // exists (the error then comes from exec).
 func (r DriverRootDir) findBinary(name string) string {
-	root := string(r)
-	if root == "" {
-		root = "/"
-	}
-	var names []string
-	for _, d := range []string{"usr/bin", "usr/sbin", "bin", "sbin"} {
-		names = append(names, filepath.Join(d, name))
-	}
-	if p, err := driverroot.Find(root, names); err == nil {
-		return p
-	}
-	return r.Path(filepath.Join("usr/bin", name))
+	return driverroot.FindBinary(string(r), name)
 }
 
 // command returns the command that runs the driver binary bin with args and the process
-// environment plus extraEnv.
-//
-// For the driver root "/" that is bin itself. For any other root it is the root's own dynamic
-// loader, in ld.so's documented form `ld.so --library-path DIRS PROGRAM ARGS`, DIRS being the
-// root's library directories: the binary then runs with the C library it was built for and
-// finds the driver's libraries, while neither this process's environment nor the child's gets
-// LD_LIBRARY_PATH. (Setting LD_LIBRARY_PATH instead makes every process that inherits it —
-// this one, host binaries it runs — load the root's libc.so.6 with its own loader, which exits
-// 127 with "undefined symbol: ..., version GLIBC_PRIVATE" when the two glibc versions differ.)
-// LD_LIBRARY_PATH and LD_PRELOAD inherited from this process are left out of the child's
-// environment too, so that the root's binaries never load this process's libraries; extraEnv
-// is passed as given. The program sees its own path as argv[0]; /proc/self/exe is the loader.
+// environment plus extraEnv: bin itself for the root "/", the root's own dynamic loader for any
+// other root, without LD_LIBRARY_PATH or LD_PRELOAD (driverroot.Command says how and why).
 func (r DriverRootDir) command(ctx context.Context, bin string, extraEnv []string, args ...string) (*exec.Cmd, error) {
-	if r.isHost() {
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = append(os.Environ(), extraEnv...)
-		return cmd, nil
-	}
-	root := string(r)
-	loader, err := driverroot.FindLoader(root)
-	if err != nil {
-		return nil, fmt.Errorf("driver root %s: cannot run %s: %w", root, bin, err)
-	}
-	// Never empty: every loader candidate lies in one of the library directories.
-	dirs := driverroot.ExistingLibraryDirs(root)
-	ldArgs := append([]string{"--library-path", strings.Join(dirs, ":"), bin}, args...)
-	cmd := exec.CommandContext(ctx, loader, ldArgs...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LD_LIBRARY_PATH=") && !strings.HasPrefix(kv, "LD_PRELOAD=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, extraEnv...)
-	return cmd, nil
+	return driverroot.Command(ctx, string(r), bin, extraEnv, args...)
 }
 
 // commandLine names a command in errors: the binary and its arguments, and the loader that
 // runs it when that is not the binary itself.
 func commandLine(cmd *exec.Cmd, bin string, args []string) string {
-	s := strings.TrimSpace(bin + " " + strings.Join(args, " "))
-	if len(cmd.Args) > 0 && cmd.Args[0] != bin {
-		s += " (run by " + cmd.Args[0] + ")"
-	}
-	return s
+	return driverroot.CommandLine(cmd, bin, args)
 }
 
 // waitDelay bounds how long a finished command's I/O may keep Wait waiting: a process that a

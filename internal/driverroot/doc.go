@@ -10,4 +10,8 @@
 //
 // LibraryDirs and Loaders are the places driver libraries and the dynamic loader live on the
 // distributions NVIDIA supports; FindLoader and ExistingLibraryDirs look them up in a root.
+//
+// FindBinary and Command run a driver program (nvidia-smi, nvidia-cuda-mps-control,
+// nvidia-imex) of a root other than "/" with that root's own dynamic loader, never with
+// LD_LIBRARY_PATH; package sharing and package computedomain/imex share them.
 package driverroot
