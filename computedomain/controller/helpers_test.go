@@ -181,6 +181,9 @@ func daemonPod(uid, node string, phase corev1.PodPhase) *corev1.Pod {
 	}
 }
 
+// cmpEmpty treats nil and empty maps and slices alike.
+func cmpEmpty() cmp.Option { return cmpopts.EquateEmpty() }
+
 // requestFor is the reconcile request of obj.
 func requestFor(obj client.Object) reconcile.Request {
 	return reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)}

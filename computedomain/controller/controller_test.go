@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+func TestNewValidates(t *testing.T) {
+	withClaim := driverPod()
+	withClaim.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu"}}
+	tests := []struct {
+		name    string
+		opts    []Option
+		wantErr string // "" for none
+	}{
+		{"complete", []Option{WithDriverNamespace(driverNS), WithDaemonPodTemplate(driverPod())}, ""},
+		{"no namespace", []Option{WithDaemonPodTemplate(driverPod())}, `driver namespace "" (WithDriverNamespace)`},
+		{"bad namespace", []Option{WithDriverNamespace("NVIDIA_DRA"), WithDaemonPodTemplate(driverPod())}, `driver namespace "NVIDIA_DRA"`},
+		{"no template", []Option{WithDriverNamespace(driverNS)}, "has no container"},
+		{"template without containers", []Option{WithDriverNamespace(driverNS), WithDaemonPodTemplate(corev1.PodTemplateSpec{})}, "has no container"},
+		{"template with claims", []Option{WithDriverNamespace(driverNS), WithDaemonPodTemplate(withClaim)}, `spec.resourceClaims "gpu"`},
+		{"zero retry", []Option{WithDriverNamespace(driverNS), WithDaemonPodTemplate(driverPod()), WithNoCliqueRetry(0)}, "must be positive"},
+	}
+	s := runtime.NewScheme()
+	if err := AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).Build()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(c, tt.opts...)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("New: %v, want no error", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("New: %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestTemplateCopied: the driver's template is copied at New, so a later change of the
+// caller's does not reach the DaemonSets; and each domain's DaemonSet is built on a copy.
+func TestTemplateCopied(t *testing.T) {
+	pod := driverPod()
+	r, err := New(fake.NewClientBuilder().Build(), WithDriverNamespace(driverNS), WithDaemonPodTemplate(pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Spec.Containers[0].Image = "changed"
+	cd := newDomain("training", shapeUID, 1, "")
+	ds := daemonSet(cd, driverNS, &r.podTemplate)
+	if got := ds.Spec.Template.Spec.Containers[0].Image; got != "example.com/gpudra/imex-daemon:v1" {
+		t.Errorf("image %q, want the one given to New", got)
+	}
+	if n := len(r.podTemplate.Spec.Containers[0].Env); n != 1 {
+		t.Errorf("the driver's template has %d env vars after building a DaemonSet, want its 1", n)
+	}
+}
