@@ -34,6 +34,8 @@ const DefaultNoCliqueRetry = 30 * time.Second
 // EventRecorder is what the controller needs of an event recorder (events.k8s.io/v1 style):
 // the manager's GetEventRecorder, or events.NewFakeRecorder in tests.
 type EventRecorder interface {
+	// Eventf records an event of eventtype about regarding, with reason, action and a note
+	// formatted from args.
 	Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any)
 }
 

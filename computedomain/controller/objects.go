@@ -27,11 +27,16 @@ const (
 
 // The environment of every container of a daemon pod.
 const (
-	EnvDomainUUID      = "COMPUTE_DOMAIN_UUID"
-	EnvDomainName      = "COMPUTE_DOMAIN_NAME"
+	// EnvDomainUUID holds the domain's UID.
+	EnvDomainUUID = "COMPUTE_DOMAIN_UUID"
+	// EnvDomainName holds the domain's name.
+	EnvDomainName = "COMPUTE_DOMAIN_NAME"
+	// EnvDomainNamespace holds the domain's namespace.
 	EnvDomainNamespace = "COMPUTE_DOMAIN_NAMESPACE"
-	EnvNodeName        = "NODE_NAME"
-	EnvPodIP           = "POD_IP"
+	// EnvNodeName holds the pod's node (field spec.nodeName).
+	EnvNodeName = "NODE_NAME"
+	// EnvPodIP holds the pod's address (field status.podIP), which the daemon reports.
+	EnvPodIP = "POD_IP"
 )
 
 // DaemonName is the name of a domain's daemon DaemonSet and daemon claim template in the
