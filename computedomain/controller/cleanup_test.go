@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	cdv1beta1 "github.com/gpudra/gpudra/computedomain/v1beta1"
 )
@@ -91,4 +94,25 @@ func TestDeletionLeavesOthersObjects(t *testing.T) {
 	e.reconcile("team-a", "training")
 	e.get(&resourcev1.ResourceClaimTemplate{ObjectMeta: channel.ObjectMeta})
 	e.get(&appsv1.DaemonSet{ObjectMeta: ds.ObjectMeta})
+}
+
+// TestDeletionKeepsFinalizerOnFailure: when a cleanup step fails, the finalizer stays, so the
+// next reconcile finishes the cleanup.
+func TestDeletionKeepsFinalizerOnFailure(t *testing.T) {
+	failing := &interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*corev1.Node); ok {
+				return errors.New("injected: the API server refuses the node patch")
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	}
+	e := newEnv(t, failing, deleting(withStatus(newDomain("training", shapeUID, 2, "training-channel"), cliqueA)),
+		contractDaemonSet(), newNode("a-0", domainLabel, shapeUID))
+	if _, err := e.ctrl.Reconcile(e.ctx, requestFor(newDomain("training", shapeUID, 2, ""))); err == nil {
+		t.Fatal("reconciled a deletion whose node label could not be removed, want an error")
+	}
+	if diff := cmp.Diff([]string{Finalizer}, e.domain("team-a", "training").Finalizers); diff != "" {
+		t.Errorf("finalizers after a failed cleanup (-want +got):\n%s", diff)
+	}
 }

@@ -180,6 +180,12 @@ func TestPutBack(t *testing.T) {
 			r.Selectors = append(r.Selectors, resourcev1.DeviceSelector{CEL: &resourcev1.CELDeviceSelector{Expression: "false"}})
 			return tmpl
 		}},
+		{"channel request added", func(e *testEnv) client.Object {
+			tmpl := channel(e)
+			d := &tmpl.Spec.Spec.Devices
+			d.Requests = append(d.Requests, resourcev1.DeviceRequest{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu.nvidia.com"}})
+			return tmpl
+		}},
 		{"channel config's domain changed", func(e *testEnv) client.Object {
 			tmpl := channel(e)
 			tmpl.Spec.Spec.Devices.Config[0].Opaque.Parameters.Raw = []byte(`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"ComputeDomainChannelConfig","domainID":"other","allocationMode":"All"}`)

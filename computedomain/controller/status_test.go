@@ -52,7 +52,7 @@ func TestAssignIndexes(t *testing.T) {
 	entries := []cdv1beta1.ComputeDomainNode{
 		indexed(entry("n3", cliqueA, "Ready"), 7),
 		entry("n1", cliqueA, "Ready"),
-		entry("n9", cliqueB, "Ready"),
+		entry("n0", cliqueB, "Ready"),
 		entry("n2", cliqueA, "NotReady"),
 		indexed(entry("n4", cliqueB, "Ready"), 3),
 	}
@@ -60,9 +60,9 @@ func TestAssignIndexes(t *testing.T) {
 	want := []cdv1beta1.ComputeDomainNode{
 		indexed(entry("n3", cliqueA, "Ready"), 2),
 		indexed(entry("n1", cliqueA, "Ready"), 0),
-		indexed(entry("n9", cliqueB, "Ready"), 1),
+		indexed(entry("n0", cliqueB, "Ready"), 0),
 		indexed(entry("n2", cliqueA, "NotReady"), 1),
-		indexed(entry("n4", cliqueB, "Ready"), 0),
+		indexed(entry("n4", cliqueB, "Ready"), 1),
 	}
 	if diff := cmp.Diff(want, entries); diff != "" {
 		t.Errorf("indexes (-want +got):\n%s", diff)
