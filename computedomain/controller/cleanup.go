@@ -59,6 +59,7 @@ func (r *Reconciler) cleanup(ctx context.Context, cd *cdv1beta1.ComputeDomain) e
 	if err := r.client.Patch(ctx, cd, patch); err != nil {
 		return fmt.Errorf("remove finalizer %s from ComputeDomain %s: %w", Finalizer, klog.KObj(cd), err)
 	}
+	r.pins.remove(cd.UID)
 	klog.FromContext(ctx).Info("Removed the domain's daemons, templates and node labels")
 	return nil
 }

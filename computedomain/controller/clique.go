@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
@@ -185,10 +187,52 @@ func (r *Reconciler) ensureClique(ctx context.Context, cd *cdv1beta1.ComputeDoma
 		return false, r.writeStatus(ctx, cd, func(st *cdv1beta1.ComputeDomainStatus) { st.Status = cdv1beta1.StatusNotReady })
 	}
 	logger.Info("Chose the domain's NVLink clique", "cliqueID", clique, "rooms", rooms)
-	return true, r.writeStatus(ctx, cd, func(st *cdv1beta1.ComputeDomainStatus) {
+	err = r.writeStatus(ctx, cd, func(st *cdv1beta1.ComputeDomainStatus) {
 		st.CliqueID = clique
 		if st.Status == "" {
 			st.Status = cdv1beta1.StatusNotReady
 		}
 	})
+	if err != nil {
+		return false, err
+	}
+	r.pins.add(cd.UID, clique)
+	return true, nil
+}
+
+// pins are the cliques this controller chose and wrote, by domain UID: the next domain's
+// choice counts them even before the manager's cache shows the status writes. Safe for
+// concurrent use; a domain's pin goes with its cleanup.
+type pins struct {
+	mu     sync.Mutex
+	clique map[types.UID]string
+}
+
+// add records that the domain with uid is pinned to clique.
+func (p *pins) add(uid types.UID, clique string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.clique == nil {
+		p.clique = map[types.UID]string{}
+	}
+	p.clique[uid] = clique
+}
+
+// remove forgets the pin of the domain with uid.
+func (p *pins) remove(uid types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.clique, uid)
+}
+
+// fill sets the clique of each domain whose status (read from a cache that may lag) has none
+// but that this controller pinned.
+func (p *pins) fill(domains []cdv1beta1.ComputeDomain) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range domains {
+		if c, ok := p.clique[domains[i].UID]; ok && domains[i].Status.CliqueID == "" {
+			domains[i].Status.CliqueID = c
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	cdv1beta1 "github.com/gpudra/gpudra/computedomain/v1beta1"
 )
@@ -233,5 +235,32 @@ func TestReconcileNoClique(t *testing.T) {
 	}
 	if len(templates.Items) > 0 {
 		t.Errorf("made %d claim templates for a domain without a clique, want none", len(templates.Items))
+	}
+}
+
+// TestStaleCache: the second domain's choice counts the first domain's clique even when the
+// cache it lists domains from does not show it yet.
+func TestStaleCache(t *testing.T) {
+	stale := &interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if err := cl.List(ctx, list, opts...); err != nil {
+				return err
+			}
+			if domains, ok := list.(*cdv1beta1.ComputeDomainList); ok {
+				for i := range domains.Items {
+					domains.Items[i].Status = cdv1beta1.ComputeDomainStatus{}
+				}
+			}
+			return nil
+		},
+	}
+	e := newEnv(t, stale, newDomain("first", "uid-1", 2, ""), newDomain("second", "uid-2", 2, ""),
+		newNode("a-0"), newSlice("a-0", cliqueA), newNode("a-1"), newSlice("a-1", cliqueA),
+		newNode("b-0"), newSlice("b-0", cliqueB), newNode("b-1"), newSlice("b-1", cliqueB))
+	e.reconcile("team-a", "first")
+	e.reconcile("team-a", "second")
+	got := []string{e.domain("team-a", "first").Status.CliqueID, e.domain("team-a", "second").Status.CliqueID}
+	if diff := cmp.Diff([]string{cliqueA, cliqueB}, got); diff != "" {
+		t.Errorf("cliques of the first and second domain (-want +got):\n%s", diff)
 	}
 }

@@ -48,6 +48,7 @@ var (
 // Reconciler is the ComputeDomain controller: it reconciles one domain per Reconcile call.
 // Make it with New and register it with SetupWithManager.
 type Reconciler struct {
+	pins          pins
 	client        client.Client
 	recorder      EventRecorder
 	namespace     string
@@ -142,12 +143,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	chosen, err := r.ensureClique(ctx, cd)
 	if err != nil || !chosen {
-		return reconcile.Result{RequeueAfter: r.noCliqueRetry}, err
+		return reconcile.Result{RequeueAfter: r.noCliqueRetry}, quietConflict(ctx, err)
 	}
 	if err := r.ensureObjects(ctx, cd); err != nil {
-		return reconcile.Result{}, err
+		return reconcile.Result{}, quietConflict(ctx, err)
 	}
-	return reconcile.Result{}, r.updateStatus(ctx, cd)
+	return reconcile.Result{}, quietConflict(ctx, r.updateStatus(ctx, cd))
+}
+
+// quietConflict is err, or nil when err is a conflict with a concurrent write (a daemon's
+// status, an object created meanwhile): that write's watch event reconciles the domain again,
+// so it is no error worth a log line with a stack and a rate-limited retry.
+func quietConflict(ctx context.Context, err error) error {
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		klog.FromContext(ctx).V(2).Info("A concurrent write got there first; its event reconciles again", "err", err)
+		return nil
+	}
+	return err
 }
 
 // ensureObjects makes (or puts back) the channel template, the daemon template and the

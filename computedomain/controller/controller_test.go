@@ -1,12 +1,19 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	cdv1beta1 "github.com/gpudra/gpudra/computedomain/v1beta1"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -59,5 +66,33 @@ func TestTemplateCopied(t *testing.T) {
 	}
 	if n := len(r.podTemplate.Spec.Containers[0].Env); n != 1 {
 		t.Errorf("the driver's template has %d env vars after building a DaemonSet, want its 1", n)
+	}
+}
+
+// TestConflicts: a conflict with a concurrent write ends the reconcile without an error (the
+// write's event reconciles again); other write errors are returned.
+func TestConflicts(t *testing.T) {
+	tests := []struct {
+		name    string
+		err     error
+		wantErr bool
+	}{
+		{"conflict", apierrors.NewConflict(cdv1beta1.Resource(), "training", errors.New("the object has been modified")), false},
+		{"forbidden", apierrors.NewForbidden(cdv1beta1.Resource(), "training", errors.New("no")), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			failing := &interceptor.Funcs{
+				SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
+					return tt.err
+				},
+			}
+			cd := newDomain("training", shapeUID, 1, "")
+			e := newEnv(t, failing, cd, newNode("a-0"), newSlice("a-0", cliqueA))
+			_, err := e.ctrl.Reconcile(e.ctx, requestFor(cd))
+			if (err != nil) != tt.wantErr {
+				t.Errorf("Reconcile: %v, want an error: %v", err, tt.wantErr)
+			}
+		})
 	}
 }

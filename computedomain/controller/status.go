@@ -99,6 +99,7 @@ func (r *Reconciler) readCliqueWorld(ctx context.Context) (*cliqueWorld, error) 
 	if err := r.client.List(ctx, &domains); err != nil {
 		return nil, fmt.Errorf("list ComputeDomains: %w", err)
 	}
+	r.pins.fill(domains.Items)
 	return &cliqueWorld{Slices: sliceList.Items, Nodes: nodes.Items, Domains: domains.Items}, nil
 }
 
