@@ -135,6 +135,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, fmt.Errorf("get ComputeDomain %s: %w", req.NamespacedName, err)
 	}
+	res, err := r.reconcileDomain(ctx, cd)
+	return res, quietConflict(ctx, err)
+}
+
+// reconcileDomain runs the steps of Reconcile on cd.
+func (r *Reconciler) reconcileDomain(ctx context.Context, cd *cdv1beta1.ComputeDomain) (reconcile.Result, error) {
 	if !cd.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, r.cleanup(ctx, cd)
 	}
@@ -142,13 +148,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	chosen, err := r.ensureClique(ctx, cd)
-	if err != nil || !chosen {
-		return reconcile.Result{RequeueAfter: r.noCliqueRetry}, quietConflict(ctx, err)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !chosen {
+		return reconcile.Result{RequeueAfter: r.noCliqueRetry}, nil
 	}
 	if err := r.ensureObjects(ctx, cd); err != nil {
-		return reconcile.Result{}, quietConflict(ctx, err)
+		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, quietConflict(ctx, r.updateStatus(ctx, cd))
+	return reconcile.Result{}, r.updateStatus(ctx, cd)
 }
 
 // quietConflict is err, or nil when err is a conflict with a concurrent write (a daemon's
