@@ -68,7 +68,10 @@ func WithDriverNamespace(namespace string) Option {
 
 // WithDaemonPodTemplate sets the driver's part of the IMEX daemon pod: image, command, service
 // account, tolerations and the like. The controller adds the domain's node selector, label,
-// daemon claim and environment to a copy for each domain. Required.
+// daemon claim and environment to a copy for each domain. Required. Write out the numbers the
+// API server would default (a probe's thresholds, a host network's host ports): the controller
+// puts back every field it sets, and a zero it sets differs from the default, so it would
+// write the DaemonSet again on each reconcile (a write that changes nothing).
 func WithDaemonPodTemplate(t corev1.PodTemplateSpec) Option {
 	return func(r *Reconciler) {
 		r.podTemplate = *t.DeepCopy()

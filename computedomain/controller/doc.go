@@ -9,7 +9,8 @@
 //
 //	scheme := runtime.NewScheme()
 //	if err := controller.AddToScheme(scheme); err != nil { ... }
-//	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme})
+//	byObject, err := controller.CacheByObject("nvidia-dra-driver") // cache only the controller's pods
+//	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: cache.Options{ByObject: byObject}})
 //	r, err := controller.New(mgr.GetClient(),
 //		controller.WithDriverNamespace("nvidia-dra-driver"),
 //		controller.WithDaemonPodTemplate(imexDaemonPod), // image, command, service account, tolerations

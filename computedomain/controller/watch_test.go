@@ -1,17 +1,25 @@
 package controller
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cdv1beta1 "github.com/gpudra/gpudra/computedomain/v1beta1"
 )
 
 // names are the domain names of reqs.
@@ -51,13 +59,20 @@ func TestWatchMaps(t *testing.T) {
 	}
 }
 
-// TestSetupWithManager: the controller registers with a manager (no API server is asked
-// before the manager starts).
+// TestSetupWithManager: the controller registers with a manager whose cache CacheByObject
+// restricts (no API server is asked before the manager starts).
 func TestSetupWithManager(t *testing.T) {
 	e := newEnv(t, nil)
+	byObject, err := CacheByObject(driverNS)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mgr, err := ctrl.NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{
-		Scheme:  e.client.Scheme(),
-		Metrics: metricsserver.Options{BindAddress: "0"},
+		Scheme: e.client.Scheme(),
+		Cache:  cache.Options{ByObject: byObject},
+		// The restricted cache asks which kinds are namespaced.
+		MapperProvider: func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return staticMapper(), nil },
+		Metrics:        metricsserver.Options{BindAddress: "0"},
 		// Controller names are unique per process; go test -count=2 sets up twice.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
@@ -67,4 +82,20 @@ func TestSetupWithManager(t *testing.T) {
 	if err := e.ctrl.SetupWithManager(mgr); err != nil {
 		t.Errorf("SetupWithManager: %v", err)
 	}
+}
+
+// staticMapper knows the scopes of the kinds the controller caches.
+func staticMapper() meta.RESTMapper {
+	m := meta.NewDefaultRESTMapper(nil)
+	for _, gvk := range []schema.GroupVersionKind{
+		corev1.SchemeGroupVersion.WithKind("Pod"),
+		appsv1.SchemeGroupVersion.WithKind("DaemonSet"),
+		resourcev1.SchemeGroupVersion.WithKind("ResourceClaimTemplate"),
+		cdv1beta1.GroupVersion().WithKind(cdv1beta1.Kind),
+	} {
+		m.Add(gvk, meta.RESTScopeNamespace)
+	}
+	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
+	m.Add(resourcev1.SchemeGroupVersion.WithKind("ResourceSlice"), meta.RESTScopeRoot)
+	return m
 }
