@@ -95,7 +95,12 @@ func WithNoCliqueRetry(d time.Duration) Option {
 // New returns the controller for the ComputeDomains c reads and writes. c must know the
 // ComputeDomain types (AddToScheme).
 func New(c client.Client, opts ...Option) (*Reconciler, error) {
-	r := &Reconciler{client: c, recorder: discardRecorder{}, noCliqueRetry: DefaultNoCliqueRetry}
+	r := &Reconciler{recorder: discardRecorder{}, noCliqueRetry: DefaultNoCliqueRetry}
+	if c != nil {
+		// The fields the controller writes are managed by Name (status: cliqueID, status,
+		// the nodes' indexes), beside the nodes' imex-daemon/<node> managers.
+		r.client = client.WithFieldOwner(c, Name)
+	}
 	for _, o := range opts {
 		o(r)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -94,5 +95,32 @@ func TestConflicts(t *testing.T) {
 				t.Errorf("Reconcile: %v, want an error: %v", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestFieldOwner: the controller's writes name it as their field manager, so that the
+// domain's managed fields tell its status fields from the nodes' daemons'.
+func TestFieldOwner(t *testing.T) {
+	var managers []string
+	funcs := &interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			o := &client.CreateOptions{}
+			o.ApplyOptions(opts)
+			managers = append(managers, "create "+o.FieldManager)
+			return cl.Create(ctx, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			o := &client.SubResourceUpdateOptions{}
+			o.ApplyOptions(opts)
+			managers = append(managers, sub+" "+o.FieldManager)
+			return cl.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	}
+	cd := newDomain("training", shapeUID, 1, "")
+	e := newEnv(t, funcs, cd, newNode("a-0"), newSlice("a-0", cliqueA))
+	e.reconcile("team-a", "training")
+	want := []string{"status computedomain-controller", "create computedomain-controller", "create computedomain-controller"}
+	if diff := cmp.Diff(want, managers); diff != "" {
+		t.Errorf("field managers of the writes (-want +got):\n%s", diff)
 	}
 }
