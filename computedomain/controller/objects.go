@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/computedomain"
+	cdv1beta1 "github.com/gpudra/gpudra/computedomain/v1beta1"
+)
+
+// The request names of the claim templates, and the daemon pod's claim.
+const (
+	// ChannelRequest is the request of a domain's channel claim template.
+	ChannelRequest = "channel"
+	// DaemonRequest is the request of a domain's daemon claim template, and the name of the
+	// daemon pod's claim.
+	DaemonRequest = "daemon"
+)
+
+// The environment of every container of a daemon pod.
+const (
+	// EnvDomainUUID holds the domain's UID.
+	EnvDomainUUID = "COMPUTE_DOMAIN_UUID"
+	// EnvDomainName holds the domain's name.
+	EnvDomainName = "COMPUTE_DOMAIN_NAME"
+	// EnvDomainNamespace holds the domain's namespace.
+	EnvDomainNamespace = "COMPUTE_DOMAIN_NAMESPACE"
+	// EnvNodeName holds the pod's node (field spec.nodeName).
+	EnvNodeName = "NODE_NAME"
+	// EnvPodIP holds the pod's address (field status.podIP), which the daemon reports.
+	EnvPodIP = "POD_IP"
+)
+
+// DaemonName is the name of a domain's daemon DaemonSet and daemon claim template in the
+// driver's namespace: "computedomain-daemon-<domain UID>".
+func DaemonName(uid string) string { return "computedomain-daemon-" + uid }
+
+// cliqueSelector is the CEL selector of the devices of one clique.
+func cliqueSelector(clique string) []resourcev1.DeviceSelector {
+	expr := fmt.Sprintf("device.attributes['%s'].%s == '%s'", computedomain.DriverName, computedomain.AttrCliqueID, clique)
+	return []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: expr}}}
+}
+
+// opaque is the opaque configuration of the driver with params as parameters. The configs
+// are plain structs, so encoding them cannot fail.
+func opaque(params any) []resourcev1.DeviceClaimConfiguration {
+	raw, err := json.Marshal(params)
+	if err != nil {
+		panic(fmt.Sprintf("encode %T: %v", params, err))
+	}
+	return []resourcev1.DeviceClaimConfiguration{{DeviceConfiguration: resourcev1.DeviceConfiguration{
+		Opaque: &resourcev1.OpaqueDeviceConfiguration{Driver: computedomain.DriverName, Parameters: runtime.RawExtension{Raw: raw}},
+	}}}
+}
+
+// domainLabels are the labels of everything the controller makes for the domain with uid.
+func domainLabels(uid string) map[string]string {
+	return map[string]string{computedomain.NodeLabel: uid}
+}
+
+// ownerReference makes cd the controller owner of an object in its namespace.
+func ownerReference(cd *cdv1beta1.ComputeDomain) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         cdv1beta1.GroupVersion().String(),
+		Kind:               cdv1beta1.Kind,
+		Name:               cd.Name,
+		UID:                cd.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// claimTemplate is a template of one exact request for a device of class in the domain's
+// clique, configured with params.
+func claimTemplate(meta metav1.ObjectMeta, request, class, clique string, params any) *resourcev1.ResourceClaimTemplate {
+	return &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: meta,
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{
+				Name:    request,
+				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: class, Selectors: cliqueSelector(clique)},
+			}},
+			Config: opaque(params),
+		}}},
+	}
+}
+
+// channelTemplate is the channel claim template of cd (whose spec.channel is set), in cd's
+// namespace and owned by cd.
+func channelTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClaimTemplate {
+	uid := string(cd.UID)
+	meta := metav1.ObjectMeta{
+		Name:            cd.Spec.Channel.ResourceClaimTemplate.Name,
+		Namespace:       cd.Namespace,
+		Labels:          domainLabels(uid),
+		OwnerReferences: []metav1.OwnerReference{ownerReference(cd)},
+	}
+	params := cdv1beta1.ComputeDomainChannelConfig{
+		TypeMeta:       metav1.TypeMeta{APIVersion: cdv1beta1.GroupVersion().String(), Kind: cdv1beta1.ChannelConfigKind},
+		DomainID:       uid,
+		AllocationMode: cd.Spec.Channel.AllocationMode,
+	}
+	return claimTemplate(meta, ChannelRequest, computedomain.ChannelDeviceClass, cd.Status.CliqueID, params)
+}
+
+// daemonTemplate is the daemon claim template of cd in the driver's namespace.
+func daemonTemplate(cd *cdv1beta1.ComputeDomain, namespace string) *resourcev1.ResourceClaimTemplate {
+	uid := string(cd.UID)
+	meta := metav1.ObjectMeta{Name: DaemonName(uid), Namespace: namespace, Labels: domainLabels(uid)}
+	params := cdv1beta1.ComputeDomainDaemonConfig{
+		TypeMeta: metav1.TypeMeta{APIVersion: cdv1beta1.GroupVersion().String(), Kind: cdv1beta1.DaemonConfigKind},
+		DomainID: uid,
+	}
+	return claimTemplate(meta, DaemonRequest, computedomain.DaemonDeviceClass, cd.Status.CliqueID, params)
+}
+
+// daemonSet is the DaemonSet of cd's IMEX daemons in the driver's namespace: the driver's pod
+// template on the nodes labelled for cd, each pod with the daemon claim and the domain's
+// environment.
+func daemonSet(cd *cdv1beta1.ComputeDomain, namespace string, driver *corev1.PodTemplateSpec) *appsv1.DaemonSet {
+	uid := string(cd.UID)
+	pod := driver.DeepCopy()
+	pod.Labels = merged(pod.Labels, domainLabels(uid))
+	pod.Spec.NodeSelector = merged(pod.Spec.NodeSelector, domainLabels(uid))
+	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: DaemonRequest, ResourceClaimTemplateName: ptr.To(DaemonName(uid))}}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		c.Resources.Claims = []corev1.ResourceClaim{{Name: DaemonRequest}}
+		c.Env = withEnv(c.Env, domainEnv(cd))
+	}
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: DaemonName(uid), Namespace: namespace, Labels: domainLabels(uid)},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: domainLabels(uid)},
+			Template: *pod,
+		},
+	}
+}
+
+// domainEnv is the environment the controller gives every daemon container.
+func domainEnv(cd *cdv1beta1.ComputeDomain) []corev1.EnvVar {
+	field := func(path string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+	}
+	return []corev1.EnvVar{
+		{Name: EnvDomainUUID, Value: string(cd.UID)},
+		{Name: EnvDomainName, Value: cd.Name},
+		{Name: EnvDomainNamespace, Value: cd.Namespace},
+		{Name: EnvNodeName, ValueFrom: field("spec.nodeName")},
+		{Name: EnvPodIP, ValueFrom: field("status.podIP")},
+	}
+}
+
+// withEnv is env without the variables add names, followed by add.
+func withEnv(env, add []corev1.EnvVar) []corev1.EnvVar {
+	names := make(map[string]bool, len(add))
+	for _, e := range add {
+		names[e.Name] = true
+	}
+	out := make([]corev1.EnvVar, 0, len(env)+len(add))
+	for _, e := range env {
+		if !names[e.Name] {
+			out = append(out, e)
+		}
+	}
+	return append(out, add...)
+}
+
+// merged is a copy of base with add's entries set.
+func merged(base, add map[string]string) map[string]string {
+	out := make(map[string]string, len(base)+len(add))
+	maps.Copy(out, base)
+	maps.Copy(out, add)
+	return out
+}
