@@ -28,9 +28,9 @@ const (
 	// ID>" from the GPUs' fabric info (the GPU driver's nvlinkDomain). A domain's channel claim
 	// template selects one clique through it.
 	AttrCliqueID = "cliqueID"
-	// NodeLabel marks a node that serves a domain; its value is the domain's UID. The node
-	// plugin sets it when it prepares the domain's first channel on the node and removes it with
-	// the last; the domain's daemon DaemonSet selects nodes by it.
+	// NodeLabel marks a node that serves a domain; its value is the domain's UID. The controller
+	// keeps it on exactly the nodes whose channel the scheduler allocated to a claim of the
+	// domain; the domain's daemon DaemonSet selects nodes by it.
 	NodeLabel = "resource.nvidia.com/computeDomain"
 	// ChannelDevDir is where IMEX channel device nodes live, on the host and in containers.
 	ChannelDevDir = "/dev/nvidia-caps-imex-channels"

@@ -11,14 +11,15 @@
 //     (in the domain's namespace, selecting channels of that clique, with a
 //     ComputeDomainChannelConfig naming the domain), and a DaemonSet of IMEX daemons with their
 //     own daemon claim template (in the driver's namespace, on nodes labelled NodeLabel=<domain
-//     UID>); it keeps the domain's status (clique, nodes, Ready) and, on deletion, removes the
+//     UID>), and keeps that label on exactly the nodes whose channel the scheduler allocated to
+//     a claim of the domain, so a node's daemon starts as soon as a pod of the job is placed
+//     there; it keeps the domain's status (clique, nodes, Ready) and, on deletion, removes the
 //     DaemonSet, the templates and the node labels before the domain goes (a finalizer).
 //   - computedomain/nodeplugin (on draplugin/exclusive): each node publishes channel-0 and
 //     daemon-0, with attributes type, id and cliqueID, when its GPUs' fabric info puts it in a
-//     clique (and nothing otherwise). Preparing a channel labels the node for the domain, waits
-//     until the node's IMEX daemon is Ready in the domain's status (or fails with the reason, and
-//     kubelet retries), creates the channel device nodes and gives the container them and
-//     NVIDIA_VISIBLE_DEVICES=void. Preparing the daemon device gives the daemon pod its
+//     clique (and nothing otherwise). Preparing a channel waits until the node's IMEX daemon is
+//     Ready in the domain's status (or fails with the reason, and kubelet retries), creates the
+//     channel device nodes and gives the container them and NVIDIA_VISIBLE_DEVICES=void. Preparing the daemon device gives the daemon pod its
 //     directory (DaemonConfigDir) and clique.
 //   - computedomain/imex: the IMEX daemon of one node: it writes nvidia-imex's config and nodes
 //     file from the domain's status (the addresses of the clique's ready-to-join nodes), runs and

@@ -165,6 +165,9 @@ func (r *Reconciler) reconcileDomain(ctx context.Context, cd *cdv1beta1.ComputeD
 	if err := r.ensureObjects(ctx, cd); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.labelNodes(ctx, cd); err != nil {
+		return reconcile.Result{}, err
+	}
 	return reconcile.Result{}, r.updateStatus(ctx, cd)
 }
 

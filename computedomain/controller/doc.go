@@ -34,7 +34,12 @@
 //     set; in D's namespace, owned by D) and, in the driver's namespace, the daemon
 //     ResourceClaimTemplate and DaemonSet computedomain-daemon-<u>. Every field the controller
 //     sets is put back; a template's spec (immutable) by deleting and creating it again;
-//  4. writes its part of the status: it prunes the nodes whose Node is gone or which run no
+//  4. labels computedomain.NodeLabel=<u> exactly the nodes whose channel the scheduler
+//     allocated to a claim of D (a claim in D's namespace whose ComputeDomainChannelConfig
+//     names u), which brings D's IMEX daemon pod to each node of the job as soon as the job's
+//     pod is placed there, and takes it away with the claim (labels follow allocations, not
+//     prepares, so a channel prepare that waits for the daemon never removes it);
+//  5. writes its part of the status: it prunes the nodes whose Node is gone or which run no
 //     daemon pod of D, sets each node's index (its position among D's nodes of its clique, by
 //     name) and Ready or NotReady (numNodes > 0: that many Ready nodes of D's clique;
 //     numNodes 0: at least one node, all Ready). The nodes' IMEX daemons own the rest.

@@ -27,8 +27,10 @@ func Rules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
 		// Finds the nodes that run a daemon pod of a domain (pruning).
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
-		// Finds nodes that are gone (pruning) or serve a domain (clique choice), and removes a
-		// deleted domain's label from its nodes.
+		// Finds the nodes whose channel a claim of a domain holds (node labels).
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"list", "watch"}},
+		// Finds nodes that are gone (pruning) or serve a domain (clique choice), labels the
+		// nodes whose channel a domain's claim holds and removes the label from the others.
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch", "patch"}},
 		// Reports NoClique on a domain (events.k8s.io/v1; the recorder patches a repeated event).
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

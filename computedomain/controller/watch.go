@@ -35,8 +35,9 @@ func AddToScheme(s *runtime.Scheme) error {
 
 // SetupWithManager registers the controller with mgr. It reconciles a domain when the domain
 // changes; when its DaemonSet, daemon pods or claim templates change (found by their NodeLabel
-// label); when a node it labelled or lists changes or goes; and, while it waits for a clique,
-// when a node's labels or the driver's ResourceSlices change.
+// label); when a node it labelled or lists changes or goes; when a claim of its channel template
+// is allocated or released (node labels); and, while it waits for a clique, when a node's labels
+// or the driver's ResourceSlices change.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	labelled := builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetLabels()[computedomain.NodeLabel] != ""
@@ -53,6 +54,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&resourcev1.ResourceClaimTemplate{}, handler.EnqueueRequestsFromMapFunc(r.domainOfLabel), labelled).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.domainsOfNode), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&resourcev1.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(r.waitingDomains), ofDriver).
+		Watches(&resourcev1.ResourceClaim{}, handler.EnqueueRequestsFromMapFunc(r.domainOfClaim)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up the %s: %w", Name, err)

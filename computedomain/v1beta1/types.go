@@ -116,9 +116,11 @@ type ComputeDomainNode struct {
 	// CliqueID is the node's NVLink clique, "<cluster UUID>.<clique ID>" from the GPUs' fabric
 	// info: nodes of one domain must share it.
 	CliqueID string `json:"cliqueID"`
-	// Index is the daemon's position in the IMEX node configuration of its clique.
+	// Index is the node's position among the domain's nodes of its clique, by name; the
+	// controller sets it, and the node's IMEX daemon, which creates the entry, leaves it out.
 	// +kubebuilder:validation:Minimum=0
-	Index int `json:"index"`
+	// +optional
+	Index int `json:"index,omitempty"`
 	// Status is Ready once the node's IMEX daemon reports its peers connected.
 	// +kubebuilder:validation:Enum=Ready;NotReady
 	Status string `json:"status"`
