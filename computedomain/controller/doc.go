@@ -51,6 +51,6 @@
 //
 // Besides ComputeDomains, the controller watches the DaemonSets, daemon pods and claim
 // templates it made (mapped back to their domain by their NodeLabel label), Nodes (their
-// labels, and nodes that go) and the driver's ResourceSlices (for domains that wait for a
-// clique).
+// labels, and nodes that go), the ResourceClaims of channel templates (node labels) and the
+// driver's ResourceSlices (for domains that wait for a clique).
 package controller

@@ -31,6 +31,8 @@ import (
 type DriverSpec struct {
 	// Binary replaces the container command's program.
 	Binary string
+	// DriverName is the DRA driver name the plugin registers (default gpu.nvidia.com).
+	DriverName string
 	// DaemonSet is the chart's rendered DaemonSet; its first container is run.
 	DaemonSet *appsv1.DaemonSet
 	// Node is the node name (spec.nodeName of the pod).
@@ -173,9 +175,9 @@ func (d *Driver) waitRegistration(ctx context.Context) error {
 		regDir := d.argValue("--registrar-dir")
 		name := ""
 		if d.Spec.PodUID != "" {
-			name = kubeletplugin.RollingUpdateRegistrarSocketFile(regDir, "gpu.nvidia.com", types.UID(d.Spec.PodUID))
+			name = kubeletplugin.RollingUpdateRegistrarSocketFile(regDir, d.driverName(), types.UID(d.Spec.PodUID))
 		} else {
-			name = "gpu.nvidia.com-reg.sock"
+			name = d.driverName() + "-reg.sock"
 		}
 		socket := filepath.Join(regDir, name)
 		if _, err := fakekubelet.Info(ctx, socket); err != nil {
@@ -189,6 +191,14 @@ func (d *Driver) waitRegistration(ctx context.Context) error {
 		return fmt.Errorf("%s never registered (last: %v): %w; log %s", d.Proc.Name, last, err, d.Proc.LogFile)
 	}
 	return nil
+}
+
+// driverName is the DRA driver name the plugin registers.
+func (d *Driver) driverName() string {
+	if d.Spec.DriverName == "" {
+		return "gpu.nvidia.com"
+	}
+	return d.Spec.DriverName
 }
 
 // argValue returns the value of the last --name=value argument.
