@@ -10,7 +10,8 @@
 // (RegistrationSocket names it), a check that it is a DRA plugin of the expected driver serving
 // the v1 DRA service, NotifyRegistrationStatus, then a connection to the DRA endpoint the plugin
 // named. The Kubelet then calls NodePrepareResources and NodeUnprepareResources over the unix
-// socket. Prepare and Unprepare instead call a plugin's methods directly, as the kubelet-plugin
+// socket (package draplugin/kubeletclient, for programs that drive a plugin through its sockets
+// without this package's fake API server). Prepare and Unprepare instead call a plugin's methods directly, as the kubelet-plugin
 // helper does after it has read the claim, for tests that need no sockets.
 //
 // # API server

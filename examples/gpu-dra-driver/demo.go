@@ -18,7 +18,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
@@ -27,7 +26,7 @@ import (
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/cdi/cditest"
 	"github.com/gpudra/gpudra/draplugin"
-	"github.com/gpudra/gpudra/draplugin/draplugintest"
+	"github.com/gpudra/gpudra/draplugin/kubeletclient"
 	"github.com/gpudra/gpudra/examples/deploy"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/sharing"
@@ -146,8 +145,8 @@ type demo struct {
 	inst     *cdi.Installation
 	plugin   *draplugin.Plugin
 	sim      *simulate.Simulator
-	client   *fake.Clientset
-	kubelet  *draplugintest.Kubelet
+	client   *demoClient
+	kubelet  *kubeletclient.Kubelet
 	cdiDir   string
 	host     *sharingtest.FakeHost
 	prepared []*resourceapi.ResourceClaim
@@ -223,7 +222,10 @@ func (d *demo) start(ctx context.Context, dir string) error {
 		return err
 	}
 	d.sim = simulate.New(d.nf.nodeName, selectors.DeviceClasses(d.plugin.DriverName()), slices)
-	d.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: d.nf.nodeName, UID: "demo-node"}})
+	d.client, err = newDemoClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: d.nf.nodeName, UID: "demo-node"}})
+	if err != nil {
+		return err
+	}
 	regDir, pluginDir := filepath.Join(dir, "reg"), filepath.Join(dir, "plugin")
 	for _, p := range []string{regDir, pluginDir} {
 		if err := os.MkdirAll(p, 0o750); err != nil {
@@ -234,7 +236,7 @@ func (d *demo) start(ctx context.Context, dir string) error {
 		NoPublish: true, NoHealthMonitor: true, Options: []kubeletplugin.Option{kubeletplugin.GRPCVerbosity(-1)}}); err != nil {
 		return err
 	}
-	d.kubelet, err = draplugintest.ConnectKubelet(ctx, filepath.Join(regDir, d.plugin.DriverName()+"-reg.sock"), d.plugin.DriverName())
+	d.kubelet, err = kubeletclient.Connect(ctx, kubeletclient.RegistrationSocket(regDir, d.plugin.DriverName()), d.plugin.DriverName())
 	return err
 }
 

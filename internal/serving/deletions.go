@@ -8,7 +8,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -39,11 +40,7 @@ func WatchDeletions(ctx context.Context, client kubernetes.Interface, driver, no
 		case <-stop:
 		}
 	}()
-	selector := fields.AndSelectors(fields.OneTermEqualSelector("spec.nodeName", node),
-		fields.OneTermEqualSelector("spec.driver", driver)).String()
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
-	informer := factory.Resource().V1().ResourceSlices().Informer()
+	informer := sliceInformer(client, driver, node)
 	logger := klog.FromContext(ctx)
 	// kubelet deletes all of a node's slices at once: one publish after the last of them, not
 	// one per slice.
@@ -72,5 +69,28 @@ func WatchDeletions(ctx context.Context, client kubernetes.Interface, driver, no
 		logger.Error(err, "Watching for deleted ResourceSlices failed; a deleted slice comes back after the helper's sync delay")
 		return
 	}
-	factory.Start(done)
+	go informer.Run(done)
+}
+
+// sliceInformer watches the ResourceSlices of driver on node. It is built directly, not
+// through client-go's informers.SharedInformerFactory: the factory's ForResource method names
+// the informer and lister of every API group, so importing it links them all into the driver
+// binary (about 1.2 MB of code, and their type data), where only this one is used.
+func sliceInformer(client kubernetes.Interface, driver, node string) cache.SharedIndexInformer {
+	selector := fields.AndSelectors(fields.OneTermEqualSelector("spec.nodeName", node),
+		fields.OneTermEqualSelector("spec.driver", driver)).String()
+	slices := client.ResourceV1().ResourceSlices()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return slices.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return slices.Watch(ctx, o)
+		},
+	}
+	// As the generated informer does: the client says whether it can stream the initial
+	// list (a fake clientset cannot).
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &resourceapi.ResourceSlice{}, 0, cache.Indexers{})
 }

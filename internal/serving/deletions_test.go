@@ -2,13 +2,18 @@ package serving
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -56,5 +61,48 @@ func TestWatchDeletions(t *testing.T) {
 	time.Sleep(RepublishDelay + 500*time.Millisecond) // room for a second publish that must not come
 	if n := calls.Load(); n != 1 {
 		t.Errorf("deleting the node's three slices published %d times, want once", n)
+	}
+}
+
+// TestWatchDeletionsAsksForItsSlicesOnly: the informer's list and watch carry a field
+// selector for the node's slices of the driver, so that the API server sends only those
+// (a fake clientset ignores it; the test reads what was asked).
+func TestWatchDeletionsAsksForItsSlicesOnly(t *testing.T) {
+	const driver, node = "gpu.example.com", "node-1"
+	client := fake.NewClientset()
+	var mu sync.Mutex
+	asked := map[string]string{}
+	client.PrependReactor("*", "resourceslices", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if r, ok := a.(interface {
+			GetListRestrictions() clienttesting.ListRestrictions
+		}); ok {
+			mu.Lock()
+			asked[a.GetVerb()] = r.GetListRestrictions().Fields.String()
+			mu.Unlock()
+		}
+		return false, nil, nil
+	})
+	client.PrependWatchReactor("resourceslices", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		mu.Lock()
+		asked["watch"] = a.(clienttesting.WatchAction).GetWatchRestrictions().Fields.String()
+		mu.Unlock()
+		return false, nil, nil
+	})
+	stop := make(chan struct{})
+	defer close(stop)
+	WatchDeletions(t.Context(), client, driver, node, stop, func() {})
+	want := map[string]string{"list": "spec.driver=" + driver + ",spec.nodeName=" + node, "watch": "spec.driver=" + driver + ",spec.nodeName=" + node}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		diff := cmp.Diff(want, asked)
+		mu.Unlock()
+		if diff == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("field selectors of the informer's calls (-want +got):\n%s", diff)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

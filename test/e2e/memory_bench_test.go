@@ -2,8 +2,13 @@ package e2e
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +18,11 @@ import (
 
 	"github.com/gpudra/gpudra/test/e2e/framework"
 )
+
+// memDump, when set, is a directory where BenchmarkDriverMemory leaves each process's
+// /proc/<pid>/smaps and the addresses of its resident pages at each reading, for finding out
+// which parts of a binary a process touches (see dumpMemory).
+var memDump = flag.String("mem.dump", "", "BenchmarkDriverMemory: write each driver's smaps and resident file pages at each reading into this directory")
 
 // memoryCycles is how many prepare/unprepare cycles run between the idle and the "after"
 // readings.
@@ -54,6 +64,7 @@ func BenchmarkDriverMemory(b *testing.B) {
 	for b.Loop() {
 		time.Sleep(2 * time.Second)
 		idle := usages(b, targets)
+		dumpMemory(b, targets, "idle")
 		for i := range memoryCycles {
 			for j := range targets {
 				t := targets[(i+j)%len(targets)]
@@ -66,6 +77,7 @@ func BenchmarkDriverMemory(b *testing.B) {
 			}
 		}
 		after := usages(b, targets)
+		dumpMemory(b, targets, "after")
 		reportMemory(b, targets, idle, after)
 	}
 	b.ReportMetric(0, "ns/op")
@@ -121,4 +133,75 @@ func dropFromPageCache(path string) error {
 		return fmt.Errorf("drop %s from the page cache: %w", path, err)
 	}
 	return nil
+}
+
+// dumpMemory writes, when -mem.dump is set, each target's /proc/<pid>/smaps to
+// DIR/<bench>-<when>.smaps and the resident pages of its executable's mappings to
+// DIR/<bench>-<when>.pages: one line per page, its file offset in hex. With the unstripped
+// binary's symbol table (go tool nm -size -n) the offsets say which packages' code and data
+// the process touched.
+func dumpMemory(b *testing.B, targets []*target, when string) {
+	if *memDump == "" {
+		return
+	}
+	if err := os.MkdirAll(*memDump, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for _, t := range targets {
+		base := filepath.Join(*memDump, t.bench+"-"+when)
+		smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", t.proc.Pid()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(base+".smaps", smaps, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		pages, err := residentPages(t.proc.Pid(), t.proc.Args[0], smaps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(base+".pages", []byte(pages), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// residentPages lists the file offsets of the resident pages of exe's mappings in process
+// pid, read from /proc/<pid>/pagemap (bit 63: present; needs root for the page frames, not
+// for this bit).
+func residentPages(pid int, exe string, smaps []byte) (string, error) {
+	exe, err := filepath.Abs(exe)
+	if err != nil {
+		return "", err
+	}
+	pm, err := os.Open(fmt.Sprintf("/proc/%d/pagemap", pid))
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = pm.Close() }()
+	page := int64(os.Getpagesize())
+	var out strings.Builder
+	for _, line := range strings.Split(string(smaps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[5] != exe {
+			continue
+		}
+		lo, hi, _ := strings.Cut(f[0], "-")
+		start, err1 := strconv.ParseInt(lo, 16, 64)
+		end, err2 := strconv.ParseInt(hi, 16, 64)
+		off, err3 := strconv.ParseInt(f[2], 16, 64)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return "", fmt.Errorf("smaps line %q: %w", line, err)
+		}
+		entries := make([]byte, (end-start)/page*8)
+		if _, err := pm.ReadAt(entries, start/page*8); err != nil {
+			return "", fmt.Errorf("pagemap of %#x-%#x: %w", start, end, err)
+		}
+		for i := range int64(len(entries) / 8) {
+			if binary.LittleEndian.Uint64(entries[i*8:])>>63 == 1 {
+				fmt.Fprintf(&out, "%x\n", off+i*page)
+			}
+		}
+	}
+	return out.String(), nil
 }
