@@ -12,7 +12,7 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test large-files func-size nocgo unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build image e2e e2e-binaries e2e-node e2e-node-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-node-start bench-e2e-memory bench-e2e-scale demo render generate verify-generate
+.PHONY: all test large-files func-size nocgo unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build build-cd image e2e e2e-binaries e2e-node e2e-node-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-node-start bench-e2e-memory bench-e2e-scale demo render generate verify-generate
 
 all: test
 
@@ -66,6 +66,11 @@ bench:
 ## build: the reference driver binary ($(BIN)); cgo on (go-nvml dlopens libnvidia-ml).
 build:
 	CGO_ENABLED=1 $(GO) build $(DRIVER_BUILD_FLAGS) -o $(BIN) ./examples/gpu-dra-driver
+
+## build-cd: build the ComputeDomain driver (examples/compute-domain-driver) into $(CD_BIN).
+CD_BIN ?= bin/compute-domain-driver
+build-cd:
+	CGO_ENABLED=1 $(GO) build $(DRIVER_BUILD_FLAGS) -o $(CD_BIN) ./examples/compute-domain-driver
 
 ## image: the driver's container image (Dockerfile); CI does not build it.
 image:
