@@ -12,11 +12,12 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN make build BIN=/out/gpu-dra-driver
+RUN make build BIN=/out/gpu-dra-driver && make build-cd CD_BIN=/out/compute-domain-driver
 
 # glibc for the cgo binary and dlopen; no shell, no package manager.
 FROM gcr.io/distroless/base-debian12:nonroot
 COPY --from=build /out/gpu-dra-driver /usr/bin/gpu-dra-driver
+COPY --from=build /out/compute-domain-driver /usr/bin/compute-domain-driver
 # Offline commands (render, check, mig, ...) run as this non-root user; the chart runs the
 # kubelet plugin as root because it writes to root-owned host directories and drives the GPUs.
 USER 65532:65532

@@ -193,8 +193,9 @@ generate:
 		--output-file zz_generated.deepcopy.go --go-header-file hack/boilerplate.go.txt ./sharing/v1beta1 ./computedomain/v1beta1
 	$(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION) \
 		crd paths=./computedomain/v1beta1/... output:crd:dir=deployments/crds
+	cp deployments/crds/*.yaml deployments/helm/gpu-dra-driver/crds/
 
 ## verify-generate: fail when the generated files are stale (run by make test).
 verify-generate: generate
-	@git diff --exit-code -- '*zz_generated*' deployments/crds || { echo "generated files are stale: run make generate and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- deployments/crds)" || { echo "generated CRDs are not committed: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- '*zz_generated*' deployments/crds deployments/helm/gpu-dra-driver/crds || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- deployments/crds deployments/helm/gpu-dra-driver/crds)" || { echo "generated CRDs are not committed: run make generate and commit"; exit 1; }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -22,17 +23,19 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	cdcontroller "github.com/gpudra/gpudra/computedomain/controller"
 	"github.com/gpudra/gpudra/test/e2e/framework"
 )
 
 // chartValueSets are value files a platform team would plausibly install with.
 var chartValueSets = map[string]map[string]any{
-	"defaults":     nil,
-	"dynamic-mig":  {"dynamicMIG": true, "nvidiaDriverRoot": "/run/nvidia/driver"},
-	"consumable":   {"consumableMemory": true, "sharingStrategies": []any{"MPS"}},
-	"exclusive":    {"sharingStrategies": []any{}, "kubeletDir": "/var/lib/k0s/kubelet", "nodeSelector": map[string]any{"gpu": "yes"}},
-	"fake-machine": {"fakeMachine": map[string]any{"name": "l4x8"}},
-	"extended-res": extendedValues,
+	"defaults":        nil,
+	"dynamic-mig":     {"dynamicMIG": true, "nvidiaDriverRoot": "/run/nvidia/driver"},
+	"consumable":      {"consumableMemory": true, "sharingStrategies": []any{"MPS"}},
+	"exclusive":       {"sharingStrategies": []any{}, "kubeletDir": "/var/lib/k0s/kubelet", "nodeSelector": map[string]any{"gpu": "yes"}},
+	"fake-machine":    {"fakeMachine": map[string]any{"name": "l4x8"}},
+	"extended-res":    extendedValues,
+	"compute-domains": {"computeDomains": map[string]any{"enabled": true, "readyTimeout": "45s"}, "nvidiaDriverRoot": "/run/nvidia/driver"},
 }
 
 // TestChartLint runs helm lint --strict on the chart with each value set.
@@ -408,4 +411,60 @@ func pollFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+// TestChartComputeDomains (issue 31): with computeDomains.enabled the chart's ClusterRole of the
+// ComputeDomain controller grants exactly computedomain/controller.Rules(), and its two
+// DeviceClasses are examples/deploy/computedomain/deviceclasses.yaml's, the contract's names and
+// selectors; without it the chart renders none of the ComputeDomain objects.
+func TestChartComputeDomains(t *testing.T) {
+	render := func(vals map[string]any) []*unstructured.Unstructured {
+		t.Helper()
+		objs, err := framework.RenderChart(filepath.Join(suite.Repo, chartPath), suite.Bins.KubernetesVersion,
+			framework.Release{Name: releaseName, Namespace: releaseNamespace, Values: vals})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objs
+	}
+	for _, o := range render(nil) {
+		if strings.Contains(o.GetName(), "compute-domain") {
+			t.Errorf("the default chart renders %s %s; ComputeDomains are opt-in", o.GetKind(), o.GetName())
+		}
+	}
+	objs := render(chartValueSets["compute-domains"])
+	var role *rbacv1.ClusterRole
+	classes := map[string]any{}
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "ClusterRole" && strings.HasSuffix(o.GetName(), "-compute-domain-controller"):
+			role = &rbacv1.ClusterRole{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, role); err != nil {
+				t.Fatal(err)
+			}
+		case o.GetKind() == "DeviceClass" && strings.HasPrefix(o.GetName(), "compute-domain"):
+			classes[o.GetName()] = o.Object["spec"]
+		}
+	}
+	if role == nil {
+		t.Fatal("no ClusterRole of the ComputeDomain controller rendered")
+	}
+	if diff := cmp.Diff(cdcontroller.Rules(), role.Rules, cmpopts.SortSlices(func(a, b rbacv1.PolicyRule) bool { return a.String() < b.String() })); diff != "" {
+		t.Errorf("the chart's controller ClusterRole differs from controller.Rules() (-Rules +chart):\n%s", diff)
+	}
+	data, err := os.ReadFile(filepath.Join(suite.Repo, "examples/deploy/computedomain/deviceclasses.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := framework.DecodeObjects(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantClasses := map[string]any{}
+	for _, o := range want {
+		wantClasses[o.GetName()] = o.Object["spec"]
+	}
+	if diff := cmp.Diff(wantClasses, classes); diff != "" {
+		t.Errorf("chart ComputeDomain DeviceClasses differ from examples/deploy/computedomain/deviceclasses.yaml (-manifest +chart):\n%s", diff)
+	}
 }
