@@ -134,13 +134,20 @@ bench-e2e-start: e2e-binaries
 ## the library publishes, SCALE_PODS pods with a claim each, one fresh control plane per run,
 ## SCALE_REPEAT runs of each kind interleaved, every kind also as a ratio to upstream-basic
 ## (scheduler_perf's SchedulingWithResourceClaimTemplate shape) of the same run.
+## SCALE_PATCHED=1 also builds kube-scheduler with test/e2e/patches/pool-cache.patch (cached
+## outside the repository, keyed by version and patch) and runs every kind with it right after
+## its unpatched run, as "<kind>+pool-cache" (docs/upstream-pool-cache.md); SCALE_PATCH names
+## another patch.
 SCALE_NODES ?= 500
 SCALE_PODS ?= 2000
 SCALE_REPEAT ?= 3
 SCALE_KINDS ?= upstream-basic,exclusive,static-mig,dynamic-mig,dynamic-mig-4-profiles,dynamic-mig-options,consumable-memory
+SCALE_PATCHED ?=
+SCALE_PATCH ?= $(if $(SCALE_PATCHED),$(CURDIR)/test/e2e/patches/pool-cache.patch)
 bench-e2e-scale: e2e-binaries
 	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'Scheduling' -benchtime 1x -timeout 300m ./scale \
-		-scale.nodes=$(SCALE_NODES) -scale.pods=$(SCALE_PODS) -scale.kinds=$(SCALE_KINDS) -scale.repeat=$(SCALE_REPEAT)
+		-scale.nodes=$(SCALE_NODES) -scale.pods=$(SCALE_PODS) -scale.kinds=$(SCALE_KINDS) -scale.repeat=$(SCALE_REPEAT) \
+		-scale.patch=$(SCALE_PATCH)
 
 ## fuzz: run each fuzz target for FUZZTIME (make test runs their seed corpora only).
 FUZZTIME ?= 10m
