@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +27,7 @@ const patchModulePrefix = "k8s.io/"
 var patchTopDir = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 
 // appliedStamp marks a workspace whose module copies carry the patch completely; its content
-// is the patch's key.
+// is the workspace directory's name, which carries the patch's key.
 const appliedStamp = "applied"
 
 // Patched returns a Set of the named binaries (kube-scheduler, say) built from the pinned module
@@ -59,7 +60,10 @@ func (s *Set) Patched(ctx context.Context, out io.Writer, patchFile string, name
 	if err := prepareWorkspace(ctx, out, p.Dir, s.ModuleDir, patchFile, patch, mods); err != nil {
 		return nil, err
 	}
-	return p, p.Build(ctx, out, false)
+	if err := p.Build(ctx, out, false); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // module is one module of the build list: its pinned version and its directory in the module
@@ -73,7 +77,7 @@ type module struct {
 func (s *Set) patchedSet(patchFile string, patch []byte, mods map[string]module, names []string) (*Set, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n", s.KubernetesVersion)
-	for _, dir := range slices.Sorted(mapKeys(mods)) {
+	for _, dir := range slices.Sorted(maps.Keys(mods)) {
 		fmt.Fprintf(h, "%s %s\n", mods[dir].Path, mods[dir].Version)
 	}
 	h.Write(patch)
@@ -90,16 +94,6 @@ func (s *Set) patchedSet(patchFile string, patch []byte, mods map[string]module,
 		p.Binaries = append(p.Binaries, s.Binaries[i])
 	}
 	return p, nil
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // patchedDirs lists the top directories of the files a unified diff changes ("+++ b/<dir>/..."
@@ -127,7 +121,7 @@ func patchedDirs(patch []byte) ([]string, error) {
 	if len(seen) == 0 {
 		return nil, fmt.Errorf("changes no file (no \"+++ b/<module dir>/...\" line)")
 	}
-	return slices.Sorted(mapKeys(seen)), nil
+	return slices.Sorted(maps.Keys(seen)), nil
 }
 
 // moduleDirs resolves each patch directory to its module in the build list of the module in
@@ -201,7 +195,7 @@ func prepareWorkspace(ctx context.Context, out io.Writer, dir, moduleDir, patchF
 // patched module with its copy under dir/src.
 func writeGoWork(ctx context.Context, dir, moduleDir string, mods map[string]module) error {
 	steps := [][]string{{"work", "init", moduleDir}}
-	for _, d := range slices.Sorted(mapKeys(mods)) {
+	for _, d := range slices.Sorted(maps.Keys(mods)) {
 		steps = append(steps, []string{"work", "edit", "-replace=" + mods[d].Path + "=./src/" + d})
 	}
 	for _, args := range steps {
