@@ -12,7 +12,7 @@ DRIVER_BUILD_FLAGS := -trimpath -ldflags "-s -w"
 IMAGE ?= ghcr.io/gpudra/gpu-dra-driver:0.1.0
 CONTAINER_TOOL ?= docker
 
-.PHONY: all test large-files func-size nocgo unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build build-cd image e2e e2e-binaries e2e-node e2e-node-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-node-start bench-e2e-memory bench-e2e-scale demo render generate verify-generate
+.PHONY: all test large-files func-size nocgo unit vet staticcheck lint fmt-check bench fuzz churn islands random-long crash-all build build-cd image e2e e2e-binaries e2e-node e2e-node-binaries bench-e2e bench-e2e-latency bench-e2e-start bench-e2e-node-start bench-e2e-memory bench-e2e-scale bench-e2e-patch-test bench-e2e-scheduler-perf demo render generate verify-generate
 
 all: test
 
@@ -134,13 +134,39 @@ bench-e2e-start: e2e-binaries
 ## the library publishes, SCALE_PODS pods with a claim each, one fresh control plane per run,
 ## SCALE_REPEAT runs of each kind interleaved, every kind also as a ratio to upstream-basic
 ## (scheduler_perf's SchedulingWithResourceClaimTemplate shape) of the same run.
+## SCALE_PATCHED=1 also builds kube-scheduler with test/e2e/patches/pool-cache.patch (cached
+## outside the repository, keyed by version and patch) and runs every kind with it right after
+## its unpatched run, as "<kind>+pool-cache" (docs/upstream-pool-cache.md); SCALE_PATCH names
+## another patch.
 SCALE_NODES ?= 500
 SCALE_PODS ?= 2000
 SCALE_REPEAT ?= 3
 SCALE_KINDS ?= upstream-basic,exclusive,static-mig,dynamic-mig,dynamic-mig-4-profiles,dynamic-mig-options,consumable-memory
+SCALE_PATCHED ?=
+SCALE_PATCH ?= $(if $(SCALE_PATCHED),$(CURDIR)/test/e2e/patches/pool-cache.patch)
 bench-e2e-scale: e2e-binaries
 	cd test/e2e && $(GO) test -count=1 -run '^$$' -bench 'Scheduling' -benchtime 1x -timeout 300m ./scale \
-		-scale.nodes=$(SCALE_NODES) -scale.pods=$(SCALE_PODS) -scale.kinds=$(SCALE_KINDS) -scale.repeat=$(SCALE_REPEAT)
+		-scale.nodes=$(SCALE_NODES) -scale.pods=$(SCALE_PODS) -scale.kinds=$(SCALE_KINDS) -scale.repeat=$(SCALE_REPEAT) \
+		-scale.patch=$(SCALE_PATCH)
+	$(if $(SCALE_SCHEDULER_PERF),$(MAKE) bench-e2e-scheduler-perf)
+
+## bench-e2e-scheduler-perf: upstream's own scheduler_perf DRA workload SCHED_PERF_WORKLOAD from
+## the pinned k8s.io/kubernetes (test/e2e/scale/scheduler-perf.sh; etcd from the e2e cache), and
+## with SCALE_PATCHED=1 also from the patched sources, SCALE_REPEAT times interleaved: the anchor
+## for bench-e2e-scale's figures, which runs it after its own when SCALE_SCHEDULER_PERF=1.
+SCHED_PERF_WORKLOAD ?= SchedulingWithResourceClaimTemplate/2000pods_200nodes
+bench-e2e-scheduler-perf: e2e-binaries
+	cd test/e2e && WORKLOAD=$(SCHED_PERF_WORKLOAD) PATCH=$(SCALE_PATCH) REPEAT=$(SCALE_REPEAT) bash scale/scheduler-perf.sh
+
+## bench-e2e-patch-test: upstream's own tests of the structured allocator (with the race
+## detector) and of kube-scheduler's DRA plugin, run against the sources the bench's patch
+## (SCALE_PATCH, default test/e2e/patches/pool-cache.patch) makes, through its go.work.
+bench-e2e-patch-test: SCALE_PATCH := $(or $(SCALE_PATCH),$(CURDIR)/test/e2e/patches/pool-cache.patch)
+bench-e2e-patch-test: e2e-binaries
+	cd test/e2e && ws=$$($(GO) run ./cmd/e2e-binaries -patch $(SCALE_PATCH) | sed -n 's/^patched kube-scheduler: //p') && \
+		test -n "$$ws" && export GOWORK=$$(dirname $$ws)/go.work && \
+		$(GO) test -count=1 -race k8s.io/dynamic-resource-allocation/structured/... && \
+		$(GO) test -count=1 k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources/...
 
 ## fuzz: run each fuzz target for FUZZTIME (make test runs their seed corpora only).
 FUZZTIME ?= 10m

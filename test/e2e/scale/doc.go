@@ -22,6 +22,14 @@
 // beside it; then pods/s. -scale.repeat runs every kind that many times, interleaved, and the
 // summary gives medians and each kind's ratio to upstream-basic's median.
 //
+// # Patched schedulers
+//
+// -scale.patch=FILE (make bench-e2e-scale SCALE_PATCHED=1 for test/e2e/patches/pool-cache.patch)
+// builds a second kube-scheduler from the pinned sources with the patch applied
+// (framework/binaries Set.Patched), before any run, and runs every kind with it right after the
+// kind's unpatched run, as "<kind>+<patch name>"; the summary adds each patched kind's ratio to
+// its unpatched median (docs/upstream-pool-cache.md).
+//
 // # Running it
 //
 //	make bench-e2e                                   # from the repository root, full size

@@ -191,7 +191,8 @@ func table(rows []result) string {
 }
 
 // summary renders, per kind in the order first run, the median kube-scheduler CPU per pod and
-// pods/s over its runs, and the ratio of the CPU median to upstream-basic's (when it ran).
+// pods/s over its runs, the ratio of the CPU median to upstream-basic's (when it ran), and for a
+// kind run with a patched scheduler ("<kind>+<patch>") the ratio to the unpatched kind's median.
 func summary(rows []result) string {
 	var order []string
 	cpu, rate := map[string][]float64{}, map[string][]float64{}
@@ -204,16 +205,30 @@ func summary(rows []result) string {
 	}
 	anchor := median(cpu["upstream-basic"])
 	var b strings.Builder
-	b.WriteString("\n| kind | runs | kube-scheduler CPU ms per pod, median (range) | × upstream-basic | pods/s, median |\n|---|---|---|---|---|\n")
+	b.WriteString("\n| kind | runs | kube-scheduler CPU ms per pod, median (range) | × upstream-basic | × unpatched | pods/s, median |\n|---|---|---|---|---|---|\n")
 	for _, k := range order {
-		ratio := "–"
-		if anchor > 0 {
-			ratio = fmt.Sprintf("%.2f×", median(cpu[k])/anchor)
-		}
-		fmt.Fprintf(&b, "| %s | %d | **%.1f** (%.1f–%.1f) | %s | %.0f |\n", k, len(cpu[k]), median(cpu[k]),
-			slices.Min(cpu[k]), slices.Max(cpu[k]), ratio, median(rate[k]))
+		fmt.Fprintf(&b, "| %s | %d | **%.1f** (%.1f–%.1f) | %s | %s | %.0f |\n", k, len(cpu[k]), median(cpu[k]),
+			slices.Min(cpu[k]), slices.Max(cpu[k]), ratio(median(cpu[k]), anchor), unpatchedRatio(k, cpu), median(rate[k]))
 	}
 	return b.String()
+}
+
+// ratio renders x/anchor, or "–" without an anchor.
+func ratio(x, anchor float64) string {
+	if anchor <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", x/anchor)
+}
+
+// unpatchedRatio is kind k's median CPU per pod over that of the same kind without its patch
+// suffix ("dynamic-mig+pool-cache" over "dynamic-mig"), "–" for an unpatched kind.
+func unpatchedRatio(k string, cpu map[string][]float64) string {
+	base, _, patched := strings.Cut(k, "+")
+	if !patched {
+		return "–"
+	}
+	return ratio(median(cpu[k]), median(cpu[base]))
 }
 
 // median of xs (the lower middle for an even count); 0 for none.

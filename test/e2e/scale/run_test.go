@@ -42,9 +42,10 @@ type cluster struct {
 }
 
 // run is one whole measurement of kind k: a fresh control plane, nodes, slices, claims and
-// pods, then the scheduler.
-func run(ctx context.Context, tb testing.TB, k kind, nodes, pods int) (result, error) {
-	row := result{kind: k.name, nodes: nodes, pods: pods}
+// pods, then the scheduler: sched's kube-scheduler (the cluster's own when sched.set is nil),
+// the row's kind being k's name with sched's suffix.
+func run(ctx context.Context, tb testing.TB, k kind, sched scheduler, nodes, pods int) (result, error) {
+	row := result{kind: k.name + sched.suffix, nodes: nodes, pods: pods}
 	c, err := startCluster(ctx, tb)
 	if err != nil {
 		return row, err
@@ -73,7 +74,11 @@ func run(ctx context.Context, tb testing.TB, k kind, nodes, pods int) (result, e
 	}
 	defer w.stop()
 	schedStart := time.Now()
-	if err := c.cp.StartScheduler(ctx, c.bins); err != nil {
+	schedBins := c.bins
+	if sched.set != nil {
+		schedBins = sched.set
+	}
+	if err := c.cp.StartScheduler(ctx, schedBins); err != nil {
 		return row, err
 	}
 	cpu := &cpuMeter{procs: []*framework.Process{c.cp.Process(binaries.KubeScheduler), c.cp.Process(binaries.KubeAPIServer),
@@ -81,10 +86,10 @@ func run(ctx context.Context, tb testing.TB, k kind, nodes, pods int) (result, e
 	var profile <-chan error
 	binds, err := w.wait(ctx, c.cp.Process(binaries.KubeScheduler), func() {
 		cpu.begin()
-		profile = c.profileScheduler(ctx, tb, k.name)
+		profile = c.profileScheduler(ctx, tb, row.kind)
 	})
 	if err != nil {
-		return row, fmt.Errorf("%s: %w; scheduler log %s", k.name, err, c.cp.Process(binaries.KubeScheduler).LogFile)
+		return row, fmt.Errorf("%s: %w; scheduler log %s", row.kind, err, c.cp.Process(binaries.KubeScheduler).LogFile)
 	}
 	cpu.end()
 	row.binds, row.schedulerStart = binds, schedStart

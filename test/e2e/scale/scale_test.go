@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/gpudra/gpudra"
 	"github.com/gpudra/gpudra/gpu/gputest"
+	"github.com/gpudra/gpudra/test/e2e/framework/binaries"
 )
 
 var (
@@ -25,7 +28,9 @@ var (
 		"kube-scheduler --kube-api-qps and --kube-api-burst (upstream scheduler_perf gives its scheduler 5000)")
 	cpuProfile = flag.String("scale.cpuprofile", "",
 		"directory to write kube-scheduler's CPU profile of the scheduling phase into (one file per kind)")
-	keepFlag = flag.Bool("scale.keep", false, "keep each run's directory (logs, certificates) instead of deleting it")
+	keepFlag  = flag.Bool("scale.keep", false, "keep each run's directory (logs, certificates) instead of deleting it")
+	patchFlag = flag.String("scale.patch", "",
+		"unified diff against the pinned Kubernetes module sources (test/e2e/patches/*.patch): every kind also runs, right after its unpatched run, with a kube-scheduler built with it, as the kind \"<kind>+<patch name>\"")
 )
 
 // kind is one kind of claim the benchmark schedules: what every node publishes and what each
@@ -97,31 +102,74 @@ func BenchmarkScheduling(b *testing.B) {
 	for _, k := range strings.Split(*kindsFlag, ",") {
 		selected[strings.TrimSpace(k)] = true
 	}
+	schedulers, err := schedulerVariants(b, *patchFlag)
+	if err != nil {
+		b.Fatal(err)
+	}
 	var rows []result
 	for r := range max(*repeatFlag, 1) {
 		for _, k := range kinds {
 			if !selected[k.name] {
 				continue
 			}
-			b.Run(fmt.Sprintf("%s/run-%d", k.name, r+1), func(b *testing.B) {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-				defer cancel()
-				var row result
-				for b.Loop() {
-					res, err := run(ctx, b, k, *nodesFlag, *podsFlag)
-					if err != nil {
-						b.Fatal(err)
-					}
-					row = res
-				}
-				b.ReportMetric(row.cpuPerPod(row.schedulerCPU), "scheduler-cpu-ms/pod")
-				b.ReportMetric(row.podsPerSecond(), "pods/s")
-				b.ReportMetric(float64(row.scheduler.RSS)/(1<<20), "scheduler-MiB")
-				b.ReportMetric(float64(row.apiserver.RSS)/(1<<20), "apiserver-MiB")
-				rows = append(rows, row)
-			})
+			for _, sched := range schedulers {
+				rows = append(rows, runOnce(b, k, sched, r))
+			}
 		}
 	}
 	fmt.Print(table(rows))
 	fmt.Print(summary(rows))
+}
+
+// scheduler is a kube-scheduler binary the kinds run with: the pinned one (no suffix, set nil),
+// or one built with a patch (suffix "+<patch name>").
+type scheduler struct {
+	suffix string
+	set    *binaries.Set
+}
+
+// schedulerVariants is the pinned kube-scheduler, and, when patchFile is set, one built with it
+// (before any run, so that the build's minutes land in no measurement).
+func schedulerVariants(tb testing.TB, patchFile string) ([]scheduler, error) {
+	variants := []scheduler{{}}
+	if patchFile == "" {
+		return variants, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+	defer cancel()
+	bins, err := binaries.Resolve(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := bins.Build(ctx, os.Stdout, false); err != nil {
+		return nil, err
+	}
+	patched, err := bins.Patched(ctx, os.Stdout, patchFile, binaries.KubeScheduler)
+	if err != nil {
+		return nil, err
+	}
+	name := strings.TrimSuffix(filepath.Base(patchFile), filepath.Ext(patchFile))
+	tb.Logf("patched kube-scheduler (%s): %s", name, patched.Path(binaries.KubeScheduler))
+	return append(variants, scheduler{suffix: "+" + name, set: patched}), nil
+}
+
+// runOnce is the sub-benchmark of run r of kind k with scheduler sched.
+func runOnce(b *testing.B, k kind, sched scheduler, r int) result {
+	var row result
+	b.Run(fmt.Sprintf("%s%s/run-%d", k.name, sched.suffix, r+1), func(b *testing.B) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		for b.Loop() {
+			res, err := run(ctx, b, k, sched, *nodesFlag, *podsFlag)
+			if err != nil {
+				b.Fatal(err)
+			}
+			row = res
+		}
+		b.ReportMetric(row.cpuPerPod(row.schedulerCPU), "scheduler-cpu-ms/pod")
+		b.ReportMetric(row.podsPerSecond(), "pods/s")
+		b.ReportMetric(float64(row.scheduler.RSS)/(1<<20), "scheduler-MiB")
+		b.ReportMetric(float64(row.apiserver.RSS)/(1<<20), "apiserver-MiB")
+	})
+	return row
 }

@@ -10,6 +10,7 @@
 //	go run ./cmd/e2e-binaries -rebuild   # rebuild everything
 //	go run ./cmd/e2e-binaries -example-driver   # also dra-example-driver's kubelet plugin (make bench-e2e)
 //	go run ./cmd/e2e-binaries -node      # also kubelet, containerd, runc and CNI (make e2e-node)
+//	go run ./cmd/e2e-binaries -patch patches/pool-cache.patch   # also a patched kube-scheduler
 //
 // The cache root is $GPUDRA_E2E_CACHE, or ~/.cache/gpudra-e2e.
 package main
@@ -40,6 +41,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	rebuild := fs.Bool("rebuild", false, "rebuild every binary even when the cache has it")
 	node := fs.Bool("node", false, "also the node tier's parts: kubelet, containerd (pinned by "+binaries.ContainerdModuleDir+"), and runc and the CNI plugins from Debian's packages when missing")
 	example := fs.Bool("example-driver", false, "also build dra-example-driver's kubelet plugin at the version "+binaries.ExampleDriverModuleDir+" pins (the benchmarks compare against it)")
+	patch := fs.String("patch", "", "also build kube-scheduler from the pinned sources with this patch applied (make bench-e2e-scale SCALE_PATCHED=1; see framework/binaries Set.Patched)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -62,6 +64,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if _, err := set.ExampleDriverPath(ctx, out, *rebuild); err != nil {
 			return err
 		}
+	}
+	if *patch != "" {
+		patched, err := set.Patched(ctx, out, *patch, binaries.KubeScheduler)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "patched kube-scheduler:", patched.Path(binaries.KubeScheduler))
 	}
 	fmt.Fprintln(out, set.Dir)
 	return nil

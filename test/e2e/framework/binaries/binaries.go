@@ -53,6 +53,8 @@ type Set struct {
 	EtcdVersion string
 	// Binaries are built in this order.
 	Binaries []Binary
+	// Env is added to the environment of go build (GOWORK for a patched Set).
+	Env []string
 }
 
 // Resolve reads the pinned versions from the module that contains the working directory and
@@ -133,7 +135,7 @@ func (s *Set) build(ctx context.Context, out io.Writer, b Binary) error {
 	args := []string{"build", "-trimpath", "-buildvcs=false", "-o", tmp, "-ldflags", strings.Join(append([]string{"-s", "-w"}, b.LDFlags...), " "), b.Package}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = s.ModuleDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), s.Env...)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = out, &stderr
 	stopBeat := heartbeat(out, b.Name)

@@ -1,0 +1,89 @@
+package binaries
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestPatchedDirs: the modules a patch touches are the top directories of its "+++ b/" paths,
+// each once, and a path that is not <module dir>/<file> is refused rather than copied or
+// applied somewhere unexpected.
+func TestPatchedDirs(t *testing.T) {
+	for name, tc := range map[string]struct {
+		patch   string
+		want    []string
+		wantErr bool
+	}{
+		"two modules, one twice": {
+			patch: "header text\n--- a/kubernetes/pkg/x.go\n+++ b/kubernetes/pkg/x.go\n@@ -1 +1 @@\n" +
+				"--- a/dynamic-resource-allocation/a.go\n+++ b/dynamic-resource-allocation/a.go\n" +
+				"--- a/kubernetes/pkg/y.go\n+++ b/kubernetes/pkg/y.go\n",
+			want: []string{"dynamic-resource-allocation", "kubernetes"},
+		},
+		"a deleted file names no module": {
+			patch: "--- a/kubernetes/pkg/x.go\n+++ /dev/null\n--- a/kubernetes/pkg/y.go\n+++ b/kubernetes/pkg/y.go\n",
+			want:  []string{"kubernetes"},
+		},
+		"a file at the top":       {patch: "+++ b/go.mod\n", wantErr: true},
+		"a path out of the tree":  {patch: "+++ b/../etc/passwd\n", wantErr: true},
+		"a module path with dots": {patch: "+++ b/k8s.io/kubernetes/x.go\n", wantErr: true},
+		"no file":                 {patch: "just text\n", wantErr: true},
+		"no b/ prefix":            {patch: "+++ kubernetes/pkg/x.go\n", wantErr: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := patchedDirs([]byte(tc.patch))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("patchedDirs: error %v, want an error: %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("patchedDirs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPatchedSetKey: the patched Set's directory changes with the patch, the Kubernetes version
+// and a patched module's version (so no stale binary is reused), stays put otherwise, and its
+// builds use that directory's go.work.
+func TestPatchedSetKey(t *testing.T) {
+	base := &Set{Dir: "/cache/k8s-v1.37.2", ModuleDir: "/repo/test/e2e", KubernetesVersion: "v1.37.2",
+		Binaries: []Binary{{Name: KubeAPIServer}, {Name: KubeScheduler}}}
+	mods := map[string]module{"kubernetes": {Path: "k8s.io/kubernetes", Version: "v1.37.2"}}
+	dirOf := func(s *Set, patch string, mods map[string]module) string {
+		t.Helper()
+		p, err := s.patchedSet("/repo/test/e2e/patches/pool-cache.patch", []byte(patch), mods, []string{KubeScheduler})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Dir
+	}
+	first := dirOf(base, "+++ b/kubernetes/x.go\n", mods)
+	if got := dirOf(base, "+++ b/kubernetes/x.go\n", mods); got != first {
+		t.Errorf("the same inputs give %s and %s", first, got)
+	}
+	newer := *base
+	newer.KubernetesVersion = "v1.37.3"
+	for name, got := range map[string]string{
+		"another patch":              dirOf(base, "+++ b/kubernetes/y.go\n", mods),
+		"another Kubernetes version": dirOf(&newer, "+++ b/kubernetes/x.go\n", mods),
+		"another module version": dirOf(base, "+++ b/kubernetes/x.go\n",
+			map[string]module{"kubernetes": {Path: "k8s.io/kubernetes", Version: "v1.37.3"}}),
+	} {
+		if got == first {
+			t.Errorf("%s reuses the directory %s", name, got)
+		}
+	}
+	p, err := base.patchedSet("/repo/test/e2e/patches/pool-cache.patch", nil, mods, []string{KubeScheduler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Set{Dir: p.Dir, ModuleDir: base.ModuleDir, KubernetesVersion: "v1.37.2",
+		Binaries: []Binary{{Name: KubeScheduler}}, Env: []string{"GOWORK=" + p.Dir + "/go.work"}}
+	if diff := cmp.Diff(want, p); diff != "" {
+		t.Errorf("patched Set (-want +got):\n%s", diff)
+	}
+	if _, err := base.patchedSet("x.patch", nil, mods, []string{"kubectl"}); err == nil {
+		t.Error("a binary the Set does not have was accepted")
+	}
+}
