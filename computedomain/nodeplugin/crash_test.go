@@ -110,4 +110,3 @@ func restartPlugin(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 }
-
