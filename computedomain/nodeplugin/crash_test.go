@@ -60,7 +60,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 				}
 				point := crash.Seen()[k-1]
 				t.Run(fmt.Sprintf("%s/%s/%d-%s", kind.name, op, k, point), func(t *testing.T) {
-					restartPlugin(t, e)
+					restartPlugin(t, e, testhooks.Hooks{})
 					if op == "prepare" && point == testhooks.CrashAfterPrepareCompleted {
 						if specs, _ := e.node.Specs(computedomain.DriverName); len(specs) != 1 {
 							t.Fatalf("a completed prepare was not kept whole: specs %v", specs)
@@ -96,11 +96,11 @@ func call(e *env, op string, c *resourceapi.ResourceClaim) error {
 }
 
 // restartPlugin replaces e's plugin, as a killed process is replaced, by a new one on the same
-// node (no test hooks), and reconciles.
-func restartPlugin(t *testing.T, e *env) {
+// node with hooks, and reconciles.
+func restartPlugin(t *testing.T, e *env, hooks testhooks.Hooks) {
 	t.Helper()
 	_ = e.plugin.Close()
-	p, err := e.node.NewPlugin(t.Context(), exclusive.Config{DriverName: computedomain.DriverName, Driver: e.driver})
+	p, err := e.node.NewPlugin(t.Context(), exclusive.Config{DriverName: computedomain.DriverName, Driver: e.driver, TestHooks: hooks})
 	if err != nil {
 		t.Fatal(err)
 	}
