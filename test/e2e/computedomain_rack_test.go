@@ -82,12 +82,6 @@ type cdDaemon struct {
 	reported bool
 }
 
-var (
-	cdRackOnce sync.Once
-	cdRackVal  *cdRack
-	cdRackErr  error
-)
-
 // rackTB hands imextest a TempDir that outlives the test that builds the rack.
 type rackTB struct {
 	testing.TB
@@ -102,18 +96,19 @@ func (r rackTB) TempDir() string {
 	return d
 }
 
-// computeDomainRack returns the shared rack, building it on first use.
+// computeDomainRack returns the suite's rack, building it on first use.
 func computeDomainRack(t *testing.T) *cdRack {
 	t.Helper()
-	cdRackOnce.Do(func() {
+	s := suite
+	s.cdOnce.Do(func() {
 		start := time.Now()
-		cdRackVal, cdRackErr = newRack(t)
+		s.cdRack, s.cdErr = newRack(t)
 		t.Logf("ComputeDomain rack ready in %s", time.Since(start).Round(100*time.Millisecond))
 	})
-	if cdRackErr != nil {
-		t.Fatalf("ComputeDomain rack: %v", cdRackErr)
+	if s.cdErr != nil {
+		t.Fatalf("ComputeDomain rack: %v", s.cdErr)
 	}
-	return cdRackVal
+	return s.cdRack
 }
 
 func newRack(t *testing.T) (*cdRack, error) {

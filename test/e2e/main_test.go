@@ -55,6 +55,11 @@ type Suite struct {
 	drivers []*framework.Driver
 	// atStop runs at teardown before the drivers stop (tests' own processes and loops).
 	atStop []func()
+
+	// The ComputeDomain tests' rack, built by the first of them (computeDomainRack).
+	cdOnce sync.Once
+	cdRack *cdRack
+	cdErr  error
 }
 
 func TestMain(m *testing.M) {
