@@ -56,7 +56,12 @@ func (r *Reconciler) cleanup(ctx context.Context, cd *cdv1beta1.ComputeDomain) e
 	}
 	patch := client.MergeFromWithOptions(cd.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(cd, Finalizer)
-	if err := r.client.Patch(ctx, cd, patch); err != nil {
+	err := r.client.Patch(ctx, cd, patch)
+	switch {
+	case apierrors.IsNotFound(err):
+		// An earlier reconcile, from a cache that had not yet seen the finalizer go, removed it:
+		// the domain is gone, and so is everything above.
+	case err != nil:
 		return fmt.Errorf("remove finalizer %s from ComputeDomain %s: %w", Finalizer, klog.KObj(cd), err)
 	}
 	r.pins.remove(cd.UID)

@@ -116,3 +116,21 @@ func TestDeletionKeepsFinalizerOnFailure(t *testing.T) {
 		t.Errorf("finalizers after a failed cleanup (-want +got):\n%s", diff)
 	}
 }
+
+// TestDeletionOfGoneDomain: a deletion reconciled again from a cache that still holds the
+// domain, which the finalizer's removal already let go, is no error (the API server answers the
+// patch NotFound).
+func TestDeletionOfGoneDomain(t *testing.T) {
+	gone := &interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if cd, ok := obj.(*cdv1beta1.ComputeDomain); ok {
+				return apierrors.NewNotFound(cdv1beta1.GroupVersion().WithResource("computedomains").GroupResource(), cd.Name)
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	}
+	e := newEnv(t, gone, deleting(withStatus(newDomain("training", shapeUID, 2, "training-channel"), cliqueA)))
+	if _, err := e.ctrl.Reconcile(e.ctx, requestFor(newDomain("training", shapeUID, 2, ""))); err != nil {
+		t.Errorf("reconcile of a domain already gone: %v", err)
+	}
+}

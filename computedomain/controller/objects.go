@@ -79,14 +79,17 @@ func ownerReference(cd *cdv1beta1.ComputeDomain) metav1.OwnerReference {
 }
 
 // claimTemplate is a template of one exact request for a device of class in the domain's
-// clique, configured with params.
+// clique, configured with params. The request spells out the allocation mode and count the API
+// server would default (ExactCount, 1): the template is compared with the stored one, which
+// holds them.
 func claimTemplate(meta metav1.ObjectMeta, request, class, clique string, params any) *resourcev1.ResourceClaimTemplate {
 	return &resourcev1.ResourceClaimTemplate{
 		ObjectMeta: meta,
 		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
 			Requests: []resourcev1.DeviceRequest{{
-				Name:    request,
-				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: class, Selectors: cliqueSelector(clique)},
+				Name: request,
+				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: class, Selectors: cliqueSelector(clique),
+					AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1},
 			}},
 			Config: opaque(params),
 		}}},

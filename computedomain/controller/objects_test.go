@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	cdv1beta1 "github.com/gpudra/gpudra/computedomain/v1beta1"
 )
@@ -36,6 +38,7 @@ func contractChannelTemplate() *resourcev1.ResourceClaimTemplate {
 			Requests: []resourcev1.DeviceRequest{{Name: "channel", Exactly: &resourcev1.ExactDeviceRequest{
 				DeviceClassName: "compute-domain-default-channel.nvidia.com",
 				Selectors:       []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: shapeSel}}},
+				AllocationMode:  resourcev1.DeviceAllocationModeExactCount, Count: 1,
 			}}},
 			Config: []resourcev1.DeviceClaimConfiguration{{DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
 				Driver:     "compute-domain.nvidia.com",
@@ -56,6 +59,7 @@ func contractDaemonTemplate() *resourcev1.ResourceClaimTemplate {
 			Requests: []resourcev1.DeviceRequest{{Name: "daemon", Exactly: &resourcev1.ExactDeviceRequest{
 				DeviceClassName: "compute-domain-daemon.nvidia.com",
 				Selectors:       []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: shapeSel}}},
+				AllocationMode:  resourcev1.DeviceAllocationModeExactCount, Count: 1,
 			}}},
 			Config: []resourcev1.DeviceClaimConfiguration{{DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
 				Driver:     "compute-domain.nvidia.com",
@@ -239,6 +243,34 @@ func TestPutBack(t *testing.T) {
 			e.reconcile("team-a", "training")
 			checkShapes(t, e)
 		})
+	}
+}
+
+// TestKeepsServerDefaults: templates as the API server stores them, with the allocation mode
+// and count it defaults, are what the controller wants: a second reconcile deletes none of them
+// (it used to replace both on every reconcile, a hot loop against a real API server).
+func TestKeepsServerDefaults(t *testing.T) {
+	deletes := 0
+	funcs := &interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+		if _, ok := obj.(*resourcev1.ResourceClaimTemplate); ok {
+			deletes++
+		}
+		return c.Delete(ctx, obj, opts...)
+	}}
+	cd := newDomain("training", shapeUID, 2, "training-channel")
+	e := newEnv(t, funcs, cd, newNode("a-0"), newSlice("a-0", cliqueA), newNode("a-1"), newSlice("a-1", cliqueA))
+	e.reconcile("team-a", "training")
+	for _, tmpl := range []*resourcev1.ResourceClaimTemplate{contractChannelTemplate(), contractDaemonTemplate()} {
+		e.get(tmpl)
+		r := tmpl.Spec.Spec.Devices.Requests[0].Exactly
+		r.AllocationMode, r.Count = resourcev1.DeviceAllocationModeExactCount, 1 // the API server's defaults
+		if err := e.client.Update(e.ctx, tmpl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.reconcile("team-a", "training")
+	if deletes != 0 {
+		t.Errorf("the second reconcile deleted %d claim templates, want none", deletes)
 	}
 }
 

@@ -245,7 +245,11 @@ func (d *Driver) waitReady(ctx context.Context, dom *v1beta1.ComputeDomain) erro
 	err := wait.PollUntilContextTimeout(ctx, d.cfg.PollInterval, d.cfg.ReadyTimeout, true, func(ctx context.Context) (bool, error) {
 		cur, err := d.cfg.Domains.Domain(ctx, dom.Namespace, dom.UID)
 		if err != nil {
-			reason = err.Error()
+			// A lookup cut off by the wait's own deadline says nothing about the domain: keep
+			// the last reason it was not ready.
+			if ctx.Err() == nil {
+				reason = err.Error()
+			}
 			return false, nil
 		}
 		reason = notReady(cur, d.cfg.NodeName)

@@ -1,6 +1,7 @@
 package nodeplugin_test
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -14,6 +15,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/cdi"
@@ -266,6 +269,32 @@ func TestChannelNotReady(t *testing.T) {
 				t.Errorf("channels made for a domain that is not ready: %v", got)
 			}
 		})
+	}
+}
+
+// TestChannelNotReadyReason: when the wait's deadline cuts off a lookup of the domain, the
+// error still says why the domain was not ready, not that the lookup was cut off.
+func TestChannelNotReadyReason(t *testing.T) {
+	lookups := 0
+	funcs := &interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		if _, ok := list.(*v1beta1.ComputeDomainList); ok {
+			if lookups++; lookups > 1 { // the lookups of the wait hang until its deadline
+				<-ctx.Done()
+				return ctx.Err()
+			}
+		}
+		return c.List(ctx, list, opts...)
+	}}
+	e := newEnv(t, envConfig{ready: 100 * time.Millisecond, funcs: funcs})
+	dom := domain("train", domainUID, e.clique, 0, v1beta1.StatusNotReady, map[string]string{e.nodeName: v1beta1.StatusNotReady})
+	if err := e.client.Create(t.Context(), dom); err != nil {
+		t.Fatal(err)
+	}
+	c := e.allocate(claim("job", channelSel, channelParams(domainUID, "")))
+	_, err := kubelettest.Prepare(t.Context(), e.plugin, c)
+	want := `after 100ms: the IMEX daemon of node rack-00 is "NotReady" in status.nodes, not Ready; kubelet retries`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("prepare: %v\nwant an error containing %q", err, want)
 	}
 }
 

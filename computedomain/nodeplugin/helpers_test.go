@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/gpudra/gpudra/computedomain"
 	"github.com/gpudra/gpudra/computedomain/nodeplugin"
@@ -76,6 +77,7 @@ type envConfig struct {
 
 	ready time.Duration // ReadyTimeout
 	hooks testhooks.Hooks
+	funcs *interceptor.Funcs // intercept the fake API server's calls
 }
 
 func newEnv(t *testing.T, ec envConfig) *env {
@@ -97,7 +99,11 @@ func newEnv(t *testing.T, ec envConfig) *env {
 		t.Fatal(err)
 	}
 	objs := append([]client.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}}, ec.objects...)
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1beta1.ComputeDomain{}).Build()
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1beta1.ComputeDomain{})
+	if ec.funcs != nil {
+		b = b.WithInterceptorFuncs(*ec.funcs)
+	}
+	c := b.Build()
 	e := &env{t: t, nodeName: n.Name, clique: rack[0].CliqueID(), client: c, channels: &fakeChannels{}}
 	e.node, err = exclusivetest.NewNode(exclusivetest.WithNodeName(n.Name))
 	if err != nil {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,15 +21,7 @@ import (
 // and a negative numNodes, naming the field.
 func TestComputeDomainCRD(t *testing.T) {
 	ctx := context.Background()
-	data, err := os.ReadFile(filepath.Join(suite.Repo, "deployments/crds/resource.nvidia.com_computedomains.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	crds, err := framework.DecodeObjects(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := suite.Applier.Apply(ctx, "", crds...); err != nil {
+	if err := applyComputeDomainAPI(ctx); err != nil {
 		t.Fatal(err)
 	}
 	ns := shortName("cd", "crd")
@@ -53,7 +46,7 @@ spec:
 		return objs[0]
 	}
 	// The CRD takes a moment to be served after it is Established.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		return suite.Applier.Apply(ctx, ns, domain("training", "")) == nil, nil
 	})
 	if err != nil {
@@ -79,4 +72,29 @@ spec:
 			t.Errorf("ComputeDomain %s: %v; want refused naming %s", bad.name, err, bad.field)
 		}
 	}
+}
+
+// The ComputeDomain API's manifests: the generated CRD and the driver's DeviceClasses.
+var computeDomainManifests = []string{
+	"deployments/crds/resource.nvidia.com_computedomains.yaml",
+	"examples/deploy/computedomain/deviceclasses.yaml",
+}
+
+// applyComputeDomainAPI applies the ComputeDomain CRD and the driver's DeviceClasses (server-side
+// apply, so every test that needs them may call it, in any order).
+func applyComputeDomainAPI(ctx context.Context) error {
+	for _, path := range computeDomainManifests {
+		data, err := os.ReadFile(filepath.Join(suite.Repo, path))
+		if err != nil {
+			return err
+		}
+		objs, err := framework.DecodeObjects(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if err := suite.Applier.Apply(ctx, "", objs...); err != nil {
+			return fmt.Errorf("apply %s: %w", path, err)
+		}
+	}
+	return nil
 }

@@ -53,6 +53,13 @@ type Suite struct {
 
 	mu      sync.Mutex
 	drivers []*framework.Driver
+	// atStop runs at teardown before the drivers stop (tests' own processes and loops).
+	atStop []func()
+
+	// The ComputeDomain tests' rack, built by the first of them (computeDomainRack).
+	cdOnce sync.Once
+	cdRack *cdRack
+	cdErr  error
 }
 
 func TestMain(m *testing.M) {
@@ -161,9 +168,19 @@ func (s *Suite) track(d *framework.Driver) {
 	s.drivers = append(s.drivers, d)
 }
 
+// onTeardown registers f to run at teardown, after the tests (last registered first).
+func (s *Suite) onTeardown(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.atStop = append(s.atStop, f)
+}
+
 // teardown stops every process; keep leaves the logs (not etcd's data) in Dir.
 func (s *Suite) teardown(keep bool) {
 	s.mu.Lock()
+	for i := len(s.atStop) - 1; i >= 0; i-- {
+		s.atStop[i]()
+	}
 	for _, d := range s.drivers {
 		_ = d.Proc.Stop(5 * time.Second)
 	}
