@@ -32,7 +32,8 @@ func FieldManager(node string) string { return "imex-daemon/" + node }
 // the nodes file equal to the addresses of the domain's nodes in its clique (status.nodes,
 // sorted by node name, this node always among them), restarts nvidia-imex when that list
 // changes, and reports its node in the domain's status: NotReady until nvidia-imex-ctl says
-// ready, Ready while it does, NotReady again when nvidia-imex dies. When it stops it removes
+// ready with the domain's complete node list (spec.numNodes nodes of its clique), Ready while
+// it does, NotReady again when nvidia-imex dies. When it stops it removes
 // its node's entry.
 type Daemon struct {
 	cfg      Config
@@ -160,6 +161,9 @@ type loop struct {
 	d *Daemon
 	// reported is the status last applied ("" before the first success).
 	reported string
+	// complete is set once the nodes file lists as many nodes as the domain's numNodes (any
+	// number when it is 0): only then does a ready nvidia-imex make the node Ready.
+	complete bool
 }
 
 // run reads the domain every poll and reports the supervisor's changes until ctx ends.
@@ -179,9 +183,13 @@ func (l *loop) run(ctx context.Context) {
 	}
 }
 
-// status is the node's status now.
+// status is the node's status now: Ready while nvidia-imex is ready with the domain's complete
+// node list. A node list that still lacks nodes of the domain keeps the node NotReady even when
+// nvidia-imex is ready with it: the next node to join changes the list, which restarts
+// nvidia-imex, and a domain that turned Ready in between would hand out channels whose daemon
+// is about to go (a restart under running workloads).
 func (l *loop) status() string {
-	if l.d.sup.State().Ready {
+	if l.complete && l.d.sup.State().Ready {
 		return v1beta1.StatusReady
 	}
 	return v1beta1.StatusNotReady
@@ -227,6 +235,7 @@ func (l *loop) refresh(ctx context.Context) {
 		logger.Error(err, "cannot write the nodes file")
 		return
 	}
+	l.complete = len(peers) >= cd.Spec.NumNodes
 	if changed {
 		logger.Info("node list changed; restarting nvidia-imex", "peers", peers)
 		d.sup.Restart()

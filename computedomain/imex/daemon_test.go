@@ -62,7 +62,18 @@ func startDaemon(t *testing.T, root string, faults imextest.Faults, others ...v1
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &daemonRun{c: b.WithObjects(newDomain(others...)).Build()}
+	return startDaemonWith(t, root, faults, b.WithObjects(newDomain(others...)).Build())
+}
+
+// startDaemonOn runs node-a's daemon against c, which holds its domain.
+func startDaemonOn(t *testing.T, root string, c client.Client) *daemonRun {
+	t.Helper()
+	return startDaemonWith(t, root, imextest.Faults{}, c)
+}
+
+func startDaemonWith(t *testing.T, root string, faults imextest.Faults, c client.Client) *daemonRun {
+	t.Helper()
+	r := &daemonRun{c: c}
 	r.domains = &recordingDomains{Domains: imex.ClientDomains{Client: r.c}}
 	r.cfg = imex.Config{
 		NodeName: "node-a", PodIP: selfIP, DomainUID: domainUID, DomainName: "train", DomainNamespace: "team",
@@ -71,6 +82,7 @@ func startDaemon(t *testing.T, root string, faults imextest.Faults, others ...v1
 	if err := imextest.WriteFaults(r.cfg.Dir, faults); err != nil {
 		t.Fatal(err)
 	}
+	var err error
 	r.d, err = imex.NewDaemon(r.cfg, r.domains, imex.WithDomainPoll(50*time.Millisecond), imex.WithSupervisorOptions(fastSupervisor(root)...))
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +128,7 @@ func TestDaemon(t *testing.T) {
 		{"stop removes the node's entry", testDaemonStop},
 		{"stop waits for nvidia-imex to exit", testDaemonStopWaits},
 		{"a lost entry is applied again", testDaemonEntryLost},
+		{"an incomplete node list keeps the node NotReady", testDaemonWaitsForAllNodes},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, root) })
 	}
@@ -225,4 +238,36 @@ func testDaemonEntryLost(t *testing.T, root string) {
 	waitFor(t, 10*time.Second, "the entry to be back", func() bool {
 		return cmp.Equal(r.nodes(t), []v1beta1.ComputeDomainNode{entry(v1beta1.StatusReady)})
 	})
+}
+
+// testDaemonWaitsForAllNodes: in a domain of numNodes 2, node-a's nvidia-imex is ready with
+// itself alone, but the node stays NotReady until node-b joins the list (and nvidia-imex is
+// restarted and ready with both).
+func testDaemonWaitsForAllNodes(t *testing.T, root string) {
+	b, err := imextest.NewClientBuilder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cd := newDomain()
+	cd.Spec.NumNodes = 2
+	r := startDaemonOn(t, root, b.WithObjects(cd).Build())
+	waitFor(t, 10*time.Second, "nvidia-imex ready with node-a alone", func() bool { return r.d.Supervisor().State().Ready })
+	time.Sleep(300 * time.Millisecond) // several domain polls
+	if got := r.domains.statuses(); !slices.Equal(got, []string{v1beta1.StatusNotReady}) {
+		t.Fatalf("statuses with an incomplete node list: %v, want only NotReady", got)
+	}
+	if err := r.c.Get(context.Background(), domainKey(), cd); err != nil {
+		t.Fatal(err)
+	}
+	cd.Status.Nodes = append(cd.Status.Nodes, v1beta1.ComputeDomainNode{Name: "node-b", IPAddress: "10.0.0.2", CliqueID: clique, Status: v1beta1.StatusNotReady})
+	if err := r.c.Status().Update(context.Background(), cd); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "Ready once node-b is listed", func() bool {
+		s := r.domains.statuses()
+		return s[len(s)-1] == v1beta1.StatusReady
+	})
+	if st := fakeState(t, r.cfg.Dir); !slices.Equal(st.Nodes, []string{"10.0.0.1", "10.0.0.2"}) {
+		t.Errorf("nvidia-imex runs with nodes %v, want 10.0.0.1 and 10.0.0.2", st.Nodes)
+	}
 }

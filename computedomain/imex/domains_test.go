@@ -27,7 +27,6 @@ func domainKey() types.NamespacedName { return types.NamespacedName{Namespace: "
 func newDomain(nodes ...v1beta1.ComputeDomainNode) *v1beta1.ComputeDomain {
 	return &v1beta1.ComputeDomain{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "train", UID: domainUID},
-		Spec:       v1beta1.ComputeDomainSpec{NumNodes: 2},
 		Status:     v1beta1.ComputeDomainStatus{CliqueID: clique, Nodes: nodes},
 	}
 }
