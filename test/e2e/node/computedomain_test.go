@@ -59,7 +59,7 @@ func TestNodeComputeDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 	daemon := s.imexDaemonPod(ctx, t, string(domain.GetUID()))
-	s.waitDomainReady(ctx, t, ns, domain.GetName())
+	s.waitDomainReady(ctx, t, ns, domain.GetName(), daemon)
 	running := s.waitRunning(ctx, t, ns, pod.Name)
 	r := s.report(ctx, t, running, "ctr")
 	checkChannel(t, r)
@@ -324,8 +324,9 @@ func (s *Suite) containerLogTail(pod *corev1.Pod, container string) string {
 	return fmt.Sprintf("\nlast lines of %s's log:\n  %s", container, strings.Join(lines[max(0, len(lines)-15):], "\n  "))
 }
 
-// waitDomainReady waits for the domain's status.status to be Ready.
-func (s *Suite) waitDomainReady(ctx context.Context, t *testing.T, ns, name string) {
+// waitDomainReady waits for the domain's status.status to be Ready; the error ends with the
+// log of its IMEX daemon pod, daemon.
+func (s *Suite) waitDomainReady(ctx context.Context, t *testing.T, ns, name string, daemon *corev1.Pod) {
 	t.Helper()
 	var status string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -341,7 +342,7 @@ func (s *Suite) waitDomainReady(ctx context.Context, t *testing.T, ns, name stri
 		return status == "Ready", nil
 	})
 	if err != nil {
-		t.Fatalf("ComputeDomain %s/%s status %q, want Ready: %v", ns, name, status, err)
+		t.Fatalf("ComputeDomain %s/%s status %q, want Ready: %v%s", ns, name, status, err, s.containerLogTail(daemon, "imex"))
 	}
 }
 
