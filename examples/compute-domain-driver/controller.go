@@ -101,7 +101,7 @@ func (o *controllerOptions) run(ctx context.Context) error {
 }
 
 // daemonPod is the IMEX daemon pod template the controller completes (node selector, claim,
-// environment): this program's daemon command with the host's driver root.
+// environment): this program's daemon command, as root, with the host's driver root.
 func (o *controllerOptions) daemonPod() corev1.PodTemplateSpec {
 	return corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 		ServiceAccountName: o.daemonServiceAccount,
@@ -111,7 +111,9 @@ func (o *controllerOptions) daemonPod() corev1.PodTemplateSpec {
 			Name: "imex", Image: o.daemonImage,
 			Command:      []string{o.daemonBinary, "daemon", "--driver-root=/driver-root"},
 			VolumeMounts: []corev1.VolumeMount{{Name: "driver-root", MountPath: "/driver-root", ReadOnly: true}},
-			SecurityContext: &corev1.SecurityContext{ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+			// Root, not the image's user: the node plugin makes the daemon's directory (its
+			// config, nodes file and the fake's state) root-only on the host.
+			SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(0)), ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 		}},
 		Volumes: []corev1.Volume{{Name: "driver-root", VolumeSource: corev1.VolumeSource{

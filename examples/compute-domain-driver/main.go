@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -10,8 +11,10 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 )
 
 // Exit codes: 0 success, 2 usage error (an unknown command or flag, a bad value, a missing
@@ -66,6 +69,7 @@ Exit status: 0 success, 2 usage error, 3 runtime failure.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.PersistentFlags().AddFlag(verbosityFlag())
 	root.AddCommand(newControllerCmd(work), newPluginCmd(work), newDaemonCmd(work))
 	root.SetArgs(append([]string{}, args...))
 	cmd, err := root.ExecuteContextC(ctx)
@@ -78,6 +82,16 @@ Exit status: 0 success, 2 usage error, 3 runtime failure.`,
 		return exitUsage
 	}
 	return exitFailure
+}
+
+// verbosityFlag is klog's -v (also --v), the only one of klog's flags the commands take; the
+// chart passes it to the plugin like to the GPU plugin. klog's verbosity is process-wide.
+func verbosityFlag() *pflag.Flag {
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	v := pflag.PFlagFromGoFlag(klogFlags.Lookup("v"))
+	v.Usage = "log verbosity (klog); 2 logs every prepare, unprepare and IMEX daemon start"
+	return v
 }
 
 // workFunc wraps a command's work (see run).

@@ -18,6 +18,10 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown command", []string{"serve"}, nil, `unknown command "serve"`},
 		{"unknown flag", []string{"plugin", "--bogus"}, nil, "unknown flag: --bogus"},
 		{"bad nvml mode", []string{"plugin", "--nvml=maybe", "--node-name=n"}, nil, `--nvml "maybe": want real or fake`},
+		// klog's -v is taken (the chart passes it): the error is the next flag's.
+		{"verbosity then bad nvml mode", []string{"plugin", "-v=4", "--nvml=maybe", "--node-name=n"}, nil, `--nvml "maybe": want real or fake`},
+		{"verbosity of the controller", []string{"controller", "--v=2", "--namespace="}, nil, "--namespace (or $POD_NAMESPACE) is required"},
+		{"verbosity not a number", []string{"daemon", "-v=loud"}, nil, `invalid argument "loud"`},
 		{"fake clique without fake nvml", []string{"plugin", "--fake-clique=none", "--node-name=n"}, nil, "--fake-clique needs --nvml=fake"},
 		{"bad fake clique", []string{"plugin", "--nvml=fake", "--fake-clique=abc", "--node-name=n"}, nil, `--fake-clique "abc"`},
 		{"controller without namespace", []string{"controller", "--namespace="}, nil, "--namespace (or $POD_NAMESPACE) is required"},

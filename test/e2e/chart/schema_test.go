@@ -155,6 +155,11 @@ func TestValuesServeWouldRefuse(t *testing.T) {
 		{"mig-config-without-machine", map[string]any{"fakeMachine": map[string]any{"migConfig": "all-balanced"}}, "fakeMachine.migConfig needs fakeMachine.name"},
 		{"fake-driver-root-without-machine", map[string]any{"fakeMachine": map[string]any{"driverRoot": "/opt/fake"}}, "fakeMachine.driverRoot needs fakeMachine.name"},
 		{"fake-tmpfs-without-machine", map[string]any{"fakeMachine": map[string]any{"mountTmpfs": true}}, "fakeMachine.mountTmpfs needs fakeMachine.name"},
+		// compute-domain-driver plugin refuses --fake-clique without --nvml=fake, and a clique
+		// that is not <cluster UUID>.<clique ID> or none.
+		{"fake-clique-without-machine", map[string]any{"computeDomains": map[string]any{"enabled": true, "fakeClique": "none"}}, "computeDomains.fakeClique needs fakeMachine.name"},
+		{"fake-clique-no-id", map[string]any{"fakeMachine": map[string]any{"name": "gb200-nvl4"}, "computeDomains": map[string]any{"fakeClique": "8c3f5e0a"}}, "/computeDomains/fakeClique"},
+		{"fake-clique-id-not-a-number", map[string]any{"fakeMachine": map[string]any{"name": "gb200-nvl4"}, "computeDomains": map[string]any{"fakeClique": "8c3f5e0a.x"}}, "/computeDomains/fakeClique"},
 		{"fake-tmpfs-not-bool", map[string]any{"fakeMachine": map[string]any{"name": "l4x8", "mountTmpfs": "yes"}}, "/fakeMachine/mountTmpfs"},
 		// serve refuses the dynamic MIG publishing flags without --dynamic-mig.
 		{"partitions-first-without-dynamic-mig", map[string]any{"dynamicMIGPublishing": map[string]any{"partitionsFirst": true}}, "dynamicMIGPublishing needs dynamicMIG"},

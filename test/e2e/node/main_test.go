@@ -129,17 +129,19 @@ func newSuite(ctx context.Context) (*Suite, error) {
 		return s, err
 	}
 	fmt.Printf("node: %s Ready\n", nodeName)
-	// On the node's shared mount: the chart mounts the driver root with HostToContainer.
+	// On the node's shared mount: the chart mounts the driver root with HostToContainer. The
+	// fake nvidia-imex is for TestNodeComputeDomain's IMEX daemons.
 	s.DriverRoot = filepath.Join(s.Node.Dir, "driver-root")
-	if err := kubenode.FakeDriverRoot(s.DriverRoot, gpus); err != nil {
+	if err := kubenode.FakeDriverRoot(s.DriverRoot, gpus, kubenode.WithFakeIMEX()); err != nil {
 		return s, err
 	}
 	return s, s.installChart(ctx, nil)
 }
 
 // shortDir creates /tmp/gn<6 hex digits>: a fixed length, so that the sockets below it (the
-// kubelet-plugin helper's rolling-update registration socket is the longest, 92 bytes below the
-// suite's directory) stay within the 107 bytes of a unix socket path on every run.
+// kubelet-plugin helper's rolling-update registration socket of compute-domain.nvidia.com is
+// the longest, 93 bytes below the suite's directory: n/r/plugins_registry/<driver>-<pod
+// UID>-reg.sock) stay within the 107 bytes of a unix socket path on every run.
 func shortDir() (string, error) {
 	for range 100 {
 		dir := fmt.Sprintf("/tmp/gn%06x", rand.IntN(1<<24))
@@ -152,13 +154,17 @@ func shortDir() (string, error) {
 	return "", fmt.Errorf("no free directory name /tmp/gn<hex>")
 }
 
-// buildImages builds the driver as `make build` does, the pause and workload programs
+// buildImages builds the drivers as `make build` and `make build-cd` do, the pause and workload programs
 // statically, and writes the three images into one archive for containerd.
 func (s *Suite) buildImages(ctx context.Context) (string, error) {
 	start := time.Now()
 	driver := filepath.Join(s.Dir, "gpu-dra-driver")
 	if out, err := exec.CommandContext(ctx, "make", "--no-print-directory", "-C", s.Repo, "build", "BIN="+driver).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("make build: %w\n%s", err, out)
+	}
+	cdDriver := filepath.Join(s.Dir, "compute-domain-driver")
+	if out, err := exec.CommandContext(ctx, "make", "--no-print-directory", "-C", s.Repo, "build-cd", "CD_BIN="+cdDriver).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("make build-cd: %w\n%s", err, out)
 	}
 	progs := map[string]string{}
 	for _, p := range []string{"node-pause", "gpu-workload"} {
@@ -171,7 +177,7 @@ func (s *Suite) buildImages(ctx context.Context) (string, error) {
 		}
 		progs[p] = bin
 	}
-	driverImage, err := kubenode.DriverImage("ghcr.io/gpudra/gpu-dra-driver:"+imageTag, driver)
+	driverImage, err := kubenode.DriverImage("ghcr.io/gpudra/gpu-dra-driver:"+imageTag, driver, cdDriver)
 	if err != nil {
 		return "", err
 	}
@@ -229,10 +235,13 @@ func (s *Suite) installChartAdapted(ctx context.Context, extra map[string]any, a
 		return err
 	}
 	for i, o := range objs {
-		if o.GetKind() != "DaemonSet" {
-			continue
+		switch o.GetKind() {
+		case "DaemonSet":
+			objs[i], err = s.adaptDaemonSet(o, adapt)
+		case "Deployment":
+			objs[i], err = s.adaptDeployment(o)
 		}
-		if objs[i], err = s.adaptDaemonSet(o, adapt); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -242,11 +251,12 @@ func (s *Suite) installChartAdapted(ctx context.Context, extra map[string]any, a
 	return s.waitPluginReady(ctx)
 }
 
-// adaptToNode makes the plugin pod run on a node without kube-proxy: it reaches the API
+// adaptToNode makes the chart's pods run on a node without kube-proxy: they reach the API
 // server through the forwarder on the pod network's gateway instead of the kubernetes
-// Service. With a fake machine it also serves the fake machine's test controls on a unix
-// socket in the plugin directory, named after the pod (two plugin pods run side by side
-// during a rolling update). Nothing else of the chart's pod changes.
+// Service. With a fake machine the GPU plugin also serves the fake machine's test controls on a
+// unix socket in the plugin directory, named after the pod (two plugin pods run side by side
+// during a rolling update); the ComputeDomain plugin (compute-domain-driver) has none. Nothing
+// else of the chart's pods changes.
 func (s *Suite) adaptToNode(spec *corev1.PodSpec) error {
 	host, port, err := net.SplitHostPort(s.APIServer.Addr)
 	if err != nil {
@@ -257,7 +267,7 @@ func (s *Suite) adaptToNode(spec *corev1.PodSpec) error {
 		c.Env = append(c.Env,
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
-		if slices.Contains(c.Args, "--nvml=fake") {
+		if slices.Contains(c.Args, "--nvml=fake") && !slices.Contains(c.Command, cdCommand) {
 			c.Args = append(c.Args, "--fake-control=unix:"+s.fakeControlSocket("$(POD_UID)"))
 		}
 	}
@@ -267,6 +277,22 @@ func (s *Suite) adaptToNode(spec *corev1.PodSpec) error {
 // fakeControlSocket is the test controls' socket of the plugin pod with UID uid.
 func (s *Suite) fakeControlSocket(uid string) string {
 	return filepath.Join(s.Node.Kubelet.RootDir, "plugins", driverName, "fc-"+uid+".sock")
+}
+
+// adaptDeployment applies adaptToNode to a rendered Deployment (the ComputeDomain controller).
+func (s *Suite) adaptDeployment(o *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	d := &appsv1.Deployment{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d); err != nil {
+		return nil, err
+	}
+	if err := s.adaptToNode(&d.Spec.Template.Spec); err != nil {
+		return nil, err
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
+	if err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: u}, nil
 }
 
 // adaptDaemonSet applies adaptToNode, then adapt (when not nil), to a rendered DaemonSet; its

@@ -60,6 +60,9 @@ auto: where the API server authorizes claim status per driver and node, 1.36+). 
 {{- if .Values.fakeMachine.mountTmpfs -}}
 {{- fail "fakeMachine.mountTmpfs needs fakeMachine.name: real GPUs always get their MPS tmpfs mounts (serve refuses --fake-mps-tmpfs without --nvml=fake)" -}}
 {{- end -}}
+{{- if .Values.computeDomains.fakeClique -}}
+{{- fail "computeDomains.fakeClique needs fakeMachine.name: it is the fake GB200 tray's clique (compute-domain-driver plugin refuses --fake-clique without --nvml=fake); real GPUs report their own" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

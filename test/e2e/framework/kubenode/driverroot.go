@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpudra/gpudra/cdi/cditest"
+	"github.com/gpudra/gpudra/computedomain/imex/imextest"
 	"github.com/gpudra/gpudra/gpu/gputest"
 	"github.com/gpudra/gpudra/test/e2e/cmd/nvml-standin/standin"
 )
@@ -22,7 +25,8 @@ import (
 // them bind-mounted for real. Opening a node fails (ENXIO: no NVIDIA kernel module); its
 // presence and numbers are what a container is checked for. It needs root (mknod).
 //
-// Options add to the layout: WithNVMLStandIn installs a working NVML library.
+// Options add to the layout: WithNVMLStandIn installs a working NVML library, WithFakeIMEX the
+// fake IMEX daemon and the IMEX channels' device major.
 func FakeDriverRoot(dir string, gpus int, opts ...DriverRootOption) error {
 	var c driverRootConfig
 	for _, o := range opts {
@@ -37,6 +41,11 @@ func FakeDriverRoot(dir string, gpus int, opts ...DriverRootOption) error {
 	}
 	if c.standIn != nil {
 		if err := installNVMLStandIn(dir, c.standIn, c.stateDir); err != nil {
+			return fmt.Errorf("fake driver root in %s: %w", dir, err)
+		}
+	}
+	if c.imex {
+		if err := installFakeIMEX(dir); err != nil {
 			return fmt.Errorf("fake driver root in %s: %w", dir, err)
 		}
 	}
@@ -77,6 +86,7 @@ type DriverRootOption func(*driverRootConfig)
 type driverRootConfig struct {
 	standIn  *gputest.Machine
 	stateDir string
+	imex     bool
 }
 
 // WithNVMLStandIn makes the fake driver root's NVML a working library: the stand-in
@@ -141,4 +151,68 @@ func installNVMLStandIn(dir string, m *gputest.Machine, stateDir string) error {
 		return err
 	}
 	return os.Symlink(filepath.Join(stateDir, standin.StateName), filepath.Join(libDir, standin.StateName))
+}
+
+// IMEXChannelMajor is the character device major WithFakeIMEX lists for
+// nvidia-caps-imex-channels in the fake root's proc/devices: one no driver of this machine has,
+// so that a channel node made with it opens nothing (ENXIO), like the GPU nodes.
+const IMEXChannelMajor = 236
+
+// WithFakeIMEX adds what a GB200 node's driver installation has for ComputeDomains: the fake
+// nvidia-imex and nvidia-imex-ctl (package imextest's fakeimex, built with the go command) in
+// usr/bin, this machine's dynamic loader at lib64/ld-linux-x86-64.so.2 (driver-root programs
+// run through the root's own loader), and nvidia-caps-imex-channels with IMEXChannelMajor in
+// proc/devices.
+func WithFakeIMEX() DriverRootOption {
+	return func(c *driverRootConfig) { c.imex = true }
+}
+
+// installFakeIMEX builds the fake IMEX programs into the driver root dir, copies the loader
+// and registers the channel major.
+func installFakeIMEX(dir string) error {
+	bin := filepath.Join(dir, cditest.DefaultBinDir, "nvidia-imex")
+	cmd := exec.Command("go", "build", "-buildmode=pie", "-o", bin, imextest.FakePackage)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build the fake nvidia-imex: %w\n%s", err, out)
+	}
+	// A hard link, not a symbolic one: the fake picks its role by the name it is started as,
+	// and the daemon resolves links.
+	if err := os.Link(bin, filepath.Join(dir, cditest.DefaultBinDir, "nvidia-imex-ctl")); err != nil {
+		return fmt.Errorf("install the fake nvidia-imex-ctl: %w", err)
+	}
+	if err := copyLoader(dir); err != nil {
+		return err
+	}
+	devices := filepath.Join(dir, "proc", "devices")
+	data, err := os.ReadFile(devices)
+	if err != nil {
+		return err
+	}
+	const section = "Character devices:\n"
+	line := fmt.Sprintf("%3d nvidia-caps-imex-channels\n", IMEXChannelMajor)
+	out := strings.Replace(string(data), section, section+line, 1)
+	if out == string(data) {
+		return fmt.Errorf("%s has no %q section", devices, strings.TrimSpace(section))
+	}
+	return os.WriteFile(devices, []byte(out), 0o444)
+}
+
+// copyLoader copies this machine's dynamic loader into the driver root dir, where a driver
+// installation of x86-64 Debian has it.
+func copyLoader(dir string) error {
+	const loader = "lib64/ld-linux-x86-64.so.2"
+	host, err := filepath.EvalSymlinks("/" + loader)
+	if err != nil {
+		return fmt.Errorf("this machine's dynamic loader: %w", err)
+	}
+	data, err := os.ReadFile(host)
+	if err != nil {
+		return err
+	}
+	to := filepath.Join(dir, loader)
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(to, data, 0o755)
 }

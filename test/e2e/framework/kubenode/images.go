@@ -171,18 +171,15 @@ func StaticImage(ref, binary string) Image {
 const DistrolessUser = "65532:65532"
 
 // DriverImage is the reference driver's image as the repository's Dockerfile builds it: the
-// binary at /usr/bin/gpu-dra-driver on a glibc base (distroless base-debian12, that is Debian
-// bookworm's libc6, which is what this machine runs), non-root user 65532, the binary as
-// entrypoint. The base is assembled from this machine's files: the shared libraries the
-// binary needs (ldd), the passwd and group entries distroless has, and a world-writable /tmp.
-func DriverImage(ref, binary string) (Image, error) {
-	libs, err := sharedLibraries(binary)
-	if err != nil {
-		return Image{}, err
-	}
+// GPU driver binary at /usr/bin/gpu-dra-driver (the entrypoint) and the ComputeDomain driver
+// binary cdBinary at /usr/bin/compute-domain-driver, on a glibc base (distroless
+// base-debian12, that is Debian bookworm's libc6, which is what this machine runs), non-root
+// user 65532. The base is assembled from this machine's files: the shared libraries the two
+// binaries need (ldd), the passwd and group entries distroless has, and a world-writable /tmp.
+func DriverImage(ref, binary, cdBinary string) (Image, error) {
 	im := Image{
 		Ref:   ref,
-		Files: map[string]string{"/usr/bin/gpu-dra-driver": binary},
+		Files: map[string]string{"/usr/bin/gpu-dra-driver": binary, "/usr/bin/compute-domain-driver": cdBinary},
 		Dirs:  map[string]os.FileMode{"/tmp": os.ModeSticky | 0o777, "/home/nonroot": 0o700},
 		Contents: map[string]string{
 			"/etc/passwd": "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
@@ -191,8 +188,14 @@ func DriverImage(ref, binary string) (Image, error) {
 		Entrypoint: []string{"/usr/bin/gpu-dra-driver"},
 		User:       DistrolessUser,
 	}
-	for inImage, host := range libs {
-		im.Files[inImage] = host
+	for _, b := range []string{binary, cdBinary} {
+		libs, err := sharedLibraries(b)
+		if err != nil {
+			return Image{}, err
+		}
+		for inImage, host := range libs {
+			im.Files[inImage] = host
+		}
 	}
 	return im, nil
 }

@@ -22,14 +22,17 @@ import (
 	"github.com/gpudra/gpudra/test/e2e/framework/binaries"
 )
 
-// Kubelet is a running kubelet registered as one Node. Its root directory (the chart's
-// kubeletDir), pod logs and configuration live below Dir.
+// Kubelet is a running kubelet registered as one Node. Its pod logs and configuration live
+// below Dir, its root directory (the chart's kubeletDir) is RootDir.
 type Kubelet struct {
 	// NodeName is the Node it registers.
 	NodeName string
-	// Dir holds RootDir, PodLogsDir, its configuration and its log.
+	// Dir holds PodLogsDir, its configuration and its log.
 	Dir string
-	// RootDir is kubelet's --root-dir: plugins/ and plugins_registry/ are below it.
+	// RootDir is kubelet's --root-dir: plugins/ and plugins_registry/ are below it. Keep it
+	// short: a plugin's rolling-update registration socket,
+	// plugins_registry/<driver>-<pod UID>-reg.sock, is 89 bytes below it for the driver
+	// compute-domain.nvidia.com, and a unix socket path holds at most 107.
 	RootDir string
 	// PodLogsDir holds the containers' logs (<namespace>_<pod>_<uid>/<container>/<n>.log).
 	PodLogsDir string
@@ -80,10 +83,10 @@ func kubeletConfig(runtimeSocket, podLogsDir string, port, healthzPort int) *kub
 }
 
 // StartKubelet starts kubelet as Node nodeName with the labels given, against cp's API server
-// and the container runtime at runtimeSocket, with everything below dir, and waits for the
-// Node to be Ready.
-func StartKubelet(ctx context.Context, cp *framework.ControlPlane, bins *binaries.Node, dir, nodeName, runtimeSocket string, labels map[string]string) (*Kubelet, error) {
-	k := &Kubelet{NodeName: nodeName, Dir: dir, RootDir: filepath.Join(dir, "root"), PodLogsDir: filepath.Join(dir, "pod-logs")}
+// and the container runtime at runtimeSocket, with its root directory rootDir and everything
+// else below dir, and waits for the Node to be Ready.
+func StartKubelet(ctx context.Context, cp *framework.ControlPlane, bins *binaries.Node, dir, rootDir, nodeName, runtimeSocket string, labels map[string]string) (*Kubelet, error) {
+	k := &Kubelet{NodeName: nodeName, Dir: dir, RootDir: rootDir, PodLogsDir: filepath.Join(dir, "pod-logs")}
 	for _, d := range []string{k.RootDir, k.PodLogsDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err

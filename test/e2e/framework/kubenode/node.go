@@ -99,7 +99,7 @@ func Start(ctx context.Context, cp *framework.ControlPlane, bins *binaries.Node,
 		}
 	}
 	n.hostDirs = missingDirs(kubeletHostDir)
-	n.Kubelet, err = StartKubelet(ctx, cp, bins, filepath.Join(cfg.Dir, "kubelet"), cfg.Name, n.Containerd.Socket, cfg.Labels)
+	n.Kubelet, err = StartKubelet(ctx, cp, bins, filepath.Join(cfg.Dir, "kubelet"), filepath.Join(cfg.Dir, "r"), cfg.Name, n.Containerd.Socket, cfg.Labels)
 	return n, err
 }
 
