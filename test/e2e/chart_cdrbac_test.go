@@ -40,6 +40,10 @@ import (
 // (<release>-compute-domain-<part>) TestChartComputeDomainRBACEveryRuleIsNeeded proves.
 var cdRBACParts = []string{"plugin", "daemon"}
 
+// cdRBACRoles are the chart's roles of the ComputeDomain driver, by name suffix: a ClusterRole
+// per part and the controller's leader Role.
+var cdRBACRoles = []string{"plugin", "daemon", "controller", "controller-leader"}
+
 // TestChartComputeDomainRBACEveryRuleIsNeeded (issue 31) runs the API work of one node of a
 // ComputeDomain (the plugin publishes its pool, removes a stale slice and repairs an edited one,
 // prepares a daemon claim; the daemon reports its node Ready; the plugin prepares a channel
@@ -55,12 +59,13 @@ func TestChartComputeDomainRBACEveryRuleIsNeeded(t *testing.T) {
 	// The variants mostly wait (the slice controller's repair delay, the daemon's start): they
 	// run all at once, not -parallel (GOMAXPROCS) at a time.
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	for i, v := range cdRBACVariants(roles) {
 		wg.Go(func() {
 			t.Run(v.name, func(t *testing.T) { v.run(t, env, fmt.Sprint(i)) })
 		})
 	}
+	wg.Wait()
+	runControllerVariants(t, env, roles["controller"], roles["controller-leader"])
 }
 
 // cdRBACVariant is the chart's roles, or them with one verb of one part's role removed.
@@ -73,7 +78,7 @@ type cdRBACVariant struct {
 // cdRBACVariants are the full roles and, for every verb of every rule of every part, the roles
 // without it.
 func cdRBACVariants(roles map[string][]rbacv1.PolicyRule) []cdRBACVariant {
-	variants := []cdRBACVariant{{name: "full", rules: roles}}
+	variants := []cdRBACVariant{{name: "plugin-daemon-full", rules: roles}}
 	for _, part := range cdRBACParts {
 		for i, r := range roles[part] {
 			for _, v := range r.Verbs {
@@ -123,10 +128,10 @@ func chartComputeDomainRoles(t *testing.T) map[string][]rbacv1.PolicyRule {
 	}
 	roles := map[string][]rbacv1.PolicyRule{}
 	for _, o := range objs {
-		if o.GetKind() != "ClusterRole" {
+		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
 			continue
 		}
-		for _, part := range cdRBACParts {
+		for _, part := range cdRBACRoles {
 			if strings.HasSuffix(o.GetName(), "-compute-domain-"+part) {
 				cr := &rbacv1.ClusterRole{}
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, cr); err != nil {
@@ -136,7 +141,7 @@ func chartComputeDomainRoles(t *testing.T) map[string][]rbacv1.PolicyRule {
 			}
 		}
 	}
-	for _, part := range cdRBACParts {
+	for _, part := range cdRBACRoles {
 		if len(roles[part]) == 0 {
 			t.Fatalf("the chart renders no rules for the ComputeDomain %s", part)
 		}
@@ -335,6 +340,8 @@ func (w *cdRBACWork) createDomain(ctx context.Context) error {
 	if err := w.env.client.Create(ctx, w.domain); err != nil {
 		w.t.Fatalf("create ComputeDomain: %v", err)
 	}
+	// The controller variants, which run next, would reconcile it.
+	w.t.Cleanup(func() { _ = w.env.client.Delete(context.Background(), w.domain) })
 	w.domain.Status.CliqueID = w.node.clique
 	if err := w.env.client.Status().Update(ctx, w.domain); err != nil {
 		w.t.Fatalf("set the domain's clique: %v", err)
