@@ -15,6 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -108,6 +109,7 @@ func cdCtlClique(t *testing.T, env *cdRBACEnv) string {
 	}
 	clique := domain[0].CliqueID()
 	for _, name := range cdCtlNodes {
+		t.Cleanup(func() { removeNodeAndSlices(t, name) })
 		if _, err := framework.CreateReadyNode(ctx, suite.Client, name, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -428,4 +430,18 @@ func (w *cdCtlWork) deletes(ctx context.Context) error {
 		_, e3 := suite.Client.AppsV1().DaemonSets(w.ns).Get(ctx, w.daemonName(), metav1.GetOptions{})
 		return apierrors.IsNotFound(e1) && apierrors.IsNotFound(e2) && apierrors.IsNotFound(e3), nil
 	})
+}
+
+// removeNodeAndSlices deletes Node name and the ComputeDomain driver's slices of it, so that no
+// later test's controller chooses a clique of nodes without a plugin.
+func removeNodeAndSlices(t *testing.T, name string) {
+	ctx := context.Background()
+	sel := fields.Set{resourceapi.ResourceSliceSelectorNodeName: name, resourceapi.ResourceSliceSelectorDriver: computedomain.DriverName}.AsSelector().String()
+	err := suite.Client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		t.Errorf("delete the slices of node %s: %v", name, err)
+	}
+	if err := suite.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete node %s: %v", name, err)
+	}
 }

@@ -37,7 +37,8 @@ import (
 )
 
 // cdRBACParts are the parts of the ComputeDomain driver whose ClusterRole
-// (<release>-compute-domain-<part>) TestChartComputeDomainRBACEveryRuleIsNeeded proves.
+// (<release>-compute-domain-<part>) TestChartComputeDomainRBACEveryRuleIsNeeded proves with one
+// node's work; the controller's roles are proved by runControllerVariants.
 var cdRBACParts = []string{"plugin", "daemon"}
 
 // cdRBACRoles are the chart's roles of the ComputeDomain driver, by name suffix: a ClusterRole
@@ -52,7 +53,9 @@ var cdRBACRoles = []string{"plugin", "daemon", "controller", "controller-leader"
 // once as rendered and once for every verb of every rule of either role with that verb
 // removed. The full roles must pass; every reduced role must fail, so the chart grants neither
 // part anything it does not use. Each variant has its own node, domain and ServiceAccounts.
-// The domain's clique, which the controller would choose, is written by the test.
+// The domain's clique, which the controller would choose, is written by the test. Then the
+// controller's variants (its ClusterRole and leader Role) run one after the other through a
+// domain's lifecycle (runControllerVariants).
 func TestChartComputeDomainRBACEveryRuleIsNeeded(t *testing.T) {
 	roles := chartComputeDomainRoles(t)
 	env := newCDRBACEnv(t)
@@ -266,6 +269,9 @@ func (w *cdRBACWork) createStaleSlice(ctx context.Context) error {
 // (get nodes: it reads its Node to own its slices).
 func (w *cdRBACWork) startPlugin(ctx context.Context) error {
 	r := &cdRack{dir: w.env.dir, bin: w.env.bin, kubeconfig: w.kubeconfigs["plugin"], pluginEnv: w.pluginEnv}
+	// The plugin stopped, its slices would stay: the controller variants and later tests
+	// must not find a clique there.
+	w.t.Cleanup(func() { removeNodeAndSlices(w.t, w.node.name) })
 	err := r.startNode(ctx, w.node)
 	if w.node.proc != nil {
 		w.t.Cleanup(func() {
