@@ -52,9 +52,11 @@ const (
 // kubelet for the daemon pods (it prepares each bound daemon pod's claim and runs its daemon).
 type cdRack struct {
 	dir, bin, kubeconfig, driverRoot string
-	client                           client.WithWatch
-	nodes                            map[string]*cdNode
-	names                            []string
+	// pluginEnv is added to the plugins' environment.
+	pluginEnv []string
+	client    client.WithWatch
+	nodes     map[string]*cdNode
+	names     []string
 
 	mu      sync.Mutex
 	daemons map[types.UID]*cdDaemon // by daemon pod UID
@@ -216,7 +218,7 @@ func (r *cdRack) startNode(ctx context.Context, n *cdNode) error {
 		return err
 	}
 	var err error
-	n.proc, err = framework.StartProcess("plugin "+n.name, filepath.Join(dir, "plugin.log"), nil, r.bin, "plugin",
+	n.proc, err = framework.StartProcess("plugin "+n.name, filepath.Join(dir, "plugin.log"), r.pluginEnv, r.bin, "plugin",
 		"--kubeconfig="+r.kubeconfig, "--node-name="+n.name, "--cdi-root="+n.cdiDir,
 		"--state-dir="+filepath.Join(dir, "state"), "--plugin-dir="+filepath.Join(dir, "plugin"),
 		"--registrar-dir="+filepath.Join(dir, "reg"), "--dev-root="+n.devRoot, "--proc-devices="+procDevices,
