@@ -164,6 +164,10 @@ type loop struct {
 	// complete is set once the nodes file lists as many nodes as the domain's numNodes (any
 	// number when it is 0): only then does a ready nvidia-imex make the node Ready.
 	complete bool
+	// minStarts is the supervisor's start count of the nvidia-imex that reads the current
+	// nodes file: a process started before the file last changed does not make the node Ready,
+	// even while it still answers ready before its restart.
+	minStarts int
 }
 
 // run reads the domain every poll and reports the supervisor's changes until ctx ends.
@@ -189,7 +193,7 @@ func (l *loop) run(ctx context.Context) {
 // nvidia-imex, and a domain that turned Ready in between would hand out channels whose daemon
 // is about to go (a restart under running workloads).
 func (l *loop) status() string {
-	if l.complete && l.d.sup.State().Ready {
+	if st := l.d.sup.State(); l.complete && st.Ready && st.Starts >= l.minStarts {
 		return v1beta1.StatusReady
 	}
 	return v1beta1.StatusNotReady
@@ -238,6 +242,7 @@ func (l *loop) refresh(ctx context.Context) {
 	l.complete = len(peers) >= cd.Spec.NumNodes
 	if changed {
 		logger.Info("node list changed; restarting nvidia-imex", "peers", peers)
+		l.minStarts = d.sup.State().Starts + 1
 		d.sup.Restart()
 	}
 }
