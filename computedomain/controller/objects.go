@@ -96,9 +96,17 @@ func claimTemplate(meta metav1.ObjectMeta, request, class, clique string, params
 	}
 }
 
-// channelTemplate is the channel claim template of cd (whose spec.channel is set), in cd's
-// namespace and owned by cd.
+// channelTemplate is the channel claim template of cd (whose spec.channel is set) in the clique
+// of its status.
 func channelTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClaimTemplate {
+	return ChannelTemplate(cd, cd.Status.CliqueID)
+}
+
+// ChannelTemplate is the ResourceClaimTemplate the controller makes for cd's spec.channel
+// (which must be set), in cd's namespace and owned by cd: one channel device of the class
+// computedomain.ChannelDeviceClass in the NVLink clique clique. A check or a simulation that
+// has no controller running uses it to see what the domain's pods will get.
+func ChannelTemplate(cd *cdv1beta1.ComputeDomain, clique string) *resourcev1.ResourceClaimTemplate {
 	uid := string(cd.UID)
 	meta := metav1.ObjectMeta{
 		Name:            cd.Spec.Channel.ResourceClaimTemplate.Name,
@@ -111,7 +119,7 @@ func channelTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClaimTempl
 		DomainID:       uid,
 		AllocationMode: cd.Spec.Channel.AllocationMode,
 	}
-	return claimTemplate(meta, ChannelRequest, computedomain.ChannelDeviceClass, cd.Status.CliqueID, params)
+	return claimTemplate(meta, ChannelRequest, computedomain.ChannelDeviceClass, clique, params)
 }
 
 // daemonTemplate is the daemon claim template of cd in the driver's namespace.
