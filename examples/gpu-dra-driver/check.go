@@ -371,7 +371,8 @@ func describeNode(nf nodeFlags) string {
 	return s
 }
 
-// machineTarget renders the slices the driver publishes for a machine, as render does. An empty
+// machineTarget renders the slices the driver publishes for a machine, as render does, and those
+// of the compute-domain plugin (computeDomainSlices). An empty
 // name is the flags in effect on the machine (describeNode).
 func machineTarget(ctx context.Context, nf nodeFlags, name string) (*target, error) {
 	n, err := nf.open(ctx)
@@ -391,7 +392,11 @@ func machineTarget(ctx context.Context, nf nodeFlags, name string) (*target, err
 	if err != nil {
 		return nil, err
 	}
-	return &target{name: name, slices: slices}, nil
+	cd, err := computeDomainSlices(ctx, nf.nodeName, n.topo)
+	if err != nil {
+		return nil, err
+	}
+	return &target{name: name, slices: append(slices, cd...)}, nil
 }
 
 // slicesTarget reads ResourceSlices and DeviceClasses from a YAML stream or a JSON List. A file
