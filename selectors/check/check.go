@@ -148,7 +148,8 @@ func (c *Checker) Check(ctx context.Context, source string, data []byte) (*Repor
 	}
 	c.objs = objs
 	// The controller makes the domains' channel templates; the pods may name them.
-	templates := channelTemplates(domains, objs, machineClique(c.env.Slices))
+	clique := machineClique(c.env.Slices)
+	templates := channelTemplates(domains, objs, clique)
 	linter := c.linter
 	if len(templates) > 0 {
 		env := c.env
@@ -170,6 +171,7 @@ func (c *Checker) Check(ctx context.Context, source string, data []byte) (*Repor
 		return r, nil
 	}
 	r.Claims = c.allocate(ctx, w)
+	domainReasons(domains, w.Claims, r.Claims, clique, nodeCount(c.env.Slices))
 	logger.V(2).Info("Checked manifest", "findings", len(r.Findings), "violations", len(r.Violations), "claims", len(r.Claims))
 	return r, nil
 }

@@ -142,3 +142,53 @@ func machineClique(rs []*resourceapi.ResourceSlice) string {
 	}
 	return slices.Min(cliques)
 }
+
+// domainReasons explains the claims of the domains' channel templates that did not fit, in
+// terms of the domains: a machine in no NVLink clique publishes no channel, and a domain of more
+// nodes than the machine has gets one channel per node.
+func domainReasons(domains []*cdv1beta1.ComputeDomain, claims []*resourceapi.ResourceClaim, results []ClaimResult, clique string, nodes int) {
+	for i, claim := range claims {
+		cd := domainOf(domains, claim.Name)
+		if cd == nil || results[i].Allocated {
+			continue
+		}
+		var why string
+		switch {
+		case clique == "":
+			why = fmt.Sprintf("no device of class %s on this machine: the compute-domain plugin publishes a node's IMEX channel only when all its GPUs are in one NVLink clique, and no node here publishes one (no NVLink clique)",
+				computedomain.ChannelDeviceClass)
+		case cd.Spec.NumNodes > nodes:
+			why = fmt.Sprintf("ComputeDomain %s spans %d nodes (spec.numNodes), one channel per node: this machine has %d, so the other pods need other nodes of NVLink clique %s",
+				cd.Name, cd.Spec.NumNodes, nodes, clique)
+		default:
+			continue
+		}
+		results[i].Reasons = append([]string{why}, results[i].Reasons...)
+	}
+}
+
+// domainOf is the domain whose channel template made the claim named claim ("<template>-<n>"),
+// nil when none did.
+func domainOf(domains []*cdv1beta1.ComputeDomain, claim string) *cdv1beta1.ComputeDomain {
+	for _, cd := range domains {
+		if cd.Spec.Channel == nil {
+			continue
+		}
+		n, ok := strings.CutPrefix(claim, cd.Spec.Channel.ResourceClaimTemplate.Name+"-")
+		if ok && n != "" && strings.Trim(n, "0123456789") == "" {
+			return cd
+		}
+	}
+	return nil
+}
+
+// nodeCount is how many nodes the machine's slices make (Checker.nodes): one at least.
+func nodeCount(rs []*resourceapi.ResourceSlice) int {
+	names := map[string]bool{}
+	for _, s := range rs {
+		if s != nil && s.Spec.NodeName != nil && *s.Spec.NodeName != "" {
+			names[*s.Spec.NodeName] = true
+		}
+	}
+	return max(len(names), 1)
+}
