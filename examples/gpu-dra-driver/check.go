@@ -392,7 +392,7 @@ func machineTarget(ctx context.Context, nf nodeFlags, name string) (*target, err
 	if err != nil {
 		return nil, err
 	}
-	cd, err := computeDomainSlices(ctx, nf.nodeName, n.topo)
+	cd, err := computeDomainSlices(nf.nodeName, n.topo)
 	if err != nil {
 		return nil, err
 	}

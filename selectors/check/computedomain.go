@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpudra/gpudra/computedomain"
-	"github.com/gpudra/gpudra/computedomain/controller"
+	"github.com/gpudra/gpudra/computedomain/objects"
 	cdv1beta1 "github.com/gpudra/gpudra/computedomain/v1beta1"
 	"github.com/gpudra/gpudra/internal/input"
 	"github.com/gpudra/gpudra/selectors/finding"
@@ -118,7 +118,7 @@ func channelTemplates(domains []*cdv1beta1.ComputeDomain, objs []manifest.Object
 		if slices.ContainsFunc(objs, func(o manifest.Object) bool { return o.Kind == "ResourceClaimTemplate" && o.Name == name }) {
 			continue
 		}
-		out = append(out, controller.ChannelTemplate(cd, clique))
+		out = append(out, objects.ChannelTemplate(cd, clique))
 	}
 	return out
 }
