@@ -62,12 +62,18 @@ Objects a default Kubernetes v1.37 API server refuses are findings too: an empty
 apiVersion it does not serve (beta and alpha versions such as resource.k8s.io/v1beta1; see
 --api-versions), an unknown kind, an invalid name or namespace, a negative count. Field names are
 case-sensitive and unknown fields are errors, in manifests, --slices and --policy files alike.
+ComputeDomains (resource.nvidia.com/v1beta1, served by the CRD of this driver's chart with
+computeDomains.enabled) are validated as that CRD does; the channel template a domain names is the
+one its controller makes, and the machine publishes the compute-domain plugin's IMEX channel and
+daemon devices when its GPUs are all in one NVLink clique (gb200-nvl4). A multi-node job is
+checked on the machine's nodes: pods beyond them are unschedulable, with the reason.
 It exits 0 when everything passes, 1 on findings, policy violations or unschedulable claims, and
 2 when an argument or flag names a file that cannot be read or is not YAML.
 
 ` + inputLimitsHelp(),
 		Example: `  gpu-dra-driver check examples/deploy/workloads
   gpu-dra-driver check claim.yaml --machine dgx-h100 --consumable-memory
+  gpu-dra-driver check --machine gb200-nvl4 examples/deploy/computedomain/01-imex-channel-injection.yaml
   kubectl get resourceclaims -o yaml | gpu-dra-driver check - --kubeconfig ~/.kube/config`,
 		Args: minArgs("FILE|DIR|- ..."),
 	}
