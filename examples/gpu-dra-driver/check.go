@@ -88,7 +88,7 @@ It exits 0 when everything passes, 1 on findings, policy violations or unschedul
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "check against every ResourceSlice and DeviceClass of the cluster this kubeconfig points at")
 	fs.StringVar(&o.policyFile, "policy", "", "policy file (YAML): blockedMIGProfiles, allowedMIGProfiles, maxGPUsPerClaim, requiredSharing")
 	fs.StringVar(&o.namespace, "namespace", "default", "namespace of objects that name none (as kubectl apply -n)")
-	fs.StringSliceVar(&o.apiVersions, "api-versions", nil, "apiVersions the cluster serves beyond a default Kubernetes v1.37 API server's stable ones (comma-separated GROUP/VERSION, e.g. resource.k8s.io/v1beta2,resource.nvidia.com/v1beta1)")
+	fs.StringSliceVar(&o.apiVersions, "api-versions", nil, "apiVersions the cluster serves beyond a default Kubernetes v1.37 API server's stable ones (comma-separated GROUP/VERSION, e.g. resource.k8s.io/v1beta2,example.com/v1; ComputeDomain's resource.nvidia.com/v1beta1 is served already)")
 	fs.BoolVar(&o.printUpgraded, "print-upgraded", false, "print the inputs upgraded to resource.k8s.io/v1 instead of checking them")
 	cmd.RunE = runE(func(cmd *cobra.Command, args []string) error {
 		for _, name := range []string{flagNVML, flagMachine, flagMIGConfig, flagDynamicMIG, flagConsumableMemory, "passthrough"} {
