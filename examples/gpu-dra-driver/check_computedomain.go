@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -19,11 +18,8 @@ import (
 // informers of every API group, into every process of this binary.
 func computeDomainSlices(nodeName string, topo *topology.Topology) ([]*resourceapi.ResourceSlice, error) {
 	clique, err := objects.Clique(topo.GPUs)
-	if errors.Is(err, objects.ErrNoClique) {
-		return nil, nil
-	}
 	if err != nil {
-		return nil, err
+		return nil, nil // objects.ErrNoClique, Clique's only error: the node publishes nothing
 	}
 	pool, err := resourcepool.New(nodeName, objects.Devices(clique))
 	if err != nil {
