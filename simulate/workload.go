@@ -25,7 +25,7 @@ type Workload struct {
 	Claims []*resourceapi.ResourceClaim
 	// Classes are DeviceClasses the manifest ships.
 	Classes []*resourceapi.DeviceClass
-	// Pods are the pods the workload runs: one per Pod, one per replica of a Deployment and per
+	// Pods are the pods the workload runs: one per Pod, one per replica of a Deployment or StatefulSet and per
 	// parallel pod of a Job, in manifest order.
 	Pods []Pod
 	// Skipped lists the documents of other kinds ("document 0: Namespace gpu-test1") when
@@ -54,10 +54,18 @@ type LoadOption func(*loadOptions)
 type loadOptions struct {
 	skipOther bool
 	namespace string
+	provided  []*resourceapi.ResourceClaimTemplate
+}
+
+// WithTemplates adds ResourceClaimTemplates that exist in the cluster besides the manifest's,
+// such as those a ComputeDomain's controller makes: pods may name them. A template of the
+// manifest with the same name replaces one of these.
+func WithTemplates(ts ...*resourceapi.ResourceClaimTemplate) LoadOption {
+	return func(o *loadOptions) { o.provided = append(o.provided, ts...) }
 }
 
 // SkipOtherKinds makes LoadWorkload skip documents of kinds other than ResourceClaim,
-// ResourceClaimTemplate, DeviceClass, Pod, Deployment and Job (a Namespace, a ConfigMap)
+// ResourceClaimTemplate, DeviceClass, Pod, Deployment, StatefulSet and Job (a Namespace, a ConfigMap)
 // instead of failing; Workload.Skipped lists them.
 func SkipOtherKinds() LoadOption { return func(o *loadOptions) { o.skipOther = true } }
 
@@ -86,6 +94,9 @@ func LoadWorkload(data []byte, uid func(n int) types.UID, opts ...LoadOption) (*
 	}
 	w := &Workload{}
 	templates := map[string]*resourceapi.ResourceClaimTemplate{}
+	for _, t := range o.provided {
+		templates[t.Name] = t
+	}
 	var users []podSource
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for i := 0; ; i++ {
@@ -164,6 +175,10 @@ func (w *Workload) decode(i int, doc []byte, templates map[string]*resourceapi.R
 		d := &appsv1.Deployment{}
 		err := strict(d)
 		return &podSource{kind: "Deployment", name: d.Name, namespace: d.Namespace, spec: d.Spec.Template.Spec, replicas: int(ptrOr(d.Spec.Replicas, 1))}, err
+	case "StatefulSet":
+		d := &appsv1.StatefulSet{}
+		err := strict(d)
+		return &podSource{kind: "StatefulSet", name: d.Name, namespace: d.Namespace, spec: d.Spec.Template.Spec, replicas: int(ptrOr(d.Spec.Replicas, 1))}, err
 	case "Job":
 		j := &batchv1.Job{}
 		err := strict(j)
@@ -173,7 +188,7 @@ func (w *Workload) decode(i int, doc []byte, templates map[string]*resourceapi.R
 		w.Skipped = append(w.Skipped, fmt.Sprintf("document %d: %s %s", i, meta.Kind, meta.Metadata.Name))
 		return nil, nil
 	}
-	return nil, fmt.Errorf("document %d: unsupported kind %q (allowed: ResourceClaim, ResourceClaimTemplate, DeviceClass, Pod, Deployment, Job)", i, meta.Kind)
+	return nil, fmt.Errorf("document %d: unsupported kind %q (allowed: ResourceClaim, ResourceClaimTemplate, DeviceClass, Pod, Deployment, StatefulSet, Job)", i, meta.Kind)
 }
 
 // expand generates the claims of template references, one per pod, and records which claims

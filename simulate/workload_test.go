@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpudra/gpudra/simulate"
@@ -143,5 +145,65 @@ spec:
 	}
 	if diff := cmp.Diff([]string{"document 0: Namespace team"}, w.Skipped); diff != "" {
 		t.Errorf("skipped (-want +got):\n%s", diff)
+	}
+}
+
+// TestLoadStatefulSetsAndProvidedTemplates: a StatefulSet's replicas are pods (before, they
+// were skipped as another kind and their claims never allocated), and a template given with
+// WithTemplates serves pods that name it unless the manifest defines one of the same name.
+func TestLoadStatefulSetsAndProvidedTemplates(t *testing.T) {
+	statefulSet := `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: train}
+spec:
+  replicas: 2
+  serviceName: train
+  selector: {matchLabels: {app: train}}
+  template:
+    metadata: {labels: {app: train}}
+    spec:
+      containers: [{name: c, image: x}]
+      resourceClaims: [{name: ch, resourceClaimTemplateName: channel}]
+`
+	manifestTemplate := `apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: channel}
+spec: {spec: {devices: {requests: [{name: from-manifest, exactly: {deviceClassName: gpu.nvidia.com}}]}}}
+---
+`
+	provided := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "channel"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "provided", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "c"}}}}}}}
+	cases := []struct {
+		name, manifest string
+		opts           []simulate.LoadOption
+		want           []string // claim: request
+	}{
+		{"provided template", statefulSet, []simulate.LoadOption{simulate.WithTemplates(provided)},
+			[]string{"default/channel-1: provided", "default/channel-2: provided"}},
+		{"the manifest's template wins", manifestTemplate + statefulSet, []simulate.LoadOption{simulate.WithTemplates(provided)},
+			[]string{"default/channel-1: from-manifest", "default/channel-2: from-manifest"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := simulate.LoadWorkload([]byte(tc.manifest), uid, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range w.Claims {
+				got = append(got, c.Namespace+"/"+c.Name+": "+c.Spec.Devices.Requests[0].Name)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("claims (-want +got):\n%s", diff)
+			}
+			wantPods := []simulate.Pod{{Owner: "StatefulSet train", Name: "train-0", Claims: []int{0}}, {Owner: "StatefulSet train", Name: "train-1", Claims: []int{1}}}
+			if diff := cmp.Diff(wantPods, w.Pods); diff != "" {
+				t.Errorf("pods (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if _, err := simulate.LoadWorkload([]byte(statefulSet), uid); err == nil || !strings.Contains(err.Error(), `template "channel"`) {
+		t.Errorf("without the template: err = %v, want one naming the missing template", err)
 	}
 }

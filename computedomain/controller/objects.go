@@ -1,25 +1,23 @@
 package controller
 
 import (
-	"encoding/json"
-	"fmt"
 	"maps"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/computedomain"
+	"github.com/gpudra/gpudra/computedomain/objects"
 	cdv1beta1 "github.com/gpudra/gpudra/computedomain/v1beta1"
 )
 
 // The request names of the claim templates, and the daemon pod's claim.
 const (
 	// ChannelRequest is the request of a domain's channel claim template.
-	ChannelRequest = "channel"
+	ChannelRequest = objects.ChannelRequest
 	// DaemonRequest is the request of a domain's daemon claim template, and the name of the
 	// daemon pod's claim.
 	DaemonRequest = "daemon"
@@ -43,75 +41,13 @@ const (
 // driver's namespace: "computedomain-daemon-<domain UID>".
 func DaemonName(uid string) string { return "computedomain-daemon-" + uid }
 
-// cliqueSelector is the CEL selector of the devices of one clique.
-func cliqueSelector(clique string) []resourcev1.DeviceSelector {
-	expr := fmt.Sprintf("device.attributes['%s'].%s == '%s'", computedomain.DriverName, computedomain.AttrCliqueID, clique)
-	return []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: expr}}}
-}
-
-// opaque is the opaque configuration of the driver with params as parameters. The configs
-// are plain structs, so encoding them cannot fail.
-func opaque(params any) []resourcev1.DeviceClaimConfiguration {
-	raw, err := json.Marshal(params)
-	if err != nil {
-		panic(fmt.Sprintf("encode %T: %v", params, err))
-	}
-	return []resourcev1.DeviceClaimConfiguration{{DeviceConfiguration: resourcev1.DeviceConfiguration{
-		Opaque: &resourcev1.OpaqueDeviceConfiguration{Driver: computedomain.DriverName, Parameters: runtime.RawExtension{Raw: raw}},
-	}}}
-}
-
 // domainLabels are the labels of everything the controller makes for the domain with uid.
-func domainLabels(uid string) map[string]string {
-	return map[string]string{computedomain.NodeLabel: uid}
-}
+func domainLabels(uid string) map[string]string { return objects.Labels(uid) }
 
-// ownerReference makes cd the controller owner of an object in its namespace.
-func ownerReference(cd *cdv1beta1.ComputeDomain) metav1.OwnerReference {
-	return metav1.OwnerReference{
-		APIVersion:         cdv1beta1.GroupVersion().String(),
-		Kind:               cdv1beta1.Kind,
-		Name:               cd.Name,
-		UID:                cd.UID,
-		Controller:         ptr.To(true),
-		BlockOwnerDeletion: ptr.To(true),
-	}
-}
-
-// claimTemplate is a template of one exact request for a device of class in the domain's
-// clique, configured with params. The request spells out the allocation mode and count the API
-// server would default (ExactCount, 1): the template is compared with the stored one, which
-// holds them.
-func claimTemplate(meta metav1.ObjectMeta, request, class, clique string, params any) *resourcev1.ResourceClaimTemplate {
-	return &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: meta,
-		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
-			Requests: []resourcev1.DeviceRequest{{
-				Name: request,
-				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: class, Selectors: cliqueSelector(clique),
-					AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1},
-			}},
-			Config: opaque(params),
-		}}},
-	}
-}
-
-// channelTemplate is the channel claim template of cd (whose spec.channel is set), in cd's
-// namespace and owned by cd.
+// channelTemplate is the channel claim template of cd (whose spec.channel is set) in the clique
+// of its status.
 func channelTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClaimTemplate {
-	uid := string(cd.UID)
-	meta := metav1.ObjectMeta{
-		Name:            cd.Spec.Channel.ResourceClaimTemplate.Name,
-		Namespace:       cd.Namespace,
-		Labels:          domainLabels(uid),
-		OwnerReferences: []metav1.OwnerReference{ownerReference(cd)},
-	}
-	params := cdv1beta1.ComputeDomainChannelConfig{
-		TypeMeta:       metav1.TypeMeta{APIVersion: cdv1beta1.GroupVersion().String(), Kind: cdv1beta1.ChannelConfigKind},
-		DomainID:       uid,
-		AllocationMode: cd.Spec.Channel.AllocationMode,
-	}
-	return claimTemplate(meta, ChannelRequest, computedomain.ChannelDeviceClass, cd.Status.CliqueID, params)
+	return objects.ChannelTemplate(cd, cd.Status.CliqueID)
 }
 
 // daemonTemplate is the daemon claim template of cd in the driver's namespace.
@@ -122,7 +58,7 @@ func daemonTemplate(cd *cdv1beta1.ComputeDomain, namespace string) *resourcev1.R
 		TypeMeta: metav1.TypeMeta{APIVersion: cdv1beta1.GroupVersion().String(), Kind: cdv1beta1.DaemonConfigKind},
 		DomainID: uid,
 	}
-	return claimTemplate(meta, DaemonRequest, computedomain.DaemonDeviceClass, cd.Status.CliqueID, params)
+	return objects.ClaimTemplate(meta, DaemonRequest, computedomain.DaemonDeviceClass, cd.Status.CliqueID, params)
 }
 
 // daemonSet is the DaemonSet of cd's IMEX daemons in the driver's namespace: the driver's pod

@@ -15,10 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/computedomain"
+	"github.com/gpudra/gpudra/computedomain/objects"
 	"github.com/gpudra/gpudra/computedomain/v1beta1"
 	"github.com/gpudra/gpudra/draplugin/exclusive"
 	"github.com/gpudra/gpudra/resourcepool"
@@ -27,9 +27,9 @@ import (
 // The devices a node in a clique publishes.
 const (
 	// ChannelDevice is the node's default IMEX channel (type channel, id 0).
-	ChannelDevice = "channel-0"
+	ChannelDevice = objects.ChannelDevice
 	// DaemonDevice is the node's IMEX daemon device (type daemon, id 0).
-	DaemonDevice = "daemon-0"
+	DaemonDevice = objects.DaemonDevice
 )
 
 // Defaults of Config.
@@ -122,18 +122,7 @@ func (d *Driver) Devices(ctx context.Context) ([]resourceapi.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []resourceapi.Device{
-		device(ChannelDevice, computedomain.TypeChannel, clique),
-		device(DaemonDevice, computedomain.TypeDaemon, clique),
-	}, nil
-}
-
-func device(name, typ, clique string) resourceapi.Device {
-	return resourceapi.Device{Name: name, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		computedomain.AttrType:     {StringValue: ptr.To(typ)},
-		computedomain.AttrID:       {IntValue: ptr.To(int64(0))},
-		computedomain.AttrCliqueID: {StringValue: ptr.To(clique)},
-	}}
+	return objects.Devices(clique), nil
 }
 
 // clique is the node's NVLink clique now.

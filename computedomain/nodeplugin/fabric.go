@@ -2,15 +2,14 @@ package nodeplugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
+	"github.com/gpudra/gpudra/computedomain/objects"
 	"github.com/gpudra/gpudra/topology"
 )
 
-// ErrNoClique says that a node's GPUs put it in no NVLink clique: it has no GPUs, a GPU's fabric
-// registration has not completed successfully, or its GPUs are in different cliques.
-var ErrNoClique = errors.New("the node is in no NVLink clique")
+// ErrNoClique says that a node's GPUs put it in no NVLink clique (objects.ErrNoClique).
+var ErrNoClique = objects.ErrNoClique
 
 // Fabric reports the NVLink fabric membership of the node's GPUs. It is called whenever the
 // plugin lists its devices and on every prepare, so that a node whose fabric registration
@@ -40,23 +39,5 @@ func (f TopologyFabric) GPUs(ctx context.Context) ([]topology.GPU, error) {
 	return t.GPUs, nil
 }
 
-// Clique returns the NVLink clique of a node, "<cluster UUID>.<clique ID>"
-// (topology.Fabric.DomainID), when every one of its GPUs is registered in that clique. Otherwise
-// it returns an error wrapping ErrNoClique that names the first GPU that keeps the node out.
-func Clique(gpus []topology.GPU) (string, error) {
-	if len(gpus) == 0 {
-		return "", fmt.Errorf("%w: it has no GPUs", ErrNoClique)
-	}
-	var first *topology.Fabric
-	for _, g := range gpus {
-		switch {
-		case g.Fabric == nil:
-			return "", fmt.Errorf("%w: GPU %d (%s) has not completed its fabric registration successfully", ErrNoClique, g.Index, g.UUID)
-		case first == nil:
-			first = g.Fabric
-		case *g.Fabric != *first:
-			return "", fmt.Errorf("%w: GPU %d is in clique %s, GPU %d in %s", ErrNoClique, g.Index, g.Fabric.DomainID(), gpus[0].Index, first.DomainID())
-		}
-	}
-	return first.DomainID(), nil
-}
+// Clique returns the NVLink clique of a node whose GPUs are gpus (objects.Clique).
+func Clique(gpus []topology.GPU) (string, error) { return objects.Clique(gpus) }

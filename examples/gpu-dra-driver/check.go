@@ -62,12 +62,18 @@ Objects a default Kubernetes v1.37 API server refuses are findings too: an empty
 apiVersion it does not serve (beta and alpha versions such as resource.k8s.io/v1beta1; see
 --api-versions), an unknown kind, an invalid name or namespace, a negative count. Field names are
 case-sensitive and unknown fields are errors, in manifests, --slices and --policy files alike.
+ComputeDomains (resource.nvidia.com/v1beta1, served by the CRD of this driver's chart with
+computeDomains.enabled) are validated as that CRD does; the channel template a domain names is the
+one its controller makes, and the machine publishes the compute-domain plugin's IMEX channel and
+daemon devices when its GPUs are all in one NVLink clique (gb200-nvl4). A multi-node job is
+checked on the machine's nodes: pods beyond them are unschedulable, with the reason.
 It exits 0 when everything passes, 1 on findings, policy violations or unschedulable claims, and
 2 when an argument or flag names a file that cannot be read or is not YAML.
 
 ` + inputLimitsHelp(),
 		Example: `  gpu-dra-driver check examples/deploy/workloads
   gpu-dra-driver check claim.yaml --machine dgx-h100 --consumable-memory
+  gpu-dra-driver check --machine gb200-nvl4 examples/deploy/computedomain/01-imex-channel-injection.yaml
   kubectl get resourceclaims -o yaml | gpu-dra-driver check - --kubeconfig ~/.kube/config`,
 		Args: minArgs("FILE|DIR|- ..."),
 	}
@@ -82,7 +88,7 @@ It exits 0 when everything passes, 1 on findings, policy violations or unschedul
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "check against every ResourceSlice and DeviceClass of the cluster this kubeconfig points at")
 	fs.StringVar(&o.policyFile, "policy", "", "policy file (YAML): blockedMIGProfiles, allowedMIGProfiles, maxGPUsPerClaim, requiredSharing")
 	fs.StringVar(&o.namespace, "namespace", "default", "namespace of objects that name none (as kubectl apply -n)")
-	fs.StringSliceVar(&o.apiVersions, "api-versions", nil, "apiVersions the cluster serves beyond a default Kubernetes v1.37 API server's stable ones (comma-separated GROUP/VERSION, e.g. resource.k8s.io/v1beta2,resource.nvidia.com/v1beta1)")
+	fs.StringSliceVar(&o.apiVersions, "api-versions", nil, "apiVersions the cluster serves beyond a default Kubernetes v1.37 API server's stable ones (comma-separated GROUP/VERSION, e.g. resource.k8s.io/v1beta2,example.com/v1; ComputeDomain's resource.nvidia.com/v1beta1 is served already)")
 	fs.BoolVar(&o.printUpgraded, "print-upgraded", false, "print the inputs upgraded to resource.k8s.io/v1 instead of checking them")
 	cmd.RunE = runE(func(cmd *cobra.Command, args []string) error {
 		for _, name := range []string{flagNVML, flagMachine, flagMIGConfig, flagDynamicMIG, flagConsumableMemory, "passthrough"} {
@@ -371,7 +377,8 @@ func describeNode(nf nodeFlags) string {
 	return s
 }
 
-// machineTarget renders the slices the driver publishes for a machine, as render does. An empty
+// machineTarget renders the slices the driver publishes for a machine, as render does, and those
+// of the compute-domain plugin (computeDomainSlices). An empty
 // name is the flags in effect on the machine (describeNode).
 func machineTarget(ctx context.Context, nf nodeFlags, name string) (*target, error) {
 	n, err := nf.open(ctx)
@@ -391,7 +398,11 @@ func machineTarget(ctx context.Context, nf nodeFlags, name string) (*target, err
 	if err != nil {
 		return nil, err
 	}
-	return &target{name: name, slices: slices}, nil
+	cd, err := computeDomainSlices(nf.nodeName, n.topo)
+	if err != nil {
+		return nil, err
+	}
+	return &target{name: name, slices: append(slices, cd...)}, nil
 }
 
 // slicesTarget reads ResourceSlices and DeviceClasses from a YAML stream or a JSON List. A file

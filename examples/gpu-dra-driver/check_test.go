@@ -10,11 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
 	selcheck "github.com/gpudra/gpudra/selectors/check"
+	"github.com/gpudra/gpudra/selectors/finding"
 	"github.com/gpudra/gpudra/selectors/manifest"
 )
 
@@ -244,5 +246,65 @@ func TestTargetMachineHeader(t *testing.T) {
 	}
 	if _, err := parseTargetMachine("l4x8 --warp-drive", "n"); err == nil {
 		t.Errorf("unknown flag accepted")
+	}
+}
+
+// TestCheckComputeDomainExamples: NVIDIA's IMEX examples (examples/deploy/computedomain) are
+// checked as a platform engineer expects: the ComputeDomain and its channel template are the
+// driver's, the channel is allocated on a machine whose GPUs are in one NVLink clique
+// (gb200-nvl4), and refused with the reason on one whose GPUs are in none (dgx-a100-40gb); a
+// 4-node job gets one channel on a one-node machine and the others are said to need other nodes.
+func TestCheckComputeDomainExamples(t *testing.T) {
+	type claim struct {
+		Claim, Result string
+	}
+	noClique := "no device of class compute-domain-default-channel.nvidia.com on this machine"
+	otherNodes := "ComputeDomain training-domain spans 4 nodes (spec.numNodes), one channel per node"
+	cases := []struct {
+		machine, file string
+		wantCode      int
+		want          []claim
+	}{
+		{"gb200-nvl4", "01-imex-channel-injection.yaml", 0, []claim{{"default/imex-channel-0-1", "compute-domain.nvidia.com/channel-0"}}},
+		{"dgx-a100-40gb", "01-imex-channel-injection.yaml", 1, []claim{{"default/imex-channel-0-1", noClique}}},
+		{"gb200-nvl4", "02-multi-node-job.yaml", 1, []claim{
+			{"default/training-domain-channel-1", "compute-domain.nvidia.com/channel-0"},
+			{"default/training-domain-channel-2", otherNodes}, {"default/training-domain-channel-3", otherNodes}, {"default/training-domain-channel-4", otherNodes}}},
+		{"dgx-a100-40gb", "02-multi-node-job.yaml", 1, []claim{
+			{"default/training-domain-channel-1", noClique}, {"default/training-domain-channel-2", noClique},
+			{"default/training-domain-channel-3", noClique}, {"default/training-domain-channel-4", noClique}}},
+		{"gb200-nvl4", "deviceclasses.yaml", 0, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.machine+"/"+tc.file, func(t *testing.T) {
+			code, out, errOut := runCLI(t, "check", "-o", "json", "--machine", tc.machine, "../deploy/computedomain/"+tc.file)
+			if code != tc.wantCode {
+				t.Fatalf("exit %d, want %d: %s\n%s", code, tc.wantCode, errOut, out)
+			}
+			co := decodeCheck(t, out)
+			if len(co.Files) != 1 {
+				t.Fatalf("%d reports, want 1", len(co.Files))
+			}
+			r := co.Files[0]
+			for _, f := range r.Findings {
+				if f.Severity != finding.SeverityInfo && f.Rule != finding.RuleMatchesNothing {
+					t.Errorf("finding %v: the examples are valid ComputeDomain manifests", f)
+				}
+			}
+			var got []claim
+			for _, c := range r.Claims {
+				res := ""
+				for _, d := range c.Devices {
+					res = d.Driver + "/" + d.Device
+				}
+				if len(c.Reasons) > 0 {
+					res, _, _ = strings.Cut(c.Reasons[0], ":")
+				}
+				got = append(got, claim{c.Claim, res})
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("claims (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

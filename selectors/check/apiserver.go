@@ -69,6 +69,9 @@ func (c *Checker) served(o manifest.Object) (finding.Finding, bool) {
 		f.Rule, f.Message = finding.RuleNotServed, fmt.Sprintf("apiVersion %q is not GROUP/VERSION", o.APIVersion)
 		return f, false
 	}
+	if servesComputeDomain(gv, o.Kind) {
+		return f, true // the compute-domain driver's CRD
+	}
 	extra := slices.Contains(c.apiVersions, gv)
 	if !extra && !servesByDefault(gv) {
 		f.Rule = finding.RuleNotServed

@@ -50,6 +50,7 @@ func NewChecker(opts ...CheckerOption) *Checker {
 		c.env.Compiler = selectors.NewCompiler(selectors.WithCELFeatures(CELFeatures(*c.features)))
 	}
 	c.env = c.env.WithDefaults()
+	c.env.DeviceClasses = append(computeDomainClasses(), c.env.DeviceClasses...)
 	c.linter, c.upgrader = lint.NewLinter(c.env), upgrade.NewUpgrader(c.env.DriverName)
 	return c
 }
@@ -126,6 +127,8 @@ func (c *Checker) Check(ctx context.Context, source string, data []byte) (*Repor
 	kindless := kindlessFindings(data)
 	r.Findings = append(r.Findings, kindless...)
 	r.Findings = append(r.Findings, c.apiServerFindings(original, derr == nil && len(kindless) == 0)...)
+	domains, cdFindings := readComputeDomains(data, c.env.Namespace)
+	r.Findings = append(r.Findings, cdFindings...)
 	up, err := c.upgrader.Upgrade(data)
 	if up == nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
@@ -144,7 +147,16 @@ func (c *Checker) Check(ctx context.Context, source string, data []byte) (*Repor
 		r.Findings = append(r.Findings, f)
 	}
 	c.objs = objs
-	r.Findings = append(r.Findings, c.linter.Objects(ctx, objs)...)
+	// The controller makes the domains' channel templates; the pods may name them.
+	clique := machineClique(c.env.Slices)
+	templates := channelTemplates(domains, objs, clique)
+	linter := c.linter
+	if len(templates) > 0 {
+		env := c.env
+		env.Templates = templates
+		linter = lint.NewLinter(env)
+	}
+	r.Findings = append(r.Findings, linter.Objects(ctx, objs)...)
 	if c.policy != nil {
 		r.Violations = c.policy.Evaluate(ctx, objs, c.env)
 	}
@@ -152,12 +164,14 @@ func (c *Checker) Check(ctx context.Context, source string, data []byte) (*Repor
 		return r, nil
 	}
 	r.Machine = c.env.Machine
-	w, err := simulate.LoadWorkload(up.Manifest, nil, simulate.SkipOtherKinds(), simulate.InNamespace(c.env.Namespace))
+	w, err := simulate.LoadWorkload(up.Manifest, nil, simulate.SkipOtherKinds(), simulate.InNamespace(c.env.Namespace),
+		simulate.WithTemplates(templates...))
 	if err != nil {
 		r.Findings = append(r.Findings, finding.Finding{Severity: finding.SeverityError, Rule: finding.RuleDecode, Message: "cannot simulate the workload: " + err.Error()})
 		return r, nil
 	}
 	r.Claims = c.allocate(ctx, w)
+	domainReasons(domains, w.Claims, r.Claims, clique, nodeCount(c.env.Slices))
 	logger.V(2).Info("Checked manifest", "findings", len(r.Findings), "violations", len(r.Violations), "claims", len(r.Claims))
 	return r, nil
 }

@@ -29,5 +29,16 @@
 //
 // Objects of apiVersions a default Kubernetes 1.37 API server does not serve are error
 // findings (finding.RuleNotServed); WithAPIVersions declares more, checked with
-// ParseAPIVersions.
+// ParseAPIVersions. ComputeDomains (resource.nvidia.com/v1beta1) are served: the CRD of the
+// compute-domain driver, which the same chart installs.
+//
+// # ComputeDomains
+//
+// A ComputeDomain is validated as its CRD does (finding.RuleInvalidComputeDomain, naming the
+// field). The ResourceClaimTemplate its spec.channel names is the one the domain's controller
+// makes (objects.ChannelTemplate) in the NVLink clique of the machine's compute-domain devices,
+// so pods may name it and their claims are allocated on the machine's IMEX channels; the
+// driver's two DeviceClasses (compute-domain-daemon.nvidia.com,
+// compute-domain-default-channel.nvidia.com) are always known. A channel claim that does not
+// fit says whether the machine has no NVLink clique or the domain spans more nodes than it has.
 package check

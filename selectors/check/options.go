@@ -50,7 +50,8 @@ func WithNamespace(ns string) CheckerOption { return func(k *Checker) { k.env.Na
 
 // WithAPIVersions declares apiVersions the target cluster serves beyond those a default
 // Kubernetes v1.37 API server serves (every stable version of its built-in groups), for
-// example resource.k8s.io/v1beta2 or a CRD's resource.nvidia.com/v1beta1. Objects of other
+// example resource.k8s.io/v1beta2 or a CRD's group version (the ComputeDomain kind of
+// resource.nvidia.com/v1beta1 is served without it: the driver's own CRD). Objects of other
 // apiVersions are error findings (finding.RuleNotServed). Check them first with ParseAPIVersions.
 func WithAPIVersions(gvs ...schema.GroupVersion) CheckerOption {
 	return func(k *Checker) { k.apiVersions = append(k.apiVersions, gvs...) }

@@ -147,4 +147,8 @@ const (
 	// RuleInvalidRequest: a request's allocationMode is unknown, or its count negative, or set
 	// with allocationMode All.
 	RuleInvalidRequest = "invalid-request"
+	// RuleInvalidComputeDomain: a ComputeDomain (resource.nvidia.com/v1beta1) that the driver's
+	// CRD refuses: an unknown field, a negative spec.numNodes, a template name that is not a DNS
+	// subdomain, an allocationMode other than Single or All.
+	RuleInvalidComputeDomain = "invalid-compute-domain"
 )

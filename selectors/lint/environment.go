@@ -23,6 +23,9 @@ type Environment struct {
 	// DeviceClasses exist in the cluster besides those of the manifests; the driver's own
 	// (selectors.DeviceClasses(DriverName)) are always known.
 	DeviceClasses []*resourceapi.DeviceClass
+	// Templates are ResourceClaimTemplates that exist in the cluster besides the manifests',
+	// such as those a ComputeDomain's controller makes: pods may name them.
+	Templates []*resourceapi.ResourceClaimTemplate
 	// Namespace is where objects that name none go, as kubectl apply -n puts them; "" means
 	// "default".
 	Namespace string

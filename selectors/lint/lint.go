@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpudra/gpudra"
+	"github.com/gpudra/gpudra/computedomain"
 	"github.com/gpudra/gpudra/mig"
 	"github.com/gpudra/gpudra/selectors"
 	"github.com/gpudra/gpudra/selectors/finding"
@@ -44,6 +45,8 @@ type Linter struct {
 	// models are the MIG-capable GPU models profiles are checked against: the machine's, or the
 	// whole catalog without a machine.
 	models []*mig.Model
+	// templates are the names of Environment.Templates.
+	templates []string
 }
 
 // NewLinter returns a Linter for an environment: its driver, and its machine when it has one
@@ -59,6 +62,9 @@ func NewLinter(env Environment) *Linter {
 			l.classes[c.Name] = c
 		}
 	}
+	for _, t := range env.Templates {
+		l.templates = append(l.templates, t.Name)
+	}
 	l.attrs, l.caps = contractNames(l.driver)
 	l.models = l.machineModels()
 	for _, d := range l.devices {
@@ -67,9 +73,12 @@ func NewLinter(env Environment) *Linter {
 	return l
 }
 
-// contractNames are the attribute and capacity names of the compatibility contract.
+// contractNames are the attribute and capacity names of the compatibility contract, and of the
+// compute-domain driver's contract (its channel and daemon devices).
 func contractNames(driver string) (map[string]map[string]valueType, map[string]map[string]bool) {
-	attrs := map[string]map[string]valueType{driver: {}, stdDomain: {}}
+	attrs := map[string]map[string]valueType{driver: {}, stdDomain: {}, computedomain.DriverName: {
+		computedomain.AttrType: typeString, computedomain.AttrID: typeInt, computedomain.AttrCliqueID: typeString,
+	}}
 	for _, n := range []resourceapi.QualifiedName{gpudra.AttrType, gpudra.AttrUUID, gpudra.AttrProductName, gpudra.AttrBrand,
 		gpudra.AttrArchitecture, gpudra.AttrProfile, gpudra.AttrParentUUID,
 		gpudra.AttrNVLinkIsland, gpudra.AttrNVLinkDomain, gpudra.AttrPCIeSwitch} {

@@ -325,7 +325,8 @@ func (l *Linter) opaque(o manifest.Object, cfg *resourceapi.OpaqueDeviceConfigur
 	return nil
 }
 
-// podReferences checks that the claims and templates a pod references are in the manifest and
+// podReferences checks that the claims and templates a pod references are in the manifest (or,
+// for templates, in Environment.Templates) and
 // that containers use claims the pod declares.
 func (l *Linter) podReferences(o manifest.Object, objs []manifest.Object) []finding.Finding {
 	spec, _ := manifest.PodSpec(o.Object)
@@ -338,6 +339,9 @@ func (l *Linter) podReferences(o manifest.Object, objs []manifest.Object) []find
 		case *resourceapi.ResourceClaim, *resourceapi.ResourceClaimTemplate:
 			have.Insert(x.Kind + "/" + x.Name)
 		}
+	}
+	for _, name := range l.templates {
+		have.Insert("ResourceClaimTemplate/" + name)
 	}
 	prefix := podSpecPath(o.Kind)
 	var fs []finding.Finding

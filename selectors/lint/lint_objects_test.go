@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpudra/gpudra/selectors/finding"
 	"github.com/gpudra/gpudra/selectors/internal/seltest"
@@ -197,5 +199,43 @@ spec:
 	}
 	if len(got) > 0 && !strings.HasPrefix(got[0].Message, "`profile` exists only on MIG devices: use mig.nvidia.com") {
 		t.Errorf("wrong-class message = %q, want it to name the attribute and the class to use", got[0].Message)
+	}
+}
+
+// TestLintTemplatesOfTheEnvironment: a pod may name a template of Environment.Templates (one a
+// ComputeDomain's controller makes); any other missing template is still a finding.
+func TestLintTemplatesOfTheEnvironment(t *testing.T) {
+	pod := `apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers: [{name: c, image: x, resources: {claims: [{name: a}, {name: b}]}}]
+  resourceClaims:
+  - {name: a, resourceClaimTemplateName: provided}
+  - {name: b, resourceClaimTemplateName: absent}
+`
+	objs, err := manifest.Decode([]byte(pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	provided := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "provided"}}
+	cases := []struct {
+		name      string
+		templates []*resourceapi.ResourceClaimTemplate
+		want      []where
+	}{
+		{"none provided", nil, []where{
+			{finding.RuleMissingReference, finding.SeverityWarning, "Pod p", "spec.resourceClaims[0].resourceClaimTemplateName"},
+			{finding.RuleMissingReference, finding.SeverityWarning, "Pod p", "spec.resourceClaims[1].resourceClaimTemplateName"}}},
+		{"one provided", []*resourceapi.ResourceClaimTemplate{provided}, []where{
+			{finding.RuleMissingReference, finding.SeverityWarning, "Pod p", "spec.resourceClaims[1].resourceClaimTemplateName"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := lint.NewLinter(lint.Environment{Templates: tc.templates}).Objects(context.Background(), objs)
+			if diff := cmp.Diff(tc.want, located(got)); diff != "" {
+				t.Errorf("findings (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

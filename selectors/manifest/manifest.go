@@ -24,7 +24,7 @@ type Object struct {
 	// Document is the index of the YAML document the object came from.
 	Document int
 	// Object is *resourceapi.ResourceClaim, *resourceapi.ResourceClaimTemplate,
-	// *resourceapi.DeviceClass, *corev1.Pod, *appsv1.Deployment or *batchv1.Job; any other kind
+	// *resourceapi.DeviceClass, *corev1.Pod, *appsv1.Deployment, *appsv1.StatefulSet or *batchv1.Job; any other kind
 	// is nil (see Kind).
 	Object runtime.Object
 	// APIVersion, Kind, Namespace and Name identify the object.
@@ -41,7 +41,7 @@ func (o Object) String() string {
 }
 
 // Decode decodes the objects of a multi-document manifest: ResourceClaims,
-// ResourceClaimTemplates and DeviceClasses of resource.k8s.io/v1, Pods, Deployments and Jobs
+// ResourceClaimTemplates and DeviceClasses of resource.k8s.io/v1, Pods, Deployments, StatefulSets and Jobs
 // strictly (unknown fields are errors), other kinds with a nil Object. The error joins a
 // *DecodeError for every object that does not decode; the others are returned.
 func Decode(data []byte) ([]Object, error) {
@@ -132,6 +132,8 @@ func DecodeObject(doc []byte) (runtime.Object, error) {
 		obj = &corev1.Pod{}
 	case "apps/v1/Deployment":
 		obj = &appsv1.Deployment{}
+	case "apps/v1/StatefulSet":
+		obj = &appsv1.StatefulSet{}
 	case "batch/v1/Job":
 		obj = &batchv1.Job{}
 	default:
@@ -143,12 +145,18 @@ func DecodeObject(doc []byte) (runtime.Object, error) {
 	return obj, nil
 }
 
-// PodSpec returns the pod spec of a Pod, Deployment or Job, and how many pods use it.
+// PodSpec returns the pod spec of a Pod, Deployment, StatefulSet or Job, and how many pods use it.
 func PodSpec(obj runtime.Object) (*corev1.PodSpec, int) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		return &o.Spec, 1
 	case *appsv1.Deployment:
+		n := 1
+		if o.Spec.Replicas != nil {
+			n = int(*o.Spec.Replicas)
+		}
+		return &o.Spec.Template.Spec, n
+	case *appsv1.StatefulSet:
 		n := 1
 		if o.Spec.Replicas != nil {
 			n = int(*o.Spec.Replicas)
