@@ -60,15 +60,6 @@ func DevicesByName(devices ...Device) DeviceLookup {
 	}
 }
 
-// MPSClientLimit is the number of MPS clients a device accepts at a time: 48 from Volta
-// (compute capability 7.0) on, 16 before.
-func MPSClientLimit(computeCapabilityMajor int) int {
-	if computeCapabilityMajor >= 7 {
-		return 48
-	}
-	return 16
-}
-
 // ComputeMode is an NVML compute mode; the values are NVML's.
 type ComputeMode int
 

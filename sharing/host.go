@@ -81,12 +81,6 @@ type MPSDaemonSpec struct {
 	// PinnedMemoryLimits maps a device ordinal ("0") to a limit ("16384M"), applied with
 	// set_default_device_pinned_mem_limit.
 	PinnedMemoryLimits map[string]string `json:"pinnedMemoryLimits,omitempty"`
-	// ClientLimit is the most MPS clients the daemon's devices accept (48, or 16 before Volta).
-	ClientLimit int `json:"clientLimit"`
-	// Shared is set in records of earlier versions, whose one daemon per device served every
-	// claim allocated a share of it; this version gives each claim a daemon of its own and
-	// leaves it false. Undo and supervision treat both alike.
-	Shared bool `json:"shared,omitempty"`
 }
 
 // CreateDirs creates the daemon's pipe, log and shm directories as a daemon needs them: the shm

@@ -82,7 +82,7 @@ func TestPrepareUndo(t *testing.T) {
 				want := sharing.MPSDaemonSpec{ID: uidU1, DeviceUUIDs: []string{uuidA, uuidB}, Dir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/" + uidU1,
 					PipeDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/" + uidU1 + "/pipe", LogDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/" + uidU1 + "/log",
 					ShmDir: "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/" + uidU1 + "/shm", ActiveThreadPercentage: new(50),
-					PinnedMemoryLimits: map[string]string{"0": "8192M", "1": "4096M"}, ClientLimit: 48, ShmSizeBytes: 1 << 30}
+					PinnedMemoryLimits: map[string]string{"0": "8192M", "1": "4096M"}, ShmSizeBytes: 1 << 30}
 				if diff := cmp.Diff(want, d); diff != "" {
 					t.Errorf("daemon (-want +got):\n%s", diff)
 				}
@@ -489,16 +489,6 @@ func TestSharedDeviceOfEarlierVersion(t *testing.T) {
 	}
 }
 
-func TestMPSClientLimit(t *testing.T) {
-	for _, tt := range []struct {
-		ccMajor, want int
-	}{{6, 16}, {7, 48}, {9, 48}} {
-		if got := sharing.MPSClientLimit(tt.ccMajor); got != tt.want {
-			t.Errorf("MPSClientLimit(%d) = %d, want %d", tt.ccMajor, got, tt.want)
-		}
-	}
-}
-
 func TestPlanErrors(t *testing.T) {
 	mpsPct := func(p string) string {
 		return `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":` + p + `}}}`
@@ -707,7 +697,7 @@ func TestJoinedStepIsACopy(t *testing.T) {
 	for _, name := range []string{uidA, uidB, uidC} {
 		if name == uidC {
 			// A caller changes the step b copied from a, in place.
-			daemonStep(t, recs[1]).Daemon.PipeDir = "/changed"
+			stepOf(t, recs[1], sharing.ActionStartMPSDaemon).Daemon.PipeDir = "/changed"
 		}
 		rec, err := m.Prepare(ctx, newClaim(name, results(withMemory(shared(result("gpu", "gpu-0"), "s-"+name), "8Gi"))), lookup)
 		if err != nil {
@@ -716,21 +706,22 @@ func TestJoinedStepIsACopy(t *testing.T) {
 		recs = append(recs, rec)
 	}
 	for i, name := range []string{uidA, uidC} {
-		if got := daemonStep(t, recs[i*2]).Daemon.PipeDir; got == "/changed" {
+		if got := stepOf(t, recs[i*2], sharing.ActionStartMPSDaemon).Daemon.PipeDir; got == "/changed" {
 			t.Errorf("claim %s's MPS daemon step changed through another claim's record: pipe directory %q", name, got)
 		}
 	}
 }
 
 // daemonStep returns the MPS daemon step of rec.
-func daemonStep(t *testing.T, rec *sharing.Record) *sharing.Step {
+// stepOf returns rec's (first) step of action.
+func stepOf(t *testing.T, rec *sharing.Record, action sharing.StepAction) *sharing.Step {
 	t.Helper()
 	for i := range rec.Steps {
-		if rec.Steps[i].Action == sharing.ActionStartMPSDaemon {
+		if rec.Steps[i].Action == action {
 			return &rec.Steps[i]
 		}
 	}
-	t.Fatalf("claim %s: no MPS daemon step in %+v", rec.Name, rec.Steps)
+	t.Fatalf("claim %s: no %s step in %+v", rec.Name, action, rec.Steps)
 	return nil
 }
 
@@ -747,7 +738,7 @@ func TestRestoredRecordsAreCopies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := *computeModeStep(t, a).PreviousComputeMode
+			want := *stepOf(t, a, sharing.ActionSetComputeMode).PreviousComputeMode
 			records := []sharing.Record{*a}
 			if restore == "Restore" {
 				err = m.Restore(records)
@@ -757,27 +748,16 @@ func TestRestoredRecordsAreCopies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			*computeModeStep(t, &records[0]).PreviousComputeMode = sharing.ComputeModeProhibited
+			*stepOf(t, &records[0], sharing.ActionSetComputeMode).PreviousComputeMode = sharing.ComputeModeProhibited
 			b, err := m.Prepare(ctx, newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s-b"), "8Gi"))), lookup)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := *computeModeStep(t, b).PreviousComputeMode; got != want {
+			if got := *stepOf(t, b, sharing.ActionSetComputeMode).PreviousComputeMode; got != want {
 				t.Errorf("the share joined a compute mode step restoring %s, want %s: the registry kept the caller's record", got, want)
 			}
 		})
 	}
-}
-
-func computeModeStep(t *testing.T, rec *sharing.Record) *sharing.Step {
-	t.Helper()
-	for i := range rec.Steps {
-		if rec.Steps[i].Action == sharing.ActionSetComputeMode {
-			return &rec.Steps[i]
-		}
-	}
-	t.Fatalf("claim %s: no compute mode step in %+v", rec.Name, rec.Steps)
-	return nil
 }
 
 // TestClaimUIDMustBeAUUID: the claim UID names the claim's own MPS daemon and its directory

@@ -32,7 +32,7 @@ func writeScript(t *testing.T, dir, name, body string) string {
 func specIn(dir, id string, uuids ...string) sharing.MPSDaemonSpec {
 	d := filepath.Join(dir, id)
 	return sharing.MPSDaemonSpec{ID: id, DeviceUUIDs: uuids, Dir: d, PipeDir: filepath.Join(d, "pipe"),
-		LogDir: filepath.Join(d, "log"), ShmDir: filepath.Join(d, "shm"), ClientLimit: 48}
+		LogDir: filepath.Join(d, "log"), ShmDir: filepath.Join(d, "shm")}
 }
 
 // TestMPSStartDoesNotWaitForTheDaemon (defect 8): `nvidia-cuda-mps-control -d` forks the daemon,

@@ -249,16 +249,12 @@ func (m *Manager) planDaemons(claim *resourceapi.ResourceClaim, dcs []ResolvedDe
 		return nil, err
 	}
 	var uuids []string
-	minCC := 0
-	for n, i := range mpsDevices {
+	for _, i := range mpsDevices {
 		if !slices.Contains(uuids, dcs[i].Device.UUID) {
 			uuids = append(uuids, dcs[i].Device.UUID)
 		}
-		if cc := dcs[i].Device.ComputeCapabilityMajor; n == 0 || cc < minCC {
-			minCC = cc
-		}
 	}
-	spec := m.daemonSpec(string(claim.UID), uuids, minCC)
+	spec := m.daemonSpec(string(claim.UID), uuids)
 	// Daemon-wide defaults: the claim's daemon applies them to every client.
 	spec.ActiveThreadPercentage = pct
 	if limits := ordinalLimits(spec.DeviceUUIDs, rec, mpsDevices); len(limits) > 0 {
@@ -338,11 +334,11 @@ func setMPSEdits(rec *Record, mpsDevices []int, spec MPSDaemonSpec, pct *int) {
 	}
 }
 
-func (m *Manager) daemonSpec(id string, uuids []string, ccMajor int) MPSDaemonSpec {
+func (m *Manager) daemonSpec(id string, uuids []string) MPSDaemonSpec {
 	dir := filepath.Join(m.mpsRoot, id)
 	return MPSDaemonSpec{ID: id, DeviceUUIDs: uuids, Dir: dir,
 		PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm"),
-		ShmSizeBytes: m.shmSize, ClientLimit: MPSClientLimit(ccMajor)}
+		ShmSizeBytes: m.shmSize}
 }
 
 func equalPtr[T comparable](a, b *T) bool {

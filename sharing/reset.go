@@ -66,7 +66,7 @@ func (m *Manager) plannedDaemons(rec *Record) []MPSDaemonSpec {
 		}
 		i := slices.IndexFunc(out, func(s MPSDaemonSpec) bool { return s.ID == d.MPSDaemonID })
 		if i < 0 {
-			out = append(out, m.daemonSpec(d.MPSDaemonID, nil, 0))
+			out = append(out, m.daemonSpec(d.MPSDaemonID, nil))
 			i = len(out) - 1
 		}
 		if !slices.Contains(out[i].DeviceUUIDs, d.UUID) {

@@ -120,7 +120,7 @@ func (m *Manager) cleanDir(ctx context.Context, id string) (removed, running boo
 	if m.inflight[id] > 0 || slices.Contains(m.registry.usedDaemons(), id) {
 		return false, false, nil
 	}
-	spec := m.daemonSpec(id, nil, 0)
+	spec := m.daemonSpec(id, nil)
 	running, err = m.daemons.Running(ctx, spec)
 	if err != nil {
 		return false, false, fmt.Errorf("MPS daemon directory %s: cannot tell whether its daemon runs, leaving it: %w", spec.Dir, err)
