@@ -87,6 +87,10 @@ func BenchmarkAllocate(b *testing.B) {
 	}{
 		{"full-gpu", "dgx-a100-40gb", nil, nil, gpudra.GPUDeviceClassName, ""},
 		{"static-mig", "dgx-a100-40gb", opts(balanced40), nil, gpudra.MIGDeviceClassName, "1g.5gb"},
+		// Static MIG grouped by profile (issue 33), and what a claim for the largest profile pays.
+		{"static-mig-by-profile", "dgx-a100-40gb", opts(balanced40), []gpudra.Option{gpudra.WithMIGDevicesByProfile()}, gpudra.MIGDeviceClassName, "1g.5gb"},
+		{"static-mig-3g", "dgx-a100-40gb", opts(balanced40), nil, gpudra.MIGDeviceClassName, "3g.20gb"},
+		{"static-mig-by-profile-3g", "dgx-a100-40gb", opts(balanced40), []gpudra.Option{gpudra.WithMIGDevicesByProfile()}, gpudra.MIGDeviceClassName, "3g.20gb"},
 		{"dynamic-mig", "dgx-a100-40gb", nil, dynamic, gpudra.MIGDeviceClassName, "1g.5gb"},
 		// The same with only four profiles published (14 devices per GPU instead of 26).
 		{"dynamic-mig-4-profiles", "dgx-a100-40gb", nil,

@@ -79,6 +79,8 @@ type Builder struct {
 	// partitionsFirst and oneMediaExtensionPlacement: WithPartitionsFirst,
 	// WithOneMediaExtensionPlacement.
 	partitionsFirst, oneMediaExtensionPlacement bool
+	// migByProfile groups existing MIG devices by profile (WithMIGDevicesByProfile).
+	migByProfile bool
 	// listAttributes publishes list-valued attributes (WithListAttributes).
 	listAttributes bool
 	// passthrough publishes vfio devices (WithPassthrough), nil without.
@@ -197,9 +199,6 @@ func (b *Builder) Build(poolName string, inv *gpu.Inventory) (*Pool, error) {
 	if err := ValidatePoolName(poolName); err != nil {
 		return nil, err
 	}
-	if err := b.validateOptions(); err != nil {
-		return nil, err
-	}
 	pub, err := b.build(inv)
 	if err != nil {
 		return nil, err
@@ -215,6 +214,9 @@ type published struct {
 }
 
 func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
+	if err := b.validateOptions(); err != nil {
+		return nil, err
+	}
 	if inv == nil {
 		return nil, fmt.Errorf("inventory is nil")
 	}
@@ -259,13 +261,20 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 		perGPU[i] = gpuPublished{devs, refs}
 	}
 	addGPUs := func() error {
+		var order []ownedDevice
 		for _, i := range b.gpuOrder(inv) {
 			g := &inv.GPUs[i]
 			owner := fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID)
 			for k, d := range perGPU[i].devs {
-				if err := add(d, perGPU[i].refs[k], owner); err != nil {
-					return err
-				}
+				order = append(order, ownedDevice{d, perGPU[i].refs[k], owner})
+			}
+		}
+		if b.migByProfile {
+			groupMIGByProfile(order)
+		}
+		for _, o := range order {
+			if err := add(o.device, o.ref, o.owner); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -431,6 +440,9 @@ func setVersion(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute,
 func (b *Builder) validateOptions() error {
 	if b.maxDevices < 0 {
 		return fmt.Errorf("gpudra: WithMaxDevicesPerSlice(%d): want a positive number of devices, or 0 for the API limit", b.maxDevices)
+	}
+	if b.migByProfile && b.migLookup != nil {
+		return fmt.Errorf("gpudra: WithMIGDevicesByProfile orders existing (static) MIG devices; it cannot be combined with WithDynamicMIG, whose partitions are always grouped by profile")
 	}
 	if c := b.consumable; c != nil {
 		for name, q := range map[string]resource.Quantity{"Step": c.Step, "Default": c.Default} {
