@@ -141,7 +141,7 @@ bench-e2e-start: e2e-binaries
 SCALE_NODES ?= 500
 SCALE_PODS ?= 2000
 SCALE_REPEAT ?= 3
-SCALE_KINDS ?= upstream-basic,exclusive,static-mig,dynamic-mig,dynamic-mig-4-profiles,dynamic-mig-options,consumable-memory
+SCALE_KINDS ?= upstream-basic,exclusive,static-mig,static-mig-by-profile,dynamic-mig,dynamic-mig-4-profiles,dynamic-mig-options,consumable-memory
 SCALE_PATCHED ?=
 SCALE_PATCH ?= $(if $(SCALE_PATCHED),$(CURDIR)/test/e2e/patches/pool-cache.patch)
 bench-e2e-scale: e2e-binaries

@@ -139,6 +139,7 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"demo", "--nvml", "real"}, 2, "fake machine only"},
 		{[]string{"render", "--mig-partitions-first"}, 2, "--mig-partitions-first needs --dynamic-mig"},
 		{[]string{"check", "x.yaml", "--mig-one-me-placement"}, 2, "--mig-one-me-placement needs --dynamic-mig"},
+		{[]string{"render", "--dynamic-mig", "--mig-by-profile"}, 2, "--mig-by-profile orders existing (static) MIG devices; it cannot be combined with --dynamic-mig"},
 	}
 	for _, c := range cases {
 		code, _, errOut := runCLI(t, c.args...)

@@ -67,25 +67,29 @@ type nodeFlags struct {
 	// passthrough publishes GPUs for passthrough as serve --passthrough would (render and
 	// check; serve has its own flags, passthrough.go).
 	passthrough bool
-	// partitionsFirst and oneMEPlacement are the dynamic MIG publishing options
-	// (registerMIGPublishing).
-	partitionsFirst, oneMEPlacement bool
+	// partitionsFirst and oneMEPlacement are the dynamic MIG publishing options, migByProfile
+	// the static one (registerMIGPublishing).
+	partitionsFirst, oneMEPlacement, migByProfile bool
 }
 
 // Names of the dynamic MIG publishing flags (registerMIGPublishing).
 const (
 	flagPartitionsFirst = "mig-partitions-first"
 	flagOneMEPlacement  = "mig-one-me-placement"
+	flagMIGByProfile    = "mig-by-profile"
 )
 
-// registerMIGPublishing adds the flags that change how --dynamic-mig publishes (serve, render,
-// check, demo): gpudra.WithPartitionsFirst and gpudra.WithOneMediaExtensionPlacement.
+// registerMIGPublishing adds the flags that change how MIG devices are published (serve, render,
+// check, demo): with --dynamic-mig gpudra.WithPartitionsFirst and
+// gpudra.WithOneMediaExtensionPlacement, without it gpudra.WithMIGDevicesByProfile.
 func (n *nodeFlags) registerMIGPublishing(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.BoolVar(&n.partitionsFirst, flagPartitionsFirst, false, "with --dynamic-mig: publish the MIG partitions before the full GPUs, "+
 		"which makes MIG claims cheaper for the scheduler and full-GPU claims dearer (for nodes that serve MIG claims only; docs/benchmarks.md)")
 	fs.BoolVar(&n.oneMEPlacement, flagOneMEPlacement, false, "with --dynamic-mig: publish each +me profile at one placement per GPU instead of every placement "+
 		"(at most one such instance exists per GPU; fewer devices for the scheduler, but a +me claim then fits a GPU only while that placement is free)")
+	fs.BoolVar(&n.migByProfile, flagMIGByProfile, false, "without --dynamic-mig: publish the GPUs' existing MIG devices grouped by profile, smallest first, after the full GPUs, "+
+		"which makes claims for small profiles cheaper for the scheduler and claims for large ones dearer (each claim for one profile gets the same device; docs/benchmarks.md)")
 }
 
 // registerPassthrough adds --passthrough (render, check).
@@ -183,6 +187,9 @@ func (n *nodeFlags) validate() error {
 		if f.set && !n.dynamicMIG {
 			return usageErrorf("--%s needs --dynamic-mig: it changes how MIG partitions are published", f.name)
 		}
+	}
+	if n.migByProfile && n.dynamicMIG {
+		return usageErrorf("--%s orders existing (static) MIG devices; it cannot be combined with --dynamic-mig, whose partitions are always grouped by profile", flagMIGByProfile)
 	}
 	if n.nvmlMode == "real" && n.migConfig != "" {
 		return usageErrorf("--mig-config applies to fake machines only; with --nvml=real the GPUs' current MIG layout is read")
@@ -426,6 +433,8 @@ func (n *nodeFlags) builderOptions(nd *node) []gpudra.Option {
 		if n.oneMEPlacement {
 			opts = append(opts, gpudra.WithOneMediaExtensionPlacement())
 		}
+	} else if n.migByProfile {
+		opts = append(opts, gpudra.WithMIGDevicesByProfile())
 	}
 	if n.consumableMemory {
 		opts = append(opts, gpudra.WithConsumableMemory(gpudra.ConsumableMemory{}))

@@ -8,9 +8,10 @@ import (
 )
 
 // TestChartDynamicMIGPublishing: dynamicMIGPublishing's values become serve's
-// --mig-partitions-first and --mig-one-me-placement, with dynamicMIG only.
+// --mig-partitions-first and --mig-one-me-placement, with dynamicMIG only;
+// staticMIGPublishing.byProfile becomes --mig-by-profile without it.
 func TestChartDynamicMIGPublishing(t *testing.T) {
-	flags := []string{"--mig-partitions-first", "--mig-one-me-placement"}
+	flags := []string{"--mig-partitions-first", "--mig-one-me-placement", "--mig-by-profile"}
 	for name, tc := range map[string]struct {
 		vals map[string]any
 		want []string
@@ -18,7 +19,8 @@ func TestChartDynamicMIGPublishing(t *testing.T) {
 		"defaults":          {nil, nil},
 		"dynamic MIG alone": {map[string]any{"dynamicMIG": true}, nil},
 		"partitions first":  {map[string]any{"dynamicMIG": true, "dynamicMIGPublishing": map[string]any{"partitionsFirst": true}}, flags[:1]},
-		"both":              {map[string]any{"dynamicMIG": true, "dynamicMIGPublishing": map[string]any{"partitionsFirst": true, "oneMediaExtensionPlacement": true}}, flags},
+		"both":              {map[string]any{"dynamicMIG": true, "dynamicMIGPublishing": map[string]any{"partitionsFirst": true, "oneMediaExtensionPlacement": true}}, flags[:2]},
+		"static by profile": {map[string]any{"staticMIGPublishing": map[string]any{"byProfile": true}}, flags[2:]},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var got []string

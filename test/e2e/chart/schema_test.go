@@ -165,6 +165,8 @@ func TestValuesServeWouldRefuse(t *testing.T) {
 		{"partitions-first-without-dynamic-mig", map[string]any{"dynamicMIGPublishing": map[string]any{"partitionsFirst": true}}, "dynamicMIGPublishing needs dynamicMIG"},
 		{"one-me-without-dynamic-mig", map[string]any{"dynamicMIGPublishing": map[string]any{"oneMediaExtensionPlacement": true}}, "dynamicMIGPublishing needs dynamicMIG"},
 		{"publishing-unknown-key", map[string]any{"dynamicMIG": true, "dynamicMIGPublishing": map[string]any{"migFirst": true}}, "migFirst"},
+		{"by-profile-with-dynamic-mig", map[string]any{"dynamicMIG": true, "staticMIGPublishing": map[string]any{"byProfile": true}}, "staticMIGPublishing.byProfile orders existing (static) MIG devices"},
+		{"static-publishing-unknown-key", map[string]any{"staticMIGPublishing": map[string]any{"bySize": true}}, "bySize"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := framework.RenderChart(chartDir, kubeVersion, release(tc.vals))

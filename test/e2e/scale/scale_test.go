@@ -21,7 +21,7 @@ import (
 var (
 	nodesFlag = flag.Int("scale.nodes", 500, "simulated GPU nodes (each a DGX A100 40GB)")
 	podsFlag  = flag.Int("scale.pods", 2000, "pods, each with its own ResourceClaim")
-	kindsFlag = flag.String("scale.kinds", "upstream-basic,exclusive,static-mig,dynamic-mig,dynamic-mig-4-profiles,dynamic-mig-options,consumable-memory",
+	kindsFlag = flag.String("scale.kinds", "upstream-basic,exclusive,static-mig,static-mig-by-profile,dynamic-mig,dynamic-mig-4-profiles,dynamic-mig-options,consumable-memory",
 		"comma-separated kinds of claim to run, each on a fresh control plane")
 	repeatFlag   = flag.Int("scale.repeat", 1, "runs of each kind, interleaved (kind A, B, ..., A, B, ...): the summary gives medians")
 	schedulerQPS = flag.Int("scale.scheduler-qps", 5000,
@@ -60,6 +60,10 @@ var kinds = []kind{
 	{name: "exclusive", class: gpudra.GPUDeviceClassName},
 	{name: "static-mig", machineOpts: []gputest.Option{gputest.WithMIGConfig("all-balanced")},
 		class: gpudra.MIGDeviceClassName, selector: profileSelector("1g.5gb")},
+	// Static MIG grouped by profile (gpudra.WithMIGDevicesByProfile, issue 33).
+	{name: "static-mig-by-profile", machineOpts: []gputest.Option{gputest.WithMIGConfig("all-balanced")},
+		builderOpts: []gpudra.Option{gpudra.WithMIGDevicesByProfile()},
+		class:       gpudra.MIGDeviceClassName, selector: profileSelector("1g.5gb")},
 	{name: "dynamic-mig", builderOpts: []gpudra.Option{gpudra.WithDynamicMIG(nil)},
 		class: gpudra.MIGDeviceClassName, selector: profileSelector("1g.5gb")},
 	// Dynamic MIG publishing only the profiles a cluster might use: 14 devices per GPU, not 26.

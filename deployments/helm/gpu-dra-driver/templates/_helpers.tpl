@@ -50,6 +50,9 @@ auto: where the API server authorizes claim status per driver and node, 1.36+). 
 {{- if and (not .Values.dynamicMIG) (or .Values.dynamicMIGPublishing.partitionsFirst .Values.dynamicMIGPublishing.oneMediaExtensionPlacement) -}}
 {{- fail "dynamicMIGPublishing needs dynamicMIG: true: it changes how MIG partitions are published (serve refuses --mig-partitions-first and --mig-one-me-placement without --dynamic-mig)" -}}
 {{- end -}}
+{{- if and .Values.dynamicMIG .Values.staticMIGPublishing.byProfile -}}
+{{- fail "staticMIGPublishing.byProfile orders existing (static) MIG devices; it cannot be combined with dynamicMIG: true, whose partitions are always grouped by profile (serve refuses --mig-by-profile with --dynamic-mig)" -}}
+{{- end -}}
 {{- if not .Values.fakeMachine.name -}}
 {{- if .Values.fakeMachine.migConfig -}}
 {{- fail "fakeMachine.migConfig needs fakeMachine.name: a mig-parted config is applied to a fake machine only (serve refuses --mig-config without --nvml=fake); partition real GPUs with mig-parted or the GPU operator" -}}
