@@ -154,10 +154,23 @@ func moduleDirs(ctx context.Context, dir string, patchDirs []string) (map[string
 	return mods, nil
 }
 
-// prepareWorkspace makes dir hold src/<module dir> copies of mods with the patch applied and a
-// go.work that uses moduleDir and replaces the modules with them, unless its stamp says it does already. A workspace
-// left half-made by an interrupted run has no stamp and is made again from scratch.
+// prepareWorkspace makes dir hold src/<module dir> copies of mods with the patch applied
+// (unless its stamp says it does already) and a go.work that uses moduleDir and replaces the
+// modules with them. The go.work is written on every call: the cache outlives the checkout
+// that made it (CI's clean checkouts, worktrees), and a go.work naming a checkout that is gone
+// fails every build through it.
 func prepareWorkspace(ctx context.Context, out io.Writer, dir, moduleDir, patchFile string, patch []byte, mods map[string]module) error {
+	if err := prepareSources(ctx, out, dir, patchFile, patch, mods); err != nil {
+		return err
+	}
+	_ = os.Remove(filepath.Join(dir, "go.work"))
+	return writeGoWork(ctx, dir, moduleDir, mods)
+}
+
+// prepareSources makes dir hold src/<module dir> copies of mods with the patch applied, unless
+// its stamp says it does already. A workspace left half-made by an interrupted run has no stamp
+// and is made again from scratch.
+func prepareSources(ctx context.Context, out io.Writer, dir, patchFile string, patch []byte, mods map[string]module) error {
 	stamp := filepath.Join(dir, appliedStamp)
 	if got, err := os.ReadFile(stamp); err == nil && bytes.Equal(got, []byte(filepath.Base(dir))) {
 		return nil
@@ -178,10 +191,6 @@ func prepareWorkspace(ctx context.Context, out io.Writer, dir, moduleDir, patchF
 	apply.Dir, apply.Stdin = src, bytes.NewReader(patch)
 	if got, err := apply.CombinedOutput(); err != nil {
 		return fmt.Errorf("git apply %s in %s: %w\n%s", patchFile, src, err, got)
-	}
-	_ = os.Remove(filepath.Join(dir, "go.work"))
-	if err := writeGoWork(ctx, dir, moduleDir, mods); err != nil {
-		return err
 	}
 	// The stamp is written last: only a complete workspace has it.
 	if err := os.WriteFile(stamp, []byte(filepath.Base(dir)), 0o644); err != nil {

@@ -1,6 +1,12 @@
 package binaries
 
 import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -85,5 +91,50 @@ func TestPatchedSetKey(t *testing.T) {
 	}
 	if _, err := base.patchedSet("x.patch", nil, mods, []string{"kubectl"}); err == nil {
 		t.Error("a binary the Set does not have was accepted")
+	}
+}
+
+// TestWorkspaceFollowsTheCheckout: the patched sources are made once, but the workspace's
+// go.work names the checkout of the latest call: the cache outlives checkouts, and a go.work
+// naming one that is gone failed every build through it (upstream's scheduler_perf after a
+// worktree was removed).
+func TestWorkspaceFollowsTheCheckout(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git apply needs git")
+	}
+	tmp := t.TempDir()
+	write := func(path, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(tmp, "modcache", "go.mod"), "module example.com/kube\n\ngo 1.26\n")
+	write(filepath.Join(tmp, "modcache", "x.go"), "package kube\n")
+	for _, c := range []string{"checkout-1", "checkout-2"} {
+		write(filepath.Join(tmp, c, "go.mod"), "module example.com/e2e\n\ngo 1.26\n")
+	}
+	mods := map[string]module{"kube": {Path: "example.com/kube", Version: "v0.0.1", Dir: filepath.Join(tmp, "modcache")}}
+	patch := []byte("--- a/kube/x.go\n+++ b/kube/x.go\n@@ -1 +1,2 @@\n package kube\n+// patched\n")
+	ws := filepath.Join(tmp, "k8s-v0-patch-p-0123456789ab")
+	for _, c := range []string{"checkout-1", "checkout-2"} {
+		moduleDir := filepath.Join(tmp, c)
+		if err := prepareWorkspace(context.Background(), io.Discard, ws, moduleDir, "p.patch", patch, mods); err != nil {
+			t.Fatalf("prepareWorkspace from %s: %v", c, err)
+		}
+		work, err := os.ReadFile(filepath.Join(ws, "go.work"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(work), "use "+moduleDir+"\n") {
+			t.Errorf("after a call from %s the go.work reads:\n%s\nwant it to use %s", c, work, moduleDir)
+		}
+		src, err := os.ReadFile(filepath.Join(ws, "src", "kube", "x.go"))
+		if err != nil || string(src) != "package kube\n// patched\n" {
+			t.Errorf("patched source after a call from %s: %q, %v", c, src, err)
+		}
 	}
 }
