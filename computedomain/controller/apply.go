@@ -24,13 +24,8 @@ import (
 func (r *Reconciler) ensureTemplate(ctx context.Context, cd *cdv1beta1.ComputeDomain, want *resourcev1.ResourceClaimTemplate) error {
 	logger := klog.FromContext(ctx).WithValues("resourceClaimTemplate", klog.KObj(want))
 	got := &resourcev1.ResourceClaimTemplate{}
-	err := r.client.Get(ctx, client.ObjectKeyFromObject(want), got)
-	switch {
-	case apierrors.IsNotFound(err):
-		logger.V(2).Info("Creating the claim template")
-		return createObject(ctx, r.client, "ResourceClaimTemplate", want)
-	case err != nil:
-		return fmt.Errorf("get ResourceClaimTemplate %s: %w", klog.KObj(want), err)
+	if created, err := r.getOrCreate(ctx, "ResourceClaimTemplate", want, got); err != nil || created {
+		return err
 	}
 	if err := checkController(got, want, cd); err != nil {
 		return err
@@ -57,13 +52,8 @@ func (r *Reconciler) ensureTemplate(ctx context.Context, cd *cdv1beta1.ComputeDo
 func (r *Reconciler) ensureDaemonSet(ctx context.Context, want *appsv1.DaemonSet) error {
 	logger := klog.FromContext(ctx).WithValues("daemonSet", klog.KObj(want))
 	got := &appsv1.DaemonSet{}
-	err := r.client.Get(ctx, client.ObjectKeyFromObject(want), got)
-	switch {
-	case apierrors.IsNotFound(err):
-		logger.V(2).Info("Creating the daemon DaemonSet")
-		return createObject(ctx, r.client, "DaemonSet", want)
-	case err != nil:
-		return fmt.Errorf("get DaemonSet %s: %w", klog.KObj(want), err)
+	if created, err := r.getOrCreate(ctx, "DaemonSet", want, got); err != nil || created {
+		return err
 	}
 	metaChanged := putBackMeta(&got.ObjectMeta, &want.ObjectMeta)
 	if !metaChanged && samePodShape(&want.Spec.Template.Spec, &got.Spec.Template.Spec) && equality.Semantic.DeepDerivative(want.Spec, got.Spec) {
@@ -76,6 +66,33 @@ func (r *Reconciler) ensureDaemonSet(ctx context.Context, want *appsv1.DaemonSet
 		return fmt.Errorf("update DaemonSet %s: %w", klog.KObj(got), err)
 	}
 	return nil
+}
+
+// getOrCreate reads want's object, of kind, into got, or creates want where there is none and
+// says so. The manager's cache holds only the objects that carry NodeLabel (CacheByObject): one
+// whose label was removed is missing from it, so creating it fails with AlreadyExists, and it
+// is read from the API server (WithUncachedReader) for the caller to put back.
+func (r *Reconciler) getOrCreate(ctx context.Context, kind string, want, got client.Object) (bool, error) {
+	key := client.ObjectKeyFromObject(want)
+	err := r.client.Get(ctx, key, got)
+	switch {
+	case err == nil:
+		return false, nil
+	case !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("get %s %s: %w", kind, klog.KObj(want), err)
+	}
+	klog.FromContext(ctx).V(2).Info("Creating an object of the domain", "kind", kind, "object", klog.KObj(want))
+	err = r.client.Create(ctx, want)
+	switch {
+	case err == nil:
+		return true, nil
+	case !apierrors.IsAlreadyExists(err):
+		return false, fmt.Errorf("create %s %s: %w", kind, klog.KObj(want), err)
+	}
+	if err := r.reader.Get(ctx, key, got); err != nil {
+		return false, fmt.Errorf("get %s %s from the API server (it exists, but not in the cache of labelled objects): %w", kind, klog.KObj(want), err)
+	}
+	return false, nil
 }
 
 // createObject creates obj, of kind; one created meanwhile fails it, for the next reconcile

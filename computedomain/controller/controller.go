@@ -50,6 +50,7 @@ var (
 type Reconciler struct {
 	pins          pins
 	client        client.Client
+	reader        client.Reader
 	recorder      EventRecorder
 	namespace     string
 	podTemplate   corev1.PodTemplateSpec
@@ -86,6 +87,14 @@ func WithEventRecorder(rec EventRecorder) Option {
 	return func(r *Reconciler) { r.recorder = rec }
 }
 
+// WithUncachedReader sets a reader that asks the API server, not the manager's cache
+// (mgr.GetAPIReader()). The cache SetupWithManager callers configure with CacheByObject holds
+// only the DaemonSets and claim templates that carry NodeLabel; one whose label someone removed
+// is read through this reader to be put back. Default: the client New was given.
+func WithUncachedReader(rd client.Reader) Option {
+	return func(r *Reconciler) { r.reader = rd }
+}
+
 // WithNoCliqueRetry sets how long a domain that no clique has room for waits before the next
 // try (DefaultNoCliqueRetry).
 func WithNoCliqueRetry(d time.Duration) Option {
@@ -100,6 +109,7 @@ func New(c client.Client, opts ...Option) (*Reconciler, error) {
 		// The fields the controller writes are managed by Name (status: cliqueID, status,
 		// the nodes' indexes), beside the nodes' imex-daemon/<node> managers.
 		r.client = client.WithFieldOwner(c, Name)
+		r.reader = c
 	}
 	for _, o := range opts {
 		o(r)
@@ -114,6 +124,9 @@ func New(c client.Client, opts ...Option) (*Reconciler, error) {
 func (r *Reconciler) validate() error {
 	if r.client == nil {
 		return errors.New("no API client")
+	}
+	if r.reader == nil {
+		return errors.New("no uncached reader (WithUncachedReader(nil))")
 	}
 	if errs := validation.IsDNS1123Label(r.namespace); len(errs) > 0 {
 		return fmt.Errorf("driver namespace %q (WithDriverNamespace) is not a namespace name: %v", r.namespace, errs)

@@ -14,7 +14,8 @@
 //	r, err := controller.New(mgr.GetClient(),
 //		controller.WithDriverNamespace("nvidia-dra-driver"),
 //		controller.WithDaemonPodTemplate(imexDaemonPod), // image, command, service account, tolerations
-//		controller.WithEventRecorder(mgr.GetEventRecorder(controller.Name)))
+//		controller.WithEventRecorder(mgr.GetEventRecorder(controller.Name)),
+//		controller.WithUncachedReader(mgr.GetAPIReader()))
 //	if err == nil { err = r.SetupWithManager(mgr) }
 //	err = mgr.Start(ctx)
 //

@@ -8,10 +8,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/ktesting"
@@ -76,6 +79,38 @@ func newEnv(t *testing.T, funcs *interceptor.Funcs, objs ...client.Object) *test
 	}
 	_, ctx := ktesting.NewTestContext(t)
 	return &testEnv{t: t, ctx: ctx, client: c, recorder: rec, ctrl: r}
+}
+
+// useCacheLike gives e a controller whose client answers Get as the manager's cache that
+// CacheByObject configures does (claim templates and DaemonSets without NodeLabel are not
+// found) and whose uncached reader is reader.
+func (e *testEnv) useCacheLike(reader client.Reader) {
+	e.t.Helper()
+	cached := interceptor.NewClient(e.client.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			var gr schema.GroupResource
+			switch obj.(type) {
+			case *resourcev1.ResourceClaimTemplate:
+				gr = resourcev1.Resource("resourceclaimtemplates")
+			case *appsv1.DaemonSet:
+				gr = appsv1.Resource("daemonsets")
+			default:
+				return nil
+			}
+			if obj.GetLabels()[domainLabel] == "" {
+				return apierrors.NewNotFound(gr, key.Name)
+			}
+			return nil
+		}})
+	r, err := New(cached, WithDriverNamespace(driverNS), WithDaemonPodTemplate(driverPod()), WithEventRecorder(e.recorder),
+		WithNoCliqueRetry(5*time.Second), WithUncachedReader(reader))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.ctrl = r
 }
 
 // reconcile reconciles the domain ns/name once and fails the test on an error.

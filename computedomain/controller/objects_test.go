@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -238,6 +239,34 @@ func TestPutBack(t *testing.T) {
 			e := shapeEnv(t)
 			e.reconcile("team-a", "training")
 			if err := e.client.Update(e.ctx, tt.edit(e)); err != nil {
+				t.Fatal(err)
+			}
+			e.reconcile("team-a", "training")
+			checkShapes(t, e)
+		})
+	}
+}
+
+// cacheLikeEnv is shapeEnv with a controller that reads as through the manager's cache
+// (useCacheLike).
+func cacheLikeEnv(t *testing.T) *testEnv {
+	e := shapeEnv(t)
+	e.useCacheLike(e.client)
+	return e
+}
+
+// TestPutBackUnlabelled: an object whose label was removed, so that the manager's cache no
+// longer holds it, is read from the API server and put back (it used to fail every reconcile
+// of its domain with AlreadyExists).
+func TestPutBackUnlabelled(t *testing.T) {
+	for _, obj := range []client.Object{contractChannelTemplate(), contractDaemonTemplate(), contractDaemonSet()} {
+		t.Run(fmt.Sprintf("%T %s", obj, obj.GetName()), func(t *testing.T) {
+			e := cacheLikeEnv(t)
+			e.reconcile("team-a", "training")
+			e.get(obj)
+			obj.SetLabels(nil)
+			obj.SetOwnerReferences(nil)
+			if err := e.client.Update(e.ctx, obj); err != nil {
 				t.Fatal(err)
 			}
 			e.reconcile("team-a", "training")

@@ -19,12 +19,14 @@ func Rules() []rbacv1.PolicyRule {
 		// (the OwnerReferencesPermissionEnforcement admission plugin asks for this).
 		{APIGroups: []string{cdv1beta1.GroupName}, Resources: []string{"computedomains/finalizers"}, Verbs: []string{"update"}},
 		// Makes, puts back (metadata: update; spec, immutable: delete and create) and removes
-		// the channel and daemon claim templates.
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaimtemplates"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
+		// the channel and daemon claim templates; reads one whose label was removed (so not
+		// in the cache) from the API server to put it back.
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaimtemplates"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		// Reads the cliques of the nodes from the driver's published channel devices.
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list", "watch"}},
-		// Makes, puts back and removes the daemon DaemonSets.
-		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
+		// Makes, puts back and removes the daemon DaemonSets; reads one whose label was removed
+		// from the API server to put it back.
+		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		// Finds the nodes that run a daemon pod of a domain (pruning).
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
 		// Finds the nodes whose channel a claim of a domain holds (node labels).

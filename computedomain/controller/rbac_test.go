@@ -111,6 +111,13 @@ func TestRules(t *testing.T) {
 		newNode("a-0"), newSlice("a-0", cliqueA), newNode("a-1"), newSlice("a-1", cliqueA),
 		daemonPod(shapeUID, "a-0", "Running"))
 	rec.scheme = e.client.Scheme()
+	// The controller reads through a cache of labelled objects, and the rest from the API
+	// server (get).
+	e.useCacheLike(interceptor.NewClient(e.client.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			rec.record(t, obj, "", "get")
+			return cl.Get(ctx, key, obj, opts...)
+		}}))
 	step := func(do func()) {
 		rec.mu.Lock()
 		rec.on = true
@@ -129,6 +136,7 @@ func TestRules(t *testing.T) {
 	channel.Labels = nil
 	daemon.Spec.Spec.Devices.Requests[0].Exactly.DeviceClassName = "x"
 	ds.Spec.Template.Spec.Containers[0].Image = "x"
+	ds.Labels = nil
 	for _, obj := range []client.Object{channel, daemon, ds} {
 		if err := e.client.Update(e.ctx, obj); err != nil {
 			t.Fatal(err)
@@ -165,11 +173,13 @@ func TestRules(t *testing.T) {
 	if extra := sets.List(granted().Difference(need)); len(extra) > 0 {
 		t.Errorf("Rules grants what the controller does not use: %q", extra)
 	}
-	// Every write the controller makes went through the recorder: the scenario covered them.
+	// Every write the controller makes, and every read past the cache, went through the
+	// recorder: the scenario covered them.
 	wantWrites := []string{
 		" nodes patch",
-		"apps daemonsets create", "apps daemonsets delete", "apps daemonsets update",
-		"resource.k8s.io resourceclaimtemplates create", "resource.k8s.io resourceclaimtemplates delete", "resource.k8s.io resourceclaimtemplates update",
+		"apps daemonsets create", "apps daemonsets delete", "apps daemonsets get", "apps daemonsets update",
+		"resource.k8s.io resourceclaimtemplates create", "resource.k8s.io resourceclaimtemplates delete",
+		"resource.k8s.io resourceclaimtemplates get", "resource.k8s.io resourceclaimtemplates update",
 		"resource.nvidia.com computedomains patch", "resource.nvidia.com computedomains/status update",
 	}
 	var writes []string

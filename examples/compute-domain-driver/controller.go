@@ -86,7 +86,8 @@ func (o *controllerOptions) run(ctx context.Context) error {
 	r, err := controller.New(mgr.GetClient(),
 		controller.WithDriverNamespace(o.namespace),
 		controller.WithDaemonPodTemplate(o.daemonPod()),
-		controller.WithEventRecorder(mgr.GetEventRecorder(controller.Name)))
+		controller.WithEventRecorder(mgr.GetEventRecorder(controller.Name)),
+		controller.WithUncachedReader(mgr.GetAPIReader()))
 	if err != nil {
 		return &usageError{err: err}
 	}

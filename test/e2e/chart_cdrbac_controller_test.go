@@ -166,7 +166,7 @@ func (w *cdCtlWork) run(ctx context.Context, v cdCtlVariant) error {
 	}
 	w.t.Cleanup(w.cleanup)
 	steps := []func(context.Context) error{w.leads, w.createDomain, w.makesObjects, w.putsBackTemplate,
-		w.replacesTemplate, w.putsBackDaemonSet, w.labelsNodes, w.reportsNoClique, w.deletes, w.noForbiddenCalls}
+		w.replacesTemplate, w.putsBackDaemonSet, w.putsBackDaemonSetLabel, w.labelsNodes, w.reportsNoClique, w.deletes, w.noForbiddenCalls}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
@@ -293,17 +293,18 @@ func (w *cdCtlWork) makesObjects(ctx context.Context) error {
 	})
 }
 
-// putsBackTemplate: a channel template whose owner reference was removed gets it back
-// (update). (Its label it cannot put back: the controller's cache holds only labelled
-// templates.)
+// putsBackTemplate: a channel template whose owner reference and label were removed gets them
+// back (update). Without its label it is not in the controller's cache, whose create then
+// fails, so the controller reads it from the API server (get).
 func (w *cdCtlWork) putsBackTemplate(ctx context.Context) error {
-	p := []byte(`{"metadata":{"ownerReferences":null}}`)
+	p := []byte(`{"metadata":{"ownerReferences":null,"labels":null}}`)
 	if _, err := suite.Client.ResourceV1().ResourceClaimTemplates(w.ns).Patch(ctx, "domain-channel", types.MergePatchType, p, metav1.PatchOptions{}); err != nil {
 		w.t.Fatal(err)
 	}
-	return w.poll(ctx, "put back the channel template's owner", func(ctx context.Context) (bool, error) {
+	return w.poll(ctx, "put back the channel template's owner and label", func(ctx context.Context) (bool, error) {
 		tmpl, err := suite.Client.ResourceV1().ResourceClaimTemplates(w.ns).Get(ctx, "domain-channel", metav1.GetOptions{})
-		return err == nil && len(tmpl.OwnerReferences) == 1 && tmpl.OwnerReferences[0].UID == w.domain.UID, nil
+		return err == nil && len(tmpl.OwnerReferences) == 1 && tmpl.OwnerReferences[0].UID == w.domain.UID &&
+			tmpl.Labels[computedomain.NodeLabel] == string(w.domain.UID), nil
 	})
 }
 
@@ -354,6 +355,19 @@ func (w *cdCtlWork) putsBackDaemonSet(ctx context.Context) error {
 	return w.poll(ctx, "put back the DaemonSet's image", func(ctx context.Context) (bool, error) {
 		ds, err := dsc.Get(ctx, w.daemonName(), metav1.GetOptions{})
 		return err == nil && ds.Spec.Template.Spec.Containers[0].Image == want && ds.Generation > 1, nil
+	})
+}
+
+// putsBackDaemonSetLabel: a DaemonSet whose labels were removed (so it left the controller's
+// cache) is read from the API server (get) and gets its label back (update).
+func (w *cdCtlWork) putsBackDaemonSetLabel(ctx context.Context) error {
+	dsc := suite.Client.AppsV1().DaemonSets(w.ns)
+	if _, err := dsc.Patch(ctx, w.daemonName(), types.MergePatchType, []byte(`{"metadata":{"labels":null}}`), metav1.PatchOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+	return w.poll(ctx, "put back the DaemonSet's label", func(ctx context.Context) (bool, error) {
+		ds, err := dsc.Get(ctx, w.daemonName(), metav1.GetOptions{})
+		return err == nil && ds.Labels[computedomain.NodeLabel] == string(w.domain.UID), nil
 	})
 }
 
