@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -41,5 +43,39 @@ func TestDaemonPod(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("IMEX daemon pod (-want +got):\n%s", diff)
+	}
+}
+
+// TestDaemonPodPull: --daemon-image-pull-secrets and --daemon-image-pull-policy reach the IMEX
+// daemon pods; a Secret name or policy Kubernetes would refuse is a usage error naming the flag.
+func TestDaemonPodPull(t *testing.T) {
+	o := &controllerOptions{daemonImage: "registry.example.com/driver:1", daemonServiceAccount: "sa",
+		daemonPullSecrets: []string{"registry-a", "registry-b"}, daemonPullPolicy: "Always"}
+	if err := o.validatePull(); err != nil {
+		t.Fatal(err)
+	}
+	spec := o.daemonPod().Spec
+	type view struct {
+		Secrets []corev1.LocalObjectReference
+		Policy  corev1.PullPolicy
+	}
+	want := view{[]corev1.LocalObjectReference{{Name: "registry-a"}, {Name: "registry-b"}}, corev1.PullAlways}
+	if diff := cmp.Diff(want, view{spec.ImagePullSecrets, spec.Containers[0].ImagePullPolicy}); diff != "" {
+		t.Errorf("daemon pod pull settings (-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct {
+		secrets []string
+		policy  string
+		want    string
+	}{
+		{[]string{"Registry_A"}, "", "--daemon-image-pull-secrets: \"Registry_A\" is not a Secret name"},
+		{nil, "Sometimes", "--daemon-image-pull-policy=\"Sometimes\": want Always, IfNotPresent or Never"},
+	} {
+		o := &controllerOptions{daemonPullSecrets: tc.secrets, daemonPullPolicy: tc.policy}
+		err := o.validatePull()
+		var usage *usageError
+		if !errors.As(err, &usage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("secrets %q, policy %q: %v, want a usage error containing %q", tc.secrets, tc.policy, err, tc.want)
+		}
 	}
 }

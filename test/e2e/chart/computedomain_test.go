@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -103,5 +104,39 @@ func TestComputeDomainPluginRunsAsRoot(t *testing.T) {
 	sc := plugin.Containers[0].SecurityContext
 	if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0 {
 		t.Errorf("ComputeDomain plugin container securityContext %+v, want runAsUser 0", sc)
+	}
+}
+
+// TestComputeDomainDaemonsPullAsTheController: the controller gives the IMEX daemon pods it
+// makes the chart's image pull secrets and pull policy, so that daemons pull the driver's image
+// from a private registry as the chart's own pods do.
+func TestComputeDomainDaemonsPullAsTheController(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		vals map[string]any
+		want []string
+	}{
+		{"defaults", nil, []string{"--daemon-image-pull-policy=IfNotPresent"}},
+		{"secrets-and-policy", map[string]any{
+			"image":            map[string]any{"pullPolicy": "Always"},
+			"imagePullSecrets": []any{map[string]any{"name": "registry-a"}, map[string]any{"name": "registry-b"}}},
+			[]string{"--daemon-image-pull-policy=Always", "--daemon-image-pull-secrets=registry-a,registry-b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vals := map[string]any{"computeDomains": map[string]any{"enabled": true}}
+			for k, v := range tc.vals {
+				vals[k] = v
+			}
+			controller, _ := computeDomainPods(t, render(t, kubeVersion, vals))
+			var got []string
+			for _, a := range controller.Containers[0].Args {
+				if strings.HasPrefix(a, "--daemon-image-pull-") {
+					got = append(got, a)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("the controller's pull arguments (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
