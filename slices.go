@@ -238,10 +238,6 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 	// Counter sets and dynamic partitions follow the GPUs' index order; the GPUs' own devices
 	// are published in gpuOrder.
 	var dyns []*dynamicMIG
-	type gpuPublished struct {
-		devs []resourceapi.Device
-		refs []PublishedDevice
-	}
 	perGPU := make([]gpuPublished, len(inv.GPUs))
 	vfios := make([]*vfioDevice, len(inv.GPUs))
 	for i := range inv.GPUs {
@@ -261,18 +257,7 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 		perGPU[i] = gpuPublished{devs, refs}
 	}
 	addGPUs := func() error {
-		var order []ownedDevice
-		for _, i := range b.gpuOrder(inv) {
-			g := &inv.GPUs[i]
-			owner := fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID)
-			for k, d := range perGPU[i].devs {
-				order = append(order, ownedDevice{d, perGPU[i].refs[k], owner})
-			}
-		}
-		if b.migByProfile {
-			groupMIGByProfile(order)
-		}
-		for _, o := range order {
+		for _, o := range b.gpuDevicesInOrder(inv, perGPU) {
 			if err := add(o.device, o.ref, o.owner); err != nil {
 				return err
 			}
@@ -300,6 +285,30 @@ func (b *Builder) build(inv *gpu.Inventory) (*published, error) {
 		return nil, err
 	}
 	return pub, nil
+}
+
+// gpuPublished are the devices one GPU publishes itself (gpuDevices) and what each is.
+type gpuPublished struct {
+	devs []resourceapi.Device
+	refs []PublishedDevice
+}
+
+// gpuDevicesInOrder lists the GPUs' own devices (full GPUs, static MIG devices) in publishing
+// order: GPU by GPU in gpuOrder, each GPU's devices in their order, or, with
+// WithMIGDevicesByProfile, the MIG devices grouped by profile after the full GPUs.
+func (b *Builder) gpuDevicesInOrder(inv *gpu.Inventory, perGPU []gpuPublished) []ownedDevice {
+	var order []ownedDevice
+	for _, i := range b.gpuOrder(inv) {
+		g := &inv.GPUs[i]
+		owner := fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID)
+		for k, d := range perGPU[i].devs {
+			order = append(order, ownedDevice{d, perGPU[i].refs[k], owner})
+		}
+	}
+	if b.migByProfile {
+		groupMIGByProfile(order)
+	}
+	return order
 }
 
 // gpuDevices returns the devices one GPU publishes in GPU order (the full GPU, static MIG
