@@ -42,6 +42,10 @@ const (
 	DefaultReadyPoll = time.Second
 	// DefaultReadyTimeout bounds one nvidia-imex-ctl query.
 	DefaultReadyTimeout = 5 * time.Second
+	// DefaultReadyFailureThreshold is how many queries in a row must fail (not READY, an error
+	// or a timeout) before a ready nvidia-imex counts as not ready, as the default
+	// failureThreshold of a Kubernetes probe.
+	DefaultReadyFailureThreshold = 3
 )
 
 // State is what a Supervisor reports about its nvidia-imex.
@@ -51,7 +55,8 @@ type State struct {
 	// PID is the running process's ID (0 when none runs).
 	PID int
 	// Ready is true once nvidia-imex-ctl answered ReadyAnswer for the running process, until
-	// the process ends or a query says otherwise.
+	// the process ends or the failure threshold of queries in a row say otherwise
+	// (WithReadyFailureThreshold).
 	Ready bool
 	// Starts counts the processes started.
 	Starts int
@@ -78,6 +83,7 @@ type Supervisor struct {
 	initial, max, reset time.Duration
 	grace               time.Duration
 	poll, queryTimeout  time.Duration
+	failureThreshold    int
 	output              io.Writer
 	restart, changed    chan struct{}
 	mu                  sync.Mutex
@@ -104,6 +110,14 @@ func WithReadyPoll(interval, timeout time.Duration) SupervisorOption {
 	return func(s *Supervisor) { s.poll, s.queryTimeout = interval, timeout }
 }
 
+// WithReadyFailureThreshold sets how many queries in a row must fail before a ready
+// nvidia-imex counts as not ready (DefaultReadyFailureThreshold; 1 turns it not ready on the
+// first failure). One nvidia-imex-ctl that times out or cannot connect once, on a loaded node,
+// then does not make the node NotReady for its domain. A process that ends is not ready at once.
+func WithReadyFailureThreshold(n int) SupervisorOption {
+	return func(s *Supervisor) { s.failureThreshold = max(n, 1) }
+}
+
 // WithOutput sends nvidia-imex's standard output and error to w (this process's standard
 // error by default: the daemon container's log).
 func WithOutput(w io.Writer) SupervisorOption { return func(s *Supervisor) { s.output = w } }
@@ -114,8 +128,9 @@ func NewSupervisor(configPath string, opts ...SupervisorOption) *Supervisor {
 		config: configPath, root: "/",
 		initial: DefaultBackoffInitial, max: DefaultBackoffMax, reset: DefaultBackoffReset,
 		grace: DefaultStopGrace, poll: DefaultReadyPoll, queryTimeout: DefaultReadyTimeout,
-		output:  os.Stderr,
-		restart: make(chan struct{}, 1), changed: make(chan struct{}, 1),
+		failureThreshold: DefaultReadyFailureThreshold,
+		output:           os.Stderr,
+		restart:          make(chan struct{}, 1), changed: make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(s)
@@ -243,6 +258,7 @@ func (s *Supervisor) watch(procCtx, ctx context.Context, stop context.CancelFunc
 	tick := time.NewTicker(s.poll)
 	defer tick.Stop()
 	var answer chan bool // the query in flight, nil when none
+	failures := 0        // queries in a row that did not say READY
 	for {
 		select {
 		case err := <-done:
@@ -261,7 +277,12 @@ func (s *Supervisor) watch(procCtx, ctx context.Context, stop context.CancelFunc
 			}
 		case ready := <-answer:
 			answer = nil
-			s.update(func(st *State) { st.Ready = ready })
+			if ready {
+				failures = 0
+			} else {
+				failures++
+			}
+			s.update(func(st *State) { st.Ready = ready || st.Ready && failures < s.failureThreshold })
 		}
 	}
 }

@@ -27,6 +27,7 @@ func TestSupervisor(t *testing.T) {
 		{"bad config", testBadConfig},
 		{"missing binary", testMissingBinary},
 		{"never ready", testNeverReady},
+		{"ready failure threshold", testReadyFailureThreshold},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, root) })
 	}
@@ -260,5 +261,56 @@ func testNeverReady(t *testing.T, root string) {
 			t.Fatalf("state %+v, want running and not ready", st)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testReadyFailureThreshold: a ready nvidia-imex stays ready through fewer failed queries in a
+// row than the threshold (the state does not change at all), turns not ready at the threshold,
+// and is ready again with the next READY, which also starts the count afresh.
+func testReadyFailureThreshold(t *testing.T, root string) {
+	c := newIMEXDir(t)
+	s := imex.NewSupervisor(c.ConfigPath(), fastSupervisor(root, imex.WithReadyFailureThreshold(3))...)
+	runSupervisor(t, s)
+	waitFor(t, 10*time.Second, "nvidia-imex to be ready", func() bool { return s.State().Ready })
+	ready := s.State()
+	staysReadyThrough2Failures(t, s, c.Dir)
+	if err := imextest.FailQueries(c.Dir, 1000); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "nvidia-imex to be not ready after failed queries", func() bool { return !s.State().Ready })
+	if st := s.State(); !st.Running || st.PID != ready.PID {
+		t.Errorf("state %+v: failed queries must not stop or restart nvidia-imex (pid %d)", st, ready.PID)
+	}
+	if err := imextest.FailQueries(c.Dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "nvidia-imex to be ready again", func() bool { return s.State().Ready })
+	staysReadyThrough2Failures(t, s, c.Dir)
+}
+
+// staysReadyThrough2Failures makes the next 2 queries fail, waits until they were made and two
+// more polls passed, and fails the test if s's state changed meanwhile.
+func staysReadyThrough2Failures(t *testing.T, s *imex.Supervisor, dir string) {
+	t.Helper()
+	before := s.State()
+	select {
+	case <-s.Changed():
+	default:
+	}
+	if err := imextest.FailQueries(dir, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the failed queries to be made", func() bool {
+		left, err := imextest.QueriesToFail(dir)
+		return err == nil && left == 0
+	})
+	time.Sleep(60 * time.Millisecond) // two more polls of 20 ms
+	select {
+	case <-s.Changed():
+		t.Errorf("the state changed through 2 failed queries (threshold 3): %+v, was %+v", s.State(), before)
+	default:
+	}
+	if st := s.State(); st != before {
+		t.Errorf("after 2 failed queries the state is %+v, want %+v", st, before)
 	}
 }

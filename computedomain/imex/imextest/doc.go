@@ -25,7 +25,8 @@
 // Only query mode: `nvidia-imex-ctl -q [-c CONFIG]` prints ReadyAnswer ("READY") and exits 0
 // when the recorded process is alive (not a zombie) and ready, prints "UNAVAILABLE" and exits 0
 // when it is alive and not ready, and exits 1 with a message when it is not running or the
-// config disables the command service.
+// config disables the command service. FailQueries makes the next n queries exit 1 as if
+// nvidia-imex did not answer (QueryFailuresFile, read at each query).
 //
 // # Limits
 //

@@ -19,6 +19,9 @@ const (
 	StateFile = "fakeimex-state.json"
 	// FaultsFile is where a test injects faults (Faults, JSON); each start of the fake reads it.
 	FaultsFile = "fakeimex-faults.json"
+	// QueryFailuresFile holds how many of the next nvidia-imex-ctl queries fail (FailQueries);
+	// each query reads it.
+	QueryFailuresFile = "fakeimex-query-failures"
 )
 
 // State is what the fake nvidia-imex records about itself, and what the fake nvidia-imex-ctl
@@ -91,6 +94,29 @@ func ClearFaults(dir string) error {
 		return err
 	}
 	return nil
+}
+
+// FailQueries makes the next n nvidia-imex-ctl queries in dir fail as they do when nvidia-imex
+// does not answer (exit status 1), whatever its state; 0 ends the failures.
+func FailQueries(dir string, n int) error {
+	return atomicfile.New().Write(filepath.Join(dir, QueryFailuresFile), []byte(strconv.Itoa(max(n, 0))), 0o644, atomicfile.ProcessCrash)
+}
+
+// QueriesToFail returns how many of the next nvidia-imex-ctl queries in dir fail (0 when none
+// were asked to).
+func QueriesToFail(dir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, QueryFailuresFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", filepath.Join(dir, QueryFailuresFile), err)
+	}
+	return n, nil
 }
 
 // ReadFaults returns the faults injected in dir (none when the file is missing).

@@ -168,7 +168,15 @@ func ctl(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fake nvidia-imex-ctl: the command service is disabled in %s (IMEX_CMD_ENABLED)\n", *cfgPath)
 		return 1
 	}
-	st, err := imextest.ReadState(filepath.Dir(*cfgPath))
+	dir := filepath.Dir(*cfgPath)
+	if n, err := imextest.QueriesToFail(dir); err != nil || n > 0 {
+		if err == nil {
+			err = imextest.FailQueries(dir, n-1)
+		}
+		fmt.Fprintf(stderr, "fake nvidia-imex-ctl: cannot connect to nvidia-imex on port %d: injected failure (%v)\n", cfg.CmdPort, err)
+		return 1
+	}
+	st, err := imextest.ReadState(dir)
 	if err != nil || !imextest.Alive(st.PID) {
 		fmt.Fprintf(stderr, "fake nvidia-imex-ctl: cannot connect to nvidia-imex on port %d: not running\n", cfg.CmdPort)
 		return 1
