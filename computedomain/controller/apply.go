@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpudra/gpudra/computedomain"
 	cdv1beta1 "github.com/gpudra/gpudra/computedomain/v1beta1"
 )
 
@@ -24,7 +25,7 @@ import (
 func (r *Reconciler) ensureTemplate(ctx context.Context, cd *cdv1beta1.ComputeDomain, want *resourcev1.ResourceClaimTemplate) error {
 	logger := klog.FromContext(ctx).WithValues("resourceClaimTemplate", klog.KObj(want))
 	got := &resourcev1.ResourceClaimTemplate{}
-	if created, err := r.getOrCreate(ctx, "ResourceClaimTemplate", want, got); err != nil || created {
+	if created, err := r.getOrCreate(ctx, cd, "ResourceClaimTemplate", want, got); err != nil || created {
 		return err
 	}
 	if err := checkController(got, want, cd); err != nil {
@@ -49,10 +50,10 @@ func (r *Reconciler) ensureTemplate(ctx context.Context, cd *cdv1beta1.ComputeDo
 
 // ensureDaemonSet creates want, or puts an existing DaemonSet of its name back to it (every
 // field the controller sets; fields the API server defaults are kept).
-func (r *Reconciler) ensureDaemonSet(ctx context.Context, want *appsv1.DaemonSet) error {
+func (r *Reconciler) ensureDaemonSet(ctx context.Context, cd *cdv1beta1.ComputeDomain, want *appsv1.DaemonSet) error {
 	logger := klog.FromContext(ctx).WithValues("daemonSet", klog.KObj(want))
 	got := &appsv1.DaemonSet{}
-	if created, err := r.getOrCreate(ctx, "DaemonSet", want, got); err != nil || created {
+	if created, err := r.getOrCreate(ctx, cd, "DaemonSet", want, got); err != nil || created {
 		return err
 	}
 	metaChanged := putBackMeta(&got.ObjectMeta, &want.ObjectMeta)
@@ -71,8 +72,11 @@ func (r *Reconciler) ensureDaemonSet(ctx context.Context, want *appsv1.DaemonSet
 // getOrCreate reads want's object, of kind, into got, or creates want where there is none and
 // says so. The manager's cache holds only the objects that carry NodeLabel (CacheByObject): one
 // whose label was removed is missing from it, so creating it fails with AlreadyExists, and it
-// is read from the API server (WithUncachedReader) for the caller to put back.
-func (r *Reconciler) getOrCreate(ctx context.Context, kind string, want, got client.Object) (bool, error) {
+// is read from the API server (WithUncachedReader) for the caller to put back, if it is cd's:
+// cd controls it, or its name is one only cd's objects have (DaemonName). Another object of
+// that name, unlabelled and without a controller (a user's template in the way), is left alone
+// with an error: without the label or owner, nothing says it is the domain's.
+func (r *Reconciler) getOrCreate(ctx context.Context, cd *cdv1beta1.ComputeDomain, kind string, want, got client.Object) (bool, error) {
 	key := client.ObjectKeyFromObject(want)
 	err := r.client.Get(ctx, key, got)
 	switch {
@@ -91,6 +95,10 @@ func (r *Reconciler) getOrCreate(ctx context.Context, kind string, want, got cli
 	}
 	if err := r.reader.Get(ctx, key, got); err != nil {
 		return false, fmt.Errorf("get %s %s from the API server (it exists, but not in the cache of labelled objects): %w", kind, klog.KObj(want), err)
+	}
+	if metav1.GetControllerOfNoCopy(got) == nil && want.GetName() != DaemonName(string(cd.UID)) {
+		return false, fmt.Errorf("%s %s, which ComputeDomain %s needs, exists without the domain's label %s and without an owner, so nothing says it is the domain's: delete it or rename spec.channel.resourceClaimTemplate.name",
+			kind, klog.KObj(want), klog.KObj(cd), computedomain.NodeLabel)
 	}
 	return false, nil
 }

@@ -206,7 +206,7 @@ func (r *Reconciler) ensureObjects(ctx context.Context, cd *cdv1beta1.ComputeDom
 	if err := r.ensureTemplate(ctx, cd, daemonTemplate(cd, r.namespace)); err != nil {
 		return err
 	}
-	return r.ensureDaemonSet(ctx, daemonSet(cd, r.namespace, &r.podTemplate))
+	return r.ensureDaemonSet(ctx, cd, daemonSet(cd, r.namespace, &r.podTemplate))
 }
 
 // discardRecorder drops events: the recorder of a controller given none.

@@ -34,7 +34,10 @@
 //  3. makes, or puts back when edited, the channel ResourceClaimTemplate (when spec.channel is
 //     set; in D's namespace, owned by D) and, in the driver's namespace, the daemon
 //     ResourceClaimTemplate and DaemonSet computedomain-daemon-<u>. Every field the controller
-//     sets is put back; a template's spec (immutable) by deleting and creating it again;
+//     sets is put back; a template's spec (immutable) by deleting and creating it again. An
+//     object that lost its label (so the cache no longer holds it) is read from the API server
+//     and put back if D controls it or it is named after u; a channel template in the way
+//     that is neither labelled nor owned is left alone, with an error;
 //  4. labels computedomain.NodeLabel=<u> exactly the nodes whose channel the scheduler
 //     allocated to a claim of D (a claim in D's namespace whose ComputeDomainChannelConfig
 //     names u), which brings D's IMEX daemon pod to each node of the job as soon as the job's

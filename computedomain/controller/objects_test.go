@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,9 +12,11 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cdv1beta1 "github.com/gpudra/gpudra/computedomain/v1beta1"
 )
@@ -257,21 +260,53 @@ func cacheLikeEnv(t *testing.T) *testEnv {
 
 // TestPutBackUnlabelled: an object whose label was removed, so that the manager's cache no
 // longer holds it, is read from the API server and put back (it used to fail every reconcile
-// of its domain with AlreadyExists).
+// of its domain with AlreadyExists): the channel template while the domain still owns it, the
+// daemon objects (named after the domain's UID) also without an owner.
 func TestPutBackUnlabelled(t *testing.T) {
-	for _, obj := range []client.Object{contractChannelTemplate(), contractDaemonTemplate(), contractDaemonSet()} {
-		t.Run(fmt.Sprintf("%T %s", obj, obj.GetName()), func(t *testing.T) {
+	for _, tc := range []struct {
+		obj         client.Object
+		removeOwner bool
+	}{
+		{contractChannelTemplate(), false},
+		{contractDaemonTemplate(), true},
+		{contractDaemonSet(), true},
+	} {
+		t.Run(fmt.Sprintf("%T %s", tc.obj, tc.obj.GetName()), func(t *testing.T) {
 			e := cacheLikeEnv(t)
 			e.reconcile("team-a", "training")
-			e.get(obj)
-			obj.SetLabels(nil)
-			obj.SetOwnerReferences(nil)
-			if err := e.client.Update(e.ctx, obj); err != nil {
+			e.get(tc.obj)
+			tc.obj.SetLabels(nil)
+			if tc.removeOwner {
+				tc.obj.SetOwnerReferences(nil)
+			}
+			if err := e.client.Update(e.ctx, tc.obj); err != nil {
 				t.Fatal(err)
 			}
 			e.reconcile("team-a", "training")
 			checkShapes(t, e)
 		})
+	}
+}
+
+// TestLeavesAStrangersTemplate: a claim template of the channel template's name with neither
+// the domain's label nor an owner (a user's own) is not taken over: the reconcile fails naming
+// it and what to do, and the template is unchanged.
+func TestLeavesAStrangersTemplate(t *testing.T) {
+	e := cacheLikeEnv(t)
+	theirs := contractChannelTemplate()
+	theirs.Labels, theirs.OwnerReferences = nil, nil
+	theirs.Spec.Spec.Devices.Requests[0].Exactly.DeviceClassName = "gpu.nvidia.com"
+	if err := e.client.Create(e.ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.ctrl.Reconcile(e.ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "training"}})
+	if err == nil || !strings.Contains(err.Error(), "team-a/training-channel") || !strings.Contains(err.Error(), "rename spec.channel.resourceClaimTemplate.name") {
+		t.Errorf("reconcile with a stranger's template in the way: %v, want an error naming it and what to do", err)
+	}
+	got := contractChannelTemplate()
+	e.get(got)
+	if diff := cmp.Diff(theirs, got, ignoreServerFields()); diff != "" {
+		t.Errorf("the stranger's template changed (-theirs +now):\n%s", diff)
 	}
 }
 

@@ -292,19 +292,28 @@ func (w *cdCtlWork) makesObjects(ctx context.Context) error {
 	})
 }
 
-// putsBackTemplate: a channel template whose owner reference and label were removed gets them
-// back (update). Without its label it is not in the controller's cache, whose create then
-// fails, so the controller reads it from the API server (get).
+// putsBackTemplate: a channel template whose owner reference was removed gets it back, and
+// then one whose label was removed gets that back (update). Without its label it is not in the
+// controller's cache, whose create then fails, so the controller reads it from the API server
+// (get).
 func (w *cdCtlWork) putsBackTemplate(ctx context.Context) error {
-	p := []byte(`{"metadata":{"ownerReferences":null,"labels":null}}`)
-	if _, err := suite.Client.ResourceV1().ResourceClaimTemplates(w.ns).Patch(ctx, "domain-channel", types.MergePatchType, p, metav1.PatchOptions{}); err != nil {
-		w.t.Fatal(err)
+	for _, edit := range []struct{ patch, what string }{
+		{`{"metadata":{"ownerReferences":null}}`, "owner"},
+		{`{"metadata":{"labels":null}}`, "label"},
+	} {
+		if _, err := suite.Client.ResourceV1().ResourceClaimTemplates(w.ns).Patch(ctx, "domain-channel", types.MergePatchType, []byte(edit.patch), metav1.PatchOptions{}); err != nil {
+			w.t.Fatal(err)
+		}
+		err := w.poll(ctx, "put back the channel template's "+edit.what, func(ctx context.Context) (bool, error) {
+			tmpl, err := suite.Client.ResourceV1().ResourceClaimTemplates(w.ns).Get(ctx, "domain-channel", metav1.GetOptions{})
+			return err == nil && len(tmpl.OwnerReferences) == 1 && tmpl.OwnerReferences[0].UID == w.domain.UID &&
+				tmpl.Labels[computedomain.NodeLabel] == string(w.domain.UID), nil
+		})
+		if err != nil {
+			return err
+		}
 	}
-	return w.poll(ctx, "put back the channel template's owner and label", func(ctx context.Context) (bool, error) {
-		tmpl, err := suite.Client.ResourceV1().ResourceClaimTemplates(w.ns).Get(ctx, "domain-channel", metav1.GetOptions{})
-		return err == nil && len(tmpl.OwnerReferences) == 1 && tmpl.OwnerReferences[0].UID == w.domain.UID &&
-			tmpl.Labels[computedomain.NodeLabel] == string(w.domain.UID), nil
-	})
+	return nil
 }
 
 // replacesTemplate: a daemon template with another spec (immutable) is replaced (delete,
