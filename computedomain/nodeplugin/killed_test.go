@@ -1,21 +1,12 @@
 package nodeplugin_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpudra/gpudra/computedomain"
 	"github.com/gpudra/gpudra/computedomain/nodeplugin"
@@ -31,16 +22,16 @@ import (
 // prepare changes the node (the daemon's directory and the plugin's record). The parent then
 // starts the plugin again on the same node directories, as a restarted pod does, and checks what
 // reconciliation and kubelet's retry leave.
-const (
-	killEnvDir = "CD_KILL_DIR" // the node directory; set in a child
-	killEnvOp  = "CD_KILL_OP"  // prepare or unprepare (after an undisturbed prepare)
-	killEnvAt  = "CD_KILL_AT"  // SIGKILL at the n-th crash point of the operation
-)
+var kill = exclusivetest.Kill{
+	Plugin: func(ctx context.Context, dir string, hooks testhooks.Hooks) (*exclusive.Plugin, error) {
+		p, _, err := killPlugin(ctx, dir, hooks)
+		return p, err
+	},
+	Claim: killClaim,
+}
 
 func TestMain(m *testing.M) {
-	if dir := os.Getenv(killEnvDir); dir != "" {
-		os.Exit(killChild(dir))
-	}
+	kill.Child()
 	os.Exit(m.Run())
 }
 
@@ -84,47 +75,6 @@ func killPlugin(ctx context.Context, dir string, hooks testhooks.Hooks) (*exclus
 	return p, node, err
 }
 
-// killChild runs the operation the environment names and kills its own process at the crash
-// point it names, printing each point it passes first. It returns (exit status 0) when the
-// operation passed fewer points.
-func killChild(dir string) int {
-	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 2 }
-	op := os.Getenv(killEnvOp)
-	at, err := strconv.Atoi(os.Getenv(killEnvAt))
-	if err != nil {
-		return fail(err)
-	}
-	armed, seen := op == "prepare", 0
-	hooks := testhooks.Hooks{AfterStep: func(point testhooks.CrashPoint, _ types.UID) error {
-		if !armed {
-			return nil
-		}
-		seen++
-		fmt.Println(point)
-		if seen == at {
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			time.Sleep(time.Minute) // the signal is on its way
-		}
-		return nil
-	}}
-	ctx := context.Background()
-	p, _, err := killPlugin(ctx, dir, hooks)
-	if err != nil {
-		return fail(err)
-	}
-	c := killClaim()
-	if _, err := kubelettest.Prepare(ctx, p, c); err != nil {
-		return fail(err)
-	}
-	if op == "unprepare" {
-		armed = true
-		if err := kubelettest.Unprepare(ctx, p, c); err != nil {
-			return fail(err)
-		}
-	}
-	return 0
-}
-
 // TestKilledAtEveryCrashPoint kills a daemon claim's prepare, then its unprepare, at every
 // crash point in turn (a real SIGKILL of the plugin process) and restarts the plugin on the
 // node: reconciliation leaves nothing of the claim (no spec, no record, no daemon directory,
@@ -132,32 +82,7 @@ func killChild(dir string) int {
 // all of it; kubelet's retry of the call that never answered leaves the node as the call would
 // have.
 func TestKilledAtEveryCrashPoint(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, op := range []string{"prepare", "unprepare"} {
-		for k := 1; ; k++ {
-			dir := t.TempDir()
-			cmd := exec.Command(exe, "-test.run=^$")
-			cmd.Env = append(os.Environ(), killEnvDir+"="+dir, killEnvOp+"="+op, killEnvAt+"="+strconv.Itoa(k))
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err == nil {
-				if k == 1 {
-					t.Fatalf("%s passed no crash point", op)
-				}
-				break // every point was tried
-			}
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-				t.Fatalf("%s, kill at crash point %d: child ended with %v, not SIGKILL: %s", op, k, err, stderr.String())
-			}
-			point := testhooks.CrashPoint(lastLine(out))
-			t.Run(fmt.Sprintf("%s/%d-%s", op, k, point), func(t *testing.T) { checkAfterKill(t, dir, op, point) })
-		}
-	}
+	kill.EveryCrashPoint(t, func(t *testing.T) string { return t.TempDir() }, checkAfterKill)
 }
 
 // checkAfterKill restarts the plugin on the node in dir, whose plugin was killed during op at
@@ -203,13 +128,4 @@ func checkAfterKill(t *testing.T, dir, op string, point testhooks.CrashPoint) {
 	if specs, dirs, records := traces(); len(specs)+len(dirs)+len(records) > 0 {
 		t.Fatalf("retried unprepare left: specs %v, daemon directories %v, records %v", specs, dirs, records)
 	}
-}
-
-// lastLine is the last line of out.
-func lastLine(out []byte) string {
-	var last string
-	for s := bufio.NewScanner(bytes.NewReader(out)); s.Scan(); {
-		last = s.Text()
-	}
-	return last
 }

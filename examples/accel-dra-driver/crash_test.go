@@ -1,16 +1,9 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"maps"
 	"os"
-	"os/exec"
-	"strconv"
-	"syscall"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -27,16 +20,10 @@ import (
 // accelerators' reservations live in files, as a kernel driver keeps them when the process
 // driving it dies; the parent then starts the plugin again on the same node, as a restarted
 // pod does, and checks what reconciliation and kubelet's retry leave.
-const (
-	crashEnvDir = "ACCEL_CRASH_DIR" // the node directory; set in a child
-	crashEnvOp  = "ACCEL_CRASH_OP"  // prepare or unprepare (after an undisturbed prepare)
-	crashEnvAt  = "ACCEL_CRASH_AT"  // SIGKILL at the n-th crash point of the operation
-)
+var crash = exclusivetest.Kill{Plugin: crashPlugin, Claim: crashClaim}
 
 func TestMain(m *testing.M) {
-	if dir := os.Getenv(crashEnvDir); dir != "" {
-		os.Exit(crashChild(dir))
-	}
+	crash.Child()
 	os.Exit(m.Run())
 }
 
@@ -50,62 +37,21 @@ func crashClaim() *resourceapi.ResourceClaim {
 	return c
 }
 
-// crashChild runs the operation the environment names and kills its own process at the crash
-// point it names, printing each point it passes first. It returns (exit status 0) when the
-// operation passed fewer points.
-func crashChild(dir string) int {
-	op := os.Getenv(crashEnvOp)
-	at, err := strconv.Atoi(os.Getenv(crashEnvAt))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
+// crashPlugin is the plugin serve builds on the node in dir, with hooks.
+func crashPlugin(ctx context.Context, dir string, hooks testhooks.Hooks) (*exclusive.Plugin, error) {
 	node, err := exclusivetest.NewNode(exclusivetest.WithDir(dir), exclusivetest.WithNodeName(testNode))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
+		return nil, err
 	}
-	o := onNode(node)
-	cfg, err := o.pluginConfig()
-	if err == nil {
-		cfg, err = node.Config(cfg)
-	}
+	cfg, err := onNode(node).pluginConfig()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
+		return nil, err
 	}
-	armed, seen := op == "prepare", 0
-	cfg.TestHooks.AfterStep = func(point testhooks.CrashPoint, _ types.UID) error {
-		if !armed {
-			return nil
-		}
-		seen++
-		fmt.Println(point)
-		if seen == at {
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // the signal is on its way
-		}
-		return nil
+	cfg.TestHooks = hooks
+	if cfg, err = node.Config(cfg); err != nil {
+		return nil, err
 	}
-	ctx := context.Background()
-	p, err := exclusive.New(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	c := crashClaim()
-	if _, err := kubelettest.Prepare(ctx, p, c); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	if op == "unprepare" {
-		armed = true
-		if err := kubelettest.Unprepare(ctx, p, c); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
-	}
-	return 0
+	return exclusive.New(ctx, cfg)
 }
 
 // TestKilledAtEveryCrashPoint kills prepare, then unprepare, at every crash point in turn and
@@ -114,34 +60,9 @@ func crashChild(dir string) int {
 // and then all of it; kubelet's retry of the call that never answered then leaves the node as
 // the call would have.
 func TestKilledAtEveryCrashPoint(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, op := range []string{"prepare", "unprepare"} {
-		for k := 1; ; k++ {
-			o := fakeNode(t, 2)
-			cmd := exec.Command(exe, "-test.run=^$")
-			cmd.Env = append(os.Environ(), crashEnvDir+"="+o.node.Dir, crashEnvOp+"="+op, crashEnvAt+"="+strconv.Itoa(k))
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err == nil {
-				if k == 1 {
-					t.Fatalf("%s passed no crash point", op)
-				}
-				break // every point was tried
-			}
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-				t.Fatalf("%s, kill at crash point %d: child ended with %v, not SIGKILL: %s", op, k, err, stderr.String())
-			}
-			point := lastLine(out)
-			t.Run(fmt.Sprintf("%s/%d-%s", op, k, point), func(t *testing.T) {
-				checkAfterKill(t, o, op, testhooks.CrashPoint(point))
-			})
-		}
-	}
+	var o *accelNode // the node of the kill being checked
+	crash.EveryCrashPoint(t, func(t *testing.T) string { o = fakeNode(t, 2); return o.node.Dir },
+		func(t *testing.T, _, op string, point testhooks.CrashPoint) { checkAfterKill(t, o, op, point) })
 }
 
 // checkAfterKill restarts the plugin on a node whose plugin was killed during op at point and
@@ -188,13 +109,4 @@ func checkAfterKill(t *testing.T, o *accelNode, op string, point testhooks.Crash
 	if specs, _ := cfg.CDIWriter.List(); o.owner(t, 0)+o.owner(t, 1) != "" || len(specs) > 0 {
 		t.Fatalf("retried unprepare left: reserved for %q and %q, specs %v", o.owner(t, 0), o.owner(t, 1), specs)
 	}
-}
-
-// lastLine is the last line of out.
-func lastLine(out []byte) string {
-	var last string
-	for s := bufio.NewScanner(bytes.NewReader(out)); s.Scan(); {
-		last = s.Text()
-	}
-	return last
 }

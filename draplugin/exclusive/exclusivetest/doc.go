@@ -40,8 +40,10 @@
 // testhooks.CrashAt returns hooks (exclusive.Config.TestHooks) that stop a prepare or an
 // unprepare at a chosen crash point, without any cleanup, as a crash would; a new plugin on the
 // same Node then sees what a restarted process would, and its Reconcile repairs the node. A
-// real process kill needs a child process: build the Node in it WithDir on the parent's
-// directory.
+// real process kill needs a child process: Kill re-executes the test binary on a node
+// directory (build the Node in it WithDir), SIGKILLs it at each crash point of a prepare and
+// of an unprepare in turn (Kill.EveryCrashPoint), and hands each killed node to the test's
+// check; Kill.Child, called first in TestMain, is the child's side.
 //
 // # What it does not model
 //
