@@ -397,25 +397,13 @@ func (w *cdRBACWork) prepareDaemon(ctx context.Context) error {
 // startDaemon starts the node's daemon as the daemon's account with the daemon claim's CDI
 // edits, and waits until it reported the node Ready (get computedomains, patch status).
 func (w *cdRBACWork) startDaemon(ctx context.Context) error {
-	spec, err := cdClaimSpec(w.node, w.claims[nodeplugin.DaemonDevice].UID)
+	cdiEnv, dir, err := daemonClaimEdits(w.node, string(w.claims[nodeplugin.DaemonDevice].UID))
 	if err != nil {
 		return err
 	}
-	env := []string{imex.EnvNodeName + "=" + w.node.name, imex.EnvPodIP + "=" + w.node.podIP,
+	env := append([]string{imex.EnvNodeName + "=" + w.node.name, imex.EnvPodIP + "=" + w.node.podIP,
 		imex.EnvDomainUID + "=" + string(w.domain.UID), imex.EnvDomainName + "=" + w.domain.Name,
-		imex.EnvDomainNamespace + "=" + w.domain.Namespace}
-	dir := ""
-	for _, dev := range spec.Devices {
-		env = append(env, dev.ContainerEdits.Env...)
-		for _, m := range dev.ContainerEdits.Mounts {
-			if m.ContainerPath == computedomain.DaemonConfigDir {
-				dir = m.HostPath
-			}
-		}
-	}
-	if dir == "" {
-		return fmt.Errorf("the daemon claim's CDI spec mounts nothing at %s", computedomain.DaemonConfigDir)
-	}
+		imex.EnvDomainNamespace + "=" + w.domain.Namespace}, cdiEnv...)
 	w.daemon, err = framework.StartProcess("daemon "+w.node.name, filepath.Join(w.env.dir, w.node.name, "daemon.log"), env, w.env.bin, "daemon",
 		"--kubeconfig="+w.kubeconfigs["daemon"], "--dir="+dir, "--driver-root="+w.env.driverRoot)
 	if err != nil {

@@ -367,22 +367,11 @@ func (r *cdRack) startDaemon(ctx context.Context, pod *corev1.Pod, n *cdNode) er
 	if err := fakekubelet.PrepareErrors(resp, err, claim); err != nil {
 		return err
 	}
-	spec, err := cdClaimSpec(n, claim.UID)
+	cdiEnv, dir, err := daemonClaimEdits(n, string(claim.UID))
 	if err != nil {
 		return err
 	}
-	env, dir := daemonEnv(pod, n), ""
-	for _, dev := range spec.Devices {
-		env = append(env, dev.ContainerEdits.Env...)
-		for _, m := range dev.ContainerEdits.Mounts {
-			if m.ContainerPath == computedomain.DaemonConfigDir {
-				dir = m.HostPath
-			}
-		}
-	}
-	if dir == "" {
-		return fmt.Errorf("claim %s: the CDI spec mounts nothing at %s", claim.Name, computedomain.DaemonConfigDir)
-	}
+	env := append(daemonEnv(pod, n), cdiEnv...)
 	d := &cdDaemon{pod: pod, node: n, claim: claim, dir: dir}
 	d.proc, err = framework.StartProcess("daemon "+n.name, filepath.Join(r.dir, n.name, "daemon.log"), env, r.bin, "daemon",
 		"--kubeconfig="+r.kubeconfig, "--dir="+dir, "--driver-root="+r.driverRoot)
@@ -491,6 +480,27 @@ func cdClaimSpec(n *cdNode, uid string) (*cdispecs.Spec, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return spec, nil
+}
+
+// daemonClaimEdits are what the CDI spec of the daemon claim uid on n gives the daemon's
+// container: its environment, and the host directory it mounts at DaemonConfigDir.
+func daemonClaimEdits(n *cdNode, uid string) (env []string, dir string, err error) {
+	spec, err := cdClaimSpec(n, uid)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, dev := range spec.Devices {
+		env = append(env, dev.ContainerEdits.Env...)
+		for _, m := range dev.ContainerEdits.Mounts {
+			if m.ContainerPath == computedomain.DaemonConfigDir {
+				dir = m.HostPath
+			}
+		}
+	}
+	if dir == "" {
+		return nil, "", fmt.Errorf("the CDI spec of daemon claim %s on %s mounts nothing at %s", uid, n.name, computedomain.DaemonConfigDir)
+	}
+	return env, dir, nil
 }
 
 // claimSpecPath is where the plugin of n writes the CDI spec of a claim.

@@ -397,16 +397,9 @@ func (s *Suite) waitComputeDomainGone(ctx context.Context, t *testing.T, daemon 
 // computeDomainSpecs lists the CDI spec files of the ComputeDomain driver on the node.
 func (s *Suite) computeDomainSpecs(t *testing.T) []string {
 	t.Helper()
-	entries, err := os.ReadDir(s.Node.CDIDir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join(s.Node.CDIDir, e.Name()))
-		if err == nil && strings.Contains(string(data), computedomain.DriverName) {
-			out = append(out, "CDI spec "+e.Name())
-		}
+	for _, name := range s.cdiSpecsOf(t, computedomain.DriverName) {
+		out = append(out, "CDI spec "+name)
 	}
 	return out
 }

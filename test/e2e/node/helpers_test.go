@@ -337,7 +337,8 @@ func (s *Suite) allocatedDevices(ctx context.Context, t *testing.T, pod *corev1.
 	return claim, devs
 }
 
-// cdiSpecsOf lists the CDI spec files in the node's CDI directory that name claim uid.
+// cdiSpecsOf lists the CDI spec files in the node's CDI directory that mention uid (a claim's
+// UID, or any text: a driver name).
 func (s *Suite) cdiSpecsOf(t *testing.T, uid string) []string {
 	t.Helper()
 	entries, err := os.ReadDir(s.Node.CDIDir)
