@@ -43,8 +43,8 @@
 //
 // # What it drives
 //
-// Small interfaces keep the host and the cluster replaceable: Fabric (TopologyFabric over
-// nvmltopology.Discover, on real NVML or a gputest machine), Domains (ClientDomains, a
+// Small interfaces keep the host and the cluster replaceable: Fabric (FabricFunc over
+// nvmltopology.GPUs, on real NVML or a gputest machine), Domains (ClientDomains, a
 // controller-runtime client) and ChannelDevices (HostChannels:
 // mknod under /dev with the major of /proc/devices). The package imports no NVML binding and
 // builds with CGO_ENABLED=0.
@@ -55,7 +55,7 @@
 //	c, err := client.New(restConfig, client.Options{Scheme: scheme})
 //	driver, err := nodeplugin.New(nodeplugin.Config{
 //		NodeName: node, StateDir: stateDir,
-//		Fabric:   nodeplugin.TopologyFabric(func(context.Context) (*topology.Topology, error) { return nvmltopology.Discover(lib) }),
+//		Fabric:   nodeplugin.FabricFunc(func(context.Context) ([]topology.GPU, error) { return nvmltopology.GPUs(lib) }),
 //		Domains:  nodeplugin.NewClientDomains(c),
 //		Channels: nodeplugin.NewHostChannels("", ""),
 //	})

@@ -20,23 +20,25 @@ type Fabric interface {
 	GPUs(ctx context.Context) ([]topology.GPU, error)
 }
 
-// TopologyFabric is a Fabric over topology discovery: wire nvmltopology.Discover on real NVML, or
-// on a gputest machine in tests, as
+// FabricFunc is a Fabric from a function: wire nvmltopology.GPUs on real NVML, or on a gputest
+// machine in tests, as
 //
-//	nodeplugin.TopologyFabric(func(context.Context) (*topology.Topology, error) { return nvmltopology.Discover(lib) })
+//	nodeplugin.FabricFunc(func(context.Context) ([]topology.GPU, error) { return nvmltopology.GPUs(lib) })
 //
-// The function keeps this package free of NVML's bindings (and of cgo).
-type TopologyFabric func(ctx context.Context) (*topology.Topology, error)
+// nvmltopology.GPUs reads each GPU's fabric membership and nothing of its NVLinks or PCIe
+// neighbours (nvmltopology.Discover would read those too, on every listing and prepare). The
+// function keeps this package free of NVML's bindings (and of cgo).
+type FabricFunc func(ctx context.Context) ([]topology.GPU, error)
 
-var _ Fabric = TopologyFabric(nil)
+var _ Fabric = FabricFunc(nil)
 
 // GPUs implements Fabric.
-func (f TopologyFabric) GPUs(ctx context.Context) ([]topology.GPU, error) {
-	t, err := f(ctx)
+func (f FabricFunc) GPUs(ctx context.Context) ([]topology.GPU, error) {
+	gpus, err := f(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("discover the GPUs' NVLink fabric: %w", err)
+		return nil, fmt.Errorf("read the GPUs' NVLink fabric: %w", err)
 	}
-	return t.GPUs, nil
+	return gpus, nil
 }
 
 // Clique returns the NVLink clique of a node whose GPUs are gpus (objects.Clique).

@@ -112,9 +112,7 @@ func newEnv(t *testing.T, ec envConfig) *env {
 	t.Cleanup(func() { _ = e.node.Close() })
 	e.driver, err = nodeplugin.New(nodeplugin.Config{
 		NodeName: n.Name, StateDir: e.node.StateDir,
-		Fabric: nodeplugin.TopologyFabric(func(context.Context) (*topology.Topology, error) {
-			return nvmltopology.Discover(machine, nvmltopology.WithoutSysfs())
-		}),
+		Fabric:  fabricOf(machine),
 		Domains: nodeplugin.NewClientDomains(c), Channels: e.channels,
 		ReadyTimeout: ec.ready, PollInterval: 10 * time.Millisecond, ChannelCount: 4,
 	})
@@ -221,9 +219,7 @@ func (e *env) leftovers() []string {
 	return out
 }
 
-// fabricOf is the Fabric of a gputest machine, through topology discovery as a driver wires it.
-func fabricOf(m *gputest.Machine) nodeplugin.TopologyFabric {
-	return func(context.Context) (*topology.Topology, error) {
-		return nvmltopology.Discover(m, nvmltopology.WithoutSysfs())
-	}
+// fabricOf is the Fabric of a gputest machine, read through NVML as a driver wires it.
+func fabricOf(m *gputest.Machine) nodeplugin.FabricFunc {
+	return func(context.Context) ([]topology.GPU, error) { return nvmltopology.GPUs(m) }
 }

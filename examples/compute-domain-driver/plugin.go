@@ -126,7 +126,6 @@ func (o *pluginOptions) run(ctx context.Context) error {
 // fabric returns the node's GPU fabric source and what closes NVML.
 func (o *pluginOptions) fabric() (nodeplugin.Fabric, func(), error) {
 	var sess *nvmlgpu.Session
-	var discover []nvmltopology.Option
 	switch o.nvml {
 	case "real":
 		if o.fakeClique != "" {
@@ -149,12 +148,11 @@ func (o *pluginOptions) fabric() (nodeplugin.Fabric, func(), error) {
 		if sess, err = nvmlgpu.Open(m); err != nil {
 			return nil, nil, err
 		}
-		discover = append(discover, nvmltopology.WithoutSysfs())
 	default:
 		return nil, nil, usageErrorf("--nvml %q: want real or fake", o.nvml)
 	}
 	lib := sess.Interface()
-	fabric := nodeplugin.TopologyFabric(func(context.Context) (*topology.Topology, error) { return nvmltopology.Discover(lib, discover...) })
+	fabric := nodeplugin.FabricFunc(func(context.Context) ([]topology.GPU, error) { return nvmltopology.GPUs(lib) })
 	return fabric, func() { _ = sess.Close() }, nil
 }
 

@@ -99,23 +99,13 @@ func Discover(lib nvml.Interface, opts ...Option) (*topology.Topology, error) {
 	for _, o := range opts {
 		o(&c)
 	}
-	n, ret := lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return nil, &Error{GPU: -1, Op: "DeviceGetCount", Return: ret}
+	gpus, devs, err := readGPUs(lib)
+	if err != nil {
+		return nil, err
 	}
-	t := &topology.Topology{GPUs: make([]topology.GPU, n), Links: make([][]topology.Link, n)}
-	devs := make([]nvml.Device, n)
+	n := len(gpus)
+	t := &topology.Topology{GPUs: gpus, Links: make([][]topology.Link, n)}
 	for i := range n {
-		d, ret := lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			return nil, &Error{GPU: i, Op: "DeviceGetHandleByIndex", Return: ret}
-		}
-		devs[i] = d
-		g, err := readGPU(i, d)
-		if err != nil {
-			return nil, err
-		}
-		t.GPUs[i] = g
 		t.Links[i] = make([]topology.Link, n)
 	}
 	byBus := make(map[string]int, n)
@@ -147,6 +137,40 @@ func Discover(lib nvml.Interface, opts ...Option) (*topology.Topology, error) {
 	assignRoots(t, c)
 	t.Domains = domains(t.GPUs)
 	return t, nil
+}
+
+// GPUs reads what Discover reads of each GPU alone, through lib (initialized, as for Discover):
+// UUID, PCI bus ID, NUMA node and NVLink fabric membership, with Discover's rules for
+// ERROR_NOT_SUPPORTED and errors. It reads no NVLink, no pair of GPUs and no sysfs: four NVML
+// calls a GPU, for callers that need only the fabric (a ComputeDomain plugin asks on every
+// listing and prepare). NVLinks, Peers and PCIeRoot stay unset.
+func GPUs(lib nvml.Interface) ([]topology.GPU, error) {
+	if lib == nil {
+		return nil, errors.New("topology: GPUs: nil nvml.Interface")
+	}
+	gpus, _, err := readGPUs(lib)
+	return gpus, err
+}
+
+// readGPUs reads every GPU (readGPU) and returns them with their handles.
+func readGPUs(lib nvml.Interface) ([]topology.GPU, []nvml.Device, error) {
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, nil, &Error{GPU: -1, Op: "DeviceGetCount", Return: ret}
+	}
+	gpus, devs := make([]topology.GPU, n), make([]nvml.Device, n)
+	for i := range n {
+		d, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, nil, &Error{GPU: i, Op: "DeviceGetHandleByIndex", Return: ret}
+		}
+		g, err := readGPU(i, d)
+		if err != nil {
+			return nil, nil, err
+		}
+		gpus[i], devs[i] = g, d
+	}
+	return gpus, devs, nil
 }
 
 func readGPU(i int, d nvml.Device) (topology.GPU, error) {

@@ -539,3 +539,44 @@ func TestDiscoverEmptyPCIInfo(t *testing.T) {
 		t.Error("GPU 2 lost its bus ID")
 	}
 }
+
+// TestGPUs: GPUs reads each GPU as Discover does (UUID, PCI bus ID, NUMA node, fabric) and
+// nothing of NVLinks or pairs: with those calls failing, Discover fails and GPUs still answers.
+// A failure of a call it makes is Discover's error.
+func TestGPUs(t *testing.T) {
+	broken := []gputest.Option{
+		gputest.WithFault("GetNvLinkState", 1, nvml.ERROR_GPU_IS_LOST),
+		gputest.WithFault("GetTopologyCommonAncestor", 1, nvml.ERROR_GPU_IS_LOST),
+	}
+	for _, name := range []string{"gb200-nvl4", "dgx-h100", "a30x4"} {
+		t.Run(name, func(t *testing.T) {
+			want := discover(t, name).GPUs
+			for i := range want {
+				want[i].PCIeRoot, want[i].PCIeRootSource, want[i].NVLinks, want[i].Peers = "", "", 0, nil
+			}
+			m, err := gputest.New(name, broken...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := nvmltopology.Discover(m, nvmltopology.WithoutSysfs()); err == nil {
+				t.Fatal("Discover succeeded with NVLink and pair calls failing: the test would prove nothing")
+			}
+			got, err := nvmltopology.GPUs(m)
+			if err != nil {
+				t.Fatalf("GPUs: %v", err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("GPUs (-Discover's, without links and roots +GPUs):\n%s", diff)
+			}
+		})
+	}
+	m, err := gputest.New("gb200-nvl4", gputest.WithFault("GetGpuFabricInfo", 2, nvml.ERROR_NO_PERMISSION))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = nvmltopology.GPUs(m)
+	var e *nvmltopology.Error
+	if !errors.As(err, &e) || e.GPU != 1 || e.Op != "GetGpuFabricInfo" || e.Return != nvml.ERROR_NO_PERMISSION {
+		t.Errorf("GPUs with GPU 1's fabric call failing: %v, want an *Error naming GPU 1 and GetGpuFabricInfo", err)
+	}
+}

@@ -7,9 +7,10 @@ import (
 	"github.com/gpudra/gpudra/topology/nvmltopology"
 )
 
-// TestNilArguments: Discover given a nil NVML returns an error instead of panicking.
+// TestNilArguments: Discover and GPUs given a nil NVML returns an error instead of panicking.
 func TestNilArguments(t *testing.T) {
 	nilcheck.ErrorsOnly(t, map[string]func() error{
 		"Discover": func() error { _, err := nvmltopology.Discover(nil); return err },
+		"GPUs":     func() error { _, err := nvmltopology.GPUs(nil); return err },
 	})
 }
