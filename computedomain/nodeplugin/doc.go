@@ -62,4 +62,5 @@
 //	plugin, err := exclusive.New(ctx, exclusive.Config{DriverName: computedomain.DriverName,
 //		NodeName: node, Driver: driver, StateDir: stateDir, CDIWriter: writer})
 //	report, err := plugin.Start(ctx, exclusive.StartConfig{KubeClient: clientset})
+//	go driver.WatchFabric(ctx, nodeplugin.DefaultFabricPoll, plugin.Publish) // a tray that joins its clique later
 package nodeplugin

@@ -99,6 +99,9 @@ func (c *Config) complete() error {
 type Driver struct {
 	cfg     Config
 	records *records
+	// listed is the clique Devices last answered for ("" for none), which WatchFabric compares
+	// the fabric with.
+	listed listedClique
 }
 
 var _ exclusive.Driver = (*Driver)(nil)
@@ -117,11 +120,13 @@ func (d *Driver) Devices(ctx context.Context) ([]resourceapi.Device, error) {
 	clique, err := d.clique(ctx)
 	if errors.Is(err, ErrNoClique) {
 		klog.FromContext(ctx).V(1).Info("Publishing no IMEX devices", "reason", err.Error())
+		d.listed.set("")
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	d.listed.set(clique)
 	return objects.Devices(clique), nil
 }
 

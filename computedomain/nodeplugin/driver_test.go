@@ -487,3 +487,68 @@ func TestCrashAfterChannelPrepared(t *testing.T) {
 		t.Fatalf("retried prepare: %v", err)
 	}
 }
+
+// TestWatchFabric: a tray whose fabric registration completes after the plugin started gets its
+// devices republished at the next read, a tray that leaves its clique too, and a failed
+// republication is tried again; while the clique stays as listed, nothing is republished.
+func TestWatchFabric(t *testing.T) {
+	e := newEnv(t, envConfig{fabric: func(n gputest.DomainNode) gputest.DomainNode { n.Fabric = n.Fabric.InProgress(); return n }})
+	if devs, err := e.driver.Devices(t.Context()); err != nil || len(devs) != 0 {
+		t.Fatalf("registering tray: devices %v, %v; want none", devs, err)
+	}
+	published := make(chan []resourceapi.Device, 10)
+	failNext := make(chan struct{}, 1)
+	publish := func(ctx context.Context) error {
+		devs, err := e.driver.Devices(ctx)
+		select {
+		case <-failNext: // listed, but the slices were not written
+			return errors.New("injected: the API server is away")
+		default:
+		}
+		published <- devs
+		return err
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go e.driver.WatchFabric(ctx, 10*time.Millisecond, publish)
+	setFabric := func(f gputest.Fabric) {
+		t.Helper()
+		for i := range 4 {
+			if err := e.machine.SetFabric(i, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	next := func(what string) []resourceapi.Device {
+		t.Helper()
+		select {
+		case devs := <-published:
+			return devs
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no republication after %s", what)
+			return nil
+		}
+	}
+	quiet := func(what string) {
+		t.Helper()
+		select {
+		case devs := <-published:
+			t.Fatalf("republished %v while %s", devs, what)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	quiet("the tray still registers")
+
+	setFabric(e.fabric)
+	if devs := next("the registration completed"); len(devs) != 2 || *devs[0].Attributes[computedomain.AttrCliqueID].StringValue != e.clique {
+		t.Fatalf("after the registration completed: %v, want channel and daemon devices of clique %s", devs, e.clique)
+	}
+	quiet("the clique stays")
+
+	failNext <- struct{}{}
+	setFabric(e.fabric.Failed(nvml.ERROR_UNKNOWN))
+	if devs := next("the registration failed (a republication failing once)"); len(devs) != 0 {
+		t.Fatalf("after the registration failed: %v, want none", devs)
+	}
+	quiet("the tray stays out of any clique")
+}

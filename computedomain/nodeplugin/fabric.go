@@ -11,9 +11,9 @@ import (
 // ErrNoClique says that a node's GPUs put it in no NVLink clique (objects.ErrNoClique).
 var ErrNoClique = objects.ErrNoClique
 
-// Fabric reports the NVLink fabric membership of the node's GPUs. It is called whenever the
-// plugin lists its devices and on every prepare, so that a node whose fabric registration
-// completes (or fails) later is seen then.
+// Fabric reports the NVLink fabric membership of the node's GPUs. It is read whenever the
+// plugin lists its devices, on every prepare, and by Driver.WatchFabric, which republishes the
+// node's devices when a fabric registration completes (or fails) after the plugin started.
 type Fabric interface {
 	// GPUs returns the node's GPUs. A GPU's Fabric is nil unless its fabric registration is
 	// COMPLETED with status SUCCESS in a non-zero cluster (nvmltopology.Discover's rule).

@@ -65,6 +65,8 @@ type env struct {
 	nodeName string
 	clique   string
 	client   client.Client
+	machine  *gputest.Machine // the node's GPUs (SetFabric)
+	fabric   gputest.Fabric   // what the node's GPUs report in its clique
 	channels *fakeChannels
 	node     *exclusivetest.Node
 	driver   *nodeplugin.Driver
@@ -104,7 +106,7 @@ func newEnv(t *testing.T, ec envConfig) *env {
 		b = b.WithInterceptorFuncs(*ec.funcs)
 	}
 	c := b.Build()
-	e := &env{t: t, nodeName: n.Name, clique: rack[0].CliqueID(), client: c, channels: &fakeChannels{}}
+	e := &env{t: t, nodeName: n.Name, clique: rack[0].CliqueID(), client: c, machine: machine, fabric: rack[0].Fabric, channels: &fakeChannels{}}
 	e.node, err = exclusivetest.NewNode(exclusivetest.WithNodeName(n.Name))
 	if err != nil {
 		t.Fatal(err)

@@ -114,6 +114,9 @@ func (o *pluginOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer plugin.Stop()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go driver.WatchFabric(watchCtx, nodeplugin.DefaultFabricPoll, plugin.Publish)
 	klog.FromContext(ctx).Info("Serving", "driver", computedomain.DriverName, "node", o.nodeName, "reconciled", report.String())
 	select {
 	case <-ctx.Done():
