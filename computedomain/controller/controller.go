@@ -27,6 +27,10 @@ const Name = "computedomain-controller"
 // driver's namespace and on the nodes (cross-namespace owner references are not allowed).
 const Finalizer = "resource.nvidia.com/computedomain-cleanup"
 
+// ConflictRetry is how long a domain waits before the next reconcile when a write of the last
+// one lost to a concurrent write (HTTP 409).
+const ConflictRetry = time.Second
+
 // DefaultNoCliqueRetry is how long a domain that no clique has room for waits before the
 // controller tries again, besides the ResourceSlice and Node changes that wake it.
 const DefaultNoCliqueRetry = 30 * time.Second
@@ -157,7 +161,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("get ComputeDomain %s: %w", req.NamespacedName, err)
 	}
 	res, err := r.reconcileDomain(ctx, cd)
-	return res, quietConflict(ctx, err)
+	if isConcurrentWrite(err) {
+		klog.FromContext(ctx).V(2).Info("A concurrent write got there first; trying again", "err", err, "after", ConflictRetry)
+		return reconcile.Result{RequeueAfter: ConflictRetry}, nil
+	}
+	return res, err
 }
 
 // reconcileDomain runs the steps of Reconcile on cd.
@@ -184,15 +192,12 @@ func (r *Reconciler) reconcileDomain(ctx context.Context, cd *cdv1beta1.ComputeD
 	return reconcile.Result{}, r.updateStatus(ctx, cd)
 }
 
-// quietConflict is err, or nil when err is a conflict with a concurrent write (a daemon's
-// status, an object created meanwhile): that write's watch event reconciles the domain again,
-// so it is no error worth a log line with a stack and a rate-limited retry.
-func quietConflict(ctx context.Context, err error) error {
-	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-		klog.FromContext(ctx).V(2).Info("A concurrent write got there first; its event reconciles again", "err", err)
-		return nil
-	}
-	return err
+// isConcurrentWrite says whether err is a conflict with a concurrent write (a daemon's status,
+// a kubelet's update of a Node, an object created meanwhile): no error worth a log line with a
+// stack, but one to try again after ConflictRetry. The write's own watch event does not always
+// come: the Node watch passes label changes only, and a kubelet's status update is none.
+func isConcurrentWrite(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
 }
 
 // ensureObjects makes (or puts back) the channel template, the daemon template and the

@@ -73,26 +73,49 @@ func TestTemplateCopied(t *testing.T) {
 // TestConflicts: a conflict with a concurrent write ends the reconcile without an error (the
 // write's event reconciles again); other write errors are returned.
 func TestConflicts(t *testing.T) {
+	conflict := apierrors.NewConflict(cdv1beta1.Resource(), "training", errors.New("the object has been modified"))
+	statusFails := func(err error) *interceptor.Funcs {
+		return &interceptor.Funcs{
+			SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
+				return err
+			},
+		}
+	}
+	// A node label write that conflicts (a kubelet updated the Node meanwhile): no event of the
+	// domain's watches follows, so only the requeue reconciles it again.
+	nodePatchFails := &interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*corev1.Node); ok {
+				return apierrors.NewConflict(corev1.Resource("nodes"), obj.GetName(), errors.New("the object has been modified"))
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}
 	tests := []struct {
-		name    string
-		err     error
-		wantErr bool
+		name        string
+		funcs       *interceptor.Funcs
+		claims      bool // a channel claim allocated on a-0, so that a-0 is labelled
+		wantErr     bool
+		wantRequeue bool
 	}{
-		{"conflict", apierrors.NewConflict(cdv1beta1.Resource(), "training", errors.New("the object has been modified")), false},
-		{"forbidden", apierrors.NewForbidden(cdv1beta1.Resource(), "training", errors.New("no")), true},
+		{"status conflict", statusFails(conflict), false, false, true},
+		{"node label conflict", nodePatchFails, true, false, true},
+		{"forbidden", statusFails(apierrors.NewForbidden(cdv1beta1.Resource(), "training", errors.New("no"))), false, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			failing := &interceptor.Funcs{
-				SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
-					return tt.err
-				},
+			cd := newDomain("training", shapeUID, 1, "training-channel")
+			objs := []client.Object{cd, newNode("a-0"), newSlice("a-0", cliqueA)}
+			if tt.claims {
+				objs = append(objs, channelClaim("job-0", "team-a", shapeUID, "a-0"))
 			}
-			cd := newDomain("training", shapeUID, 1, "")
-			e := newEnv(t, failing, cd, newNode("a-0"), newSlice("a-0", cliqueA))
-			_, err := e.ctrl.Reconcile(e.ctx, requestFor(cd))
+			e := newEnv(t, tt.funcs, objs...)
+			res, err := e.ctrl.Reconcile(e.ctx, requestFor(cd))
 			if (err != nil) != tt.wantErr {
 				t.Errorf("Reconcile: %v, want an error: %v", err, tt.wantErr)
+			}
+			if got := res.RequeueAfter > 0; got != tt.wantRequeue {
+				t.Errorf("Reconcile: %+v, want a requeue: %v", res, tt.wantRequeue)
 			}
 		})
 	}
