@@ -42,6 +42,23 @@ const (
 	DaemonConfigDir = "/imexd"
 )
 
+// The environment of an IMEX daemon container: the controller's DaemonSet sets the first five,
+// the node plugin's daemon claim (its CDI edits) the domain's UID again and the clique.
+const (
+	// EnvNodeName holds the pod's node (field spec.nodeName).
+	EnvNodeName = "NODE_NAME"
+	// EnvPodIP holds the pod's address (field status.podIP), which the daemon reports.
+	EnvPodIP = "POD_IP"
+	// EnvDomainUID holds the domain's UID.
+	EnvDomainUID = "COMPUTE_DOMAIN_UUID"
+	// EnvDomainName holds the domain's name.
+	EnvDomainName = "COMPUTE_DOMAIN_NAME"
+	// EnvDomainNamespace holds the domain's namespace.
+	EnvDomainNamespace = "COMPUTE_DOMAIN_NAMESPACE"
+	// EnvCliqueID holds the node's NVLink clique (AttrCliqueID).
+	EnvCliqueID = "COMPUTE_DOMAIN_CLIQUE"
+)
+
 // ChannelDevicePath is the device node of IMEX channel n ("/dev/nvidia-caps-imex-channels/channel0").
 func ChannelDevicePath(n int) string {
 	return ChannelDevDir + "/channel" + strconv.Itoa(n)

@@ -23,20 +23,6 @@ const (
 	DaemonRequest = "daemon"
 )
 
-// The environment of every container of a daemon pod.
-const (
-	// EnvDomainUUID holds the domain's UID.
-	EnvDomainUUID = "COMPUTE_DOMAIN_UUID"
-	// EnvDomainName holds the domain's name.
-	EnvDomainName = "COMPUTE_DOMAIN_NAME"
-	// EnvDomainNamespace holds the domain's namespace.
-	EnvDomainNamespace = "COMPUTE_DOMAIN_NAMESPACE"
-	// EnvNodeName holds the pod's node (field spec.nodeName).
-	EnvNodeName = "NODE_NAME"
-	// EnvPodIP holds the pod's address (field status.podIP), which the daemon reports.
-	EnvPodIP = "POD_IP"
-)
-
 // DaemonName is the name of a domain's daemon DaemonSet and daemon claim template in the
 // driver's namespace: "computedomain-daemon-<domain UID>".
 func DaemonName(uid string) string { return "computedomain-daemon-" + uid }
@@ -90,11 +76,11 @@ func domainEnv(cd *cdv1beta1.ComputeDomain) []corev1.EnvVar {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
 	}
 	return []corev1.EnvVar{
-		{Name: EnvDomainUUID, Value: string(cd.UID)},
-		{Name: EnvDomainName, Value: cd.Name},
-		{Name: EnvDomainNamespace, Value: cd.Namespace},
-		{Name: EnvNodeName, ValueFrom: field("spec.nodeName")},
-		{Name: EnvPodIP, ValueFrom: field("status.podIP")},
+		{Name: computedomain.EnvDomainUID, Value: string(cd.UID)},
+		{Name: computedomain.EnvDomainName, Value: cd.Name},
+		{Name: computedomain.EnvDomainNamespace, Value: cd.Namespace},
+		{Name: computedomain.EnvNodeName, ValueFrom: field("spec.nodeName")},
+		{Name: computedomain.EnvPodIP, ValueFrom: field("status.podIP")},
 	}
 }
 

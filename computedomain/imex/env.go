@@ -14,17 +14,6 @@ import (
 	"github.com/gpudra/gpudra/computedomain"
 )
 
-// The environment variables ConfigFromEnv reads: the controller's DaemonSet sets the first five
-// in the daemon container, the node plugin's daemon claim the clique.
-const (
-	EnvNodeName        = "NODE_NAME"
-	EnvPodIP           = "POD_IP"
-	EnvDomainUID       = "COMPUTE_DOMAIN_UUID"
-	EnvDomainName      = "COMPUTE_DOMAIN_NAME"
-	EnvDomainNamespace = "COMPUTE_DOMAIN_NAMESPACE"
-	EnvCliqueID        = "COMPUTE_DOMAIN_CLIQUE"
-)
-
 // Config is what one node's daemon of one domain needs to know.
 type Config struct {
 	// NodeName is this node's name: the key of its entry in the domain's status.
@@ -53,15 +42,15 @@ type Config struct {
 // malformed variable is an error that names it; all of them are reported at once.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		NodeName: getenv(EnvNodeName), DomainUID: types.UID(getenv(EnvDomainUID)),
-		DomainName: getenv(EnvDomainName), DomainNamespace: getenv(EnvDomainNamespace),
-		CliqueID: getenv(EnvCliqueID), Dir: computedomain.DaemonConfigDir, DriverRoot: "/",
+		NodeName: getenv(computedomain.EnvNodeName), DomainUID: types.UID(getenv(computedomain.EnvDomainUID)),
+		DomainName: getenv(computedomain.EnvDomainName), DomainNamespace: getenv(computedomain.EnvDomainNamespace),
+		CliqueID: getenv(computedomain.EnvCliqueID), Dir: computedomain.DaemonConfigDir, DriverRoot: "/",
 	}
 	var errs []error
-	if ip := getenv(EnvPodIP); ip != "" {
+	if ip := getenv(computedomain.EnvPodIP); ip != "" {
 		a, err := netip.ParseAddr(ip)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: not an IP address", EnvPodIP, ip))
+			errs = append(errs, fmt.Errorf("%s=%q: not an IP address", computedomain.EnvPodIP, ip))
 		}
 		c.PodIP = a
 	}
@@ -93,16 +82,16 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("%s=%q: %s", name, value, strings.Join(problems, "; ")))
 		}
 	}
-	check(EnvNodeName, c.NodeName, validation.IsDNS1123Subdomain(c.NodeName))
-	check(EnvDomainUID, string(c.DomainUID), uuidProblems(string(c.DomainUID)))
-	check(EnvDomainName, c.DomainName, validation.IsDNS1123Subdomain(c.DomainName))
-	check(EnvDomainNamespace, c.DomainNamespace, validation.IsDNS1123Label(c.DomainNamespace))
-	check(EnvCliqueID, c.CliqueID, cliqueProblems(c.CliqueID))
+	check(computedomain.EnvNodeName, c.NodeName, validation.IsDNS1123Subdomain(c.NodeName))
+	check(computedomain.EnvDomainUID, string(c.DomainUID), uuidProblems(string(c.DomainUID)))
+	check(computedomain.EnvDomainName, c.DomainName, validation.IsDNS1123Subdomain(c.DomainName))
+	check(computedomain.EnvDomainNamespace, c.DomainNamespace, validation.IsDNS1123Label(c.DomainNamespace))
+	check(computedomain.EnvCliqueID, c.CliqueID, cliqueProblems(c.CliqueID))
 	switch {
 	case !c.PodIP.IsValid():
-		errs = append(errs, fmt.Errorf("%s: must be set to the pod's IP address", EnvPodIP))
+		errs = append(errs, fmt.Errorf("%s: must be set to the pod's IP address", computedomain.EnvPodIP))
 	case c.PodIP.IsUnspecified() || c.PodIP.IsLoopback():
-		errs = append(errs, fmt.Errorf("%s=%q: must be an address peers can reach, not unspecified or loopback", EnvPodIP, c.PodIP))
+		errs = append(errs, fmt.Errorf("%s=%q: must be an address peers can reach, not unspecified or loopback", computedomain.EnvPodIP, c.PodIP))
 	}
 	if err := checkDir(c.Dir); err != nil {
 		errs = append(errs, fmt.Errorf("dir: %w", err))

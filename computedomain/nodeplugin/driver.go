@@ -310,7 +310,7 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourceapi.ResourceC
 	}
 	klog.FromContext(ctx).V(2).Info("Prepared the IMEX daemon directory", "domainUID", uid, "dir", dir)
 	return specs.ContainerEdits{
-		Env: []string{"COMPUTE_DOMAIN_UUID=" + string(uid), "COMPUTE_DOMAIN_CLIQUE=" + clique, "NVIDIA_VISIBLE_DEVICES=void"},
+		Env: []string{computedomain.EnvDomainUID + "=" + string(uid), computedomain.EnvCliqueID + "=" + clique, "NVIDIA_VISIBLE_DEVICES=void"},
 		Mounts: []*specs.Mount{{HostPath: dir, ContainerPath: computedomain.DaemonConfigDir,
 			Options: []string{"rw", "nosuid", "nodev", "bind"}}},
 	}, nil

@@ -27,7 +27,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gpudra/gpudra/computedomain"
-	"github.com/gpudra/gpudra/computedomain/imex"
 	"github.com/gpudra/gpudra/computedomain/imex/imextest"
 	"github.com/gpudra/gpudra/computedomain/nodeplugin"
 	cdv1beta1 "github.com/gpudra/gpudra/computedomain/v1beta1"
@@ -401,9 +400,9 @@ func (w *cdRBACWork) startDaemon(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	env := append([]string{imex.EnvNodeName + "=" + w.node.name, imex.EnvPodIP + "=" + w.node.podIP,
-		imex.EnvDomainUID + "=" + string(w.domain.UID), imex.EnvDomainName + "=" + w.domain.Name,
-		imex.EnvDomainNamespace + "=" + w.domain.Namespace}, cdiEnv...)
+	env := append([]string{computedomain.EnvNodeName + "=" + w.node.name, computedomain.EnvPodIP + "=" + w.node.podIP,
+		computedomain.EnvDomainUID + "=" + string(w.domain.UID), computedomain.EnvDomainName + "=" + w.domain.Name,
+		computedomain.EnvDomainNamespace + "=" + w.domain.Namespace}, cdiEnv...)
 	w.daemon, err = framework.StartProcess("daemon "+w.node.name, filepath.Join(w.env.dir, w.node.name, "daemon.log"), env, w.env.bin, "daemon",
 		"--kubeconfig="+w.kubeconfigs["daemon"], "--dir="+dir, "--driver-root="+w.env.driverRoot)
 	if err != nil {
