@@ -177,14 +177,19 @@ func (s *Suite) onTeardown(f func()) {
 
 // teardown stops every process; keep leaves the logs (not etcd's data) in Dir.
 func (s *Suite) teardown(keep bool) {
+	// The callbacks run unlocked: one may itself call onTeardown or track.
 	s.mu.Lock()
-	for i := len(s.atStop) - 1; i >= 0; i-- {
-		s.atStop[i]()
+	atStop := s.atStop
+	s.mu.Unlock()
+	for i := len(atStop) - 1; i >= 0; i-- {
+		atStop[i]()
 	}
-	for _, d := range s.drivers {
+	s.mu.Lock()
+	drivers := s.drivers
+	s.mu.Unlock()
+	for _, d := range drivers {
 		_ = d.Proc.Stop(5 * time.Second)
 	}
-	s.mu.Unlock()
 	if s.CP != nil {
 		s.CP.Stop()
 	}

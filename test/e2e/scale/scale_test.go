@@ -117,7 +117,10 @@ func BenchmarkScheduling(b *testing.B) {
 				continue
 			}
 			for _, sched := range schedulers {
-				rows = append(rows, runOnce(b, k, sched, r))
+				// A failed run is reported by its sub-benchmark and left out of the tables.
+				if row, ok := runOnce(b, k, sched, r); ok {
+					rows = append(rows, row)
+				}
 			}
 		}
 	}
@@ -157,10 +160,10 @@ func schedulerVariants(tb testing.TB, patchFile string) ([]scheduler, error) {
 	return append(variants, scheduler{suffix: "+" + name, set: patched}), nil
 }
 
-// runOnce is the sub-benchmark of run r of kind k with scheduler sched.
-func runOnce(b *testing.B, k kind, sched scheduler, r int) result {
+// runOnce is the sub-benchmark of run r of kind k with scheduler sched, and whether it passed.
+func runOnce(b *testing.B, k kind, sched scheduler, r int) (result, bool) {
 	var row result
-	b.Run(fmt.Sprintf("%s%s/run-%d", k.name, sched.suffix, r+1), func(b *testing.B) {
+	ok := b.Run(fmt.Sprintf("%s%s/run-%d", k.name, sched.suffix, r+1), func(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
 		for b.Loop() {
@@ -175,5 +178,5 @@ func runOnce(b *testing.B, k kind, sched scheduler, r int) result {
 		b.ReportMetric(float64(row.scheduler.RSS)/(1<<20), "scheduler-MiB")
 		b.ReportMetric(float64(row.apiserver.RSS)/(1<<20), "apiserver-MiB")
 	})
-	return row
+	return row, ok
 }

@@ -163,7 +163,6 @@ func prepareWorkspace(ctx context.Context, out io.Writer, dir, moduleDir, patchF
 	if err := prepareSources(ctx, out, dir, patchFile, patch, mods); err != nil {
 		return err
 	}
-	_ = os.Remove(filepath.Join(dir, "go.work"))
 	return writeGoWork(ctx, dir, moduleDir, mods)
 }
 
@@ -201,8 +200,13 @@ func prepareSources(ctx context.Context, out io.Writer, dir, patchFile string, p
 }
 
 // writeGoWork writes dir/go.work with the go command: it uses the e2e module and replaces each
-// patched module with its copy under dir/src.
+// patched module with its copy under dir/src. It writes a file of its own and renames it into
+// place, so that a build through the workspace meanwhile (scheduler_perf's beside the bench's)
+// reads the old go.work or the new one, never none.
 func writeGoWork(ctx context.Context, dir, moduleDir string, mods map[string]module) error {
+	tmp := filepath.Join(dir, fmt.Sprintf("go.%d.tmp.work", os.Getpid()))
+	_ = os.Remove(tmp)
+	defer os.Remove(tmp)
 	steps := [][]string{{"work", "init", moduleDir}}
 	for _, d := range slices.Sorted(maps.Keys(mods)) {
 		steps = append(steps, []string{"work", "edit", "-replace=" + mods[d].Path + "=./src/" + d})
@@ -210,10 +214,13 @@ func writeGoWork(ctx context.Context, dir, moduleDir string, mods map[string]mod
 	for _, args := range steps {
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOWORK="+filepath.Join(dir, "go.work"))
+		cmd.Env = append(os.Environ(), "GOWORK="+tmp)
 		if got, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go %s in %s: %w\n%s", strings.Join(args, " "), dir, err, got)
 		}
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "go.work")); err != nil {
+		return fmt.Errorf("put the workspace's go.work in place: %w", err)
 	}
 	return nil
 }

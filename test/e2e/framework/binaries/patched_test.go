@@ -120,7 +120,8 @@ func TestWorkspaceFollowsTheCheckout(t *testing.T) {
 	mods := map[string]module{"kube": {Path: "example.com/kube", Version: "v0.0.1", Dir: filepath.Join(tmp, "modcache")}}
 	patch := []byte("--- a/kube/x.go\n+++ b/kube/x.go\n@@ -1 +1,2 @@\n package kube\n+// patched\n")
 	ws := filepath.Join(tmp, "k8s-v0-patch-p-0123456789ab")
-	for _, c := range []string{"checkout-1", "checkout-2"} {
+	marker := filepath.Join(ws, "src", "kube", "made-once")
+	for i, c := range []string{"checkout-1", "checkout-2"} {
 		moduleDir := filepath.Join(tmp, c)
 		if err := prepareWorkspace(context.Background(), io.Discard, ws, moduleDir, "p.patch", patch, mods); err != nil {
 			t.Fatalf("prepareWorkspace from %s: %v", c, err)
@@ -135,6 +136,11 @@ func TestWorkspaceFollowsTheCheckout(t *testing.T) {
 		src, err := os.ReadFile(filepath.Join(ws, "src", "kube", "x.go"))
 		if err != nil || string(src) != "package kube\n// patched\n" {
 			t.Errorf("patched source after a call from %s: %q, %v", c, src, err)
+		}
+		if i == 0 {
+			write(marker, "") // gone if the second call copies the sources again
+		} else if _, err := os.Stat(marker); err != nil {
+			t.Errorf("the second call made the patched sources again: %v", err)
 		}
 	}
 }
