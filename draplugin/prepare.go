@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -482,7 +480,7 @@ func (a *attempt) sharingLookup() sharing.DeviceLookup {
 	for _, d := range a.ours {
 		g := d.GPU
 		sd := sharing.Device{Name: d.result.Device, UUID: g.UUID, Index: g.Index,
-			MemoryBytes: g.MemoryBytes, ComputeCapabilityMajor: ccMajor(g.CudaComputeCapability)}
+			MemoryBytes: g.MemoryBytes}
 		switch {
 		case d.MIG != nil:
 			sd.IsMIG, sd.ParentUUID, sd.UUID, sd.MemoryBytes = true, g.UUID, d.MIG.UUID, d.MIG.MemoryBytes
@@ -499,10 +497,4 @@ func (a *attempt) sharingLookup() sharing.DeviceLookup {
 		d, ok := byName[name]
 		return d, ok
 	}
-}
-
-func ccMajor(cc string) int {
-	major, _, _ := strings.Cut(cc, ".")
-	n, _ := strconv.Atoi(major)
-	return n
 }

@@ -20,8 +20,6 @@ type Device struct {
 	IsMIG bool `json:"isMIG,omitempty"`
 	// MemoryBytes is the device memory (of the MIG device, for a MIG device).
 	MemoryBytes uint64 `json:"memoryBytes,omitempty"`
-	// ComputeCapabilityMajor is the CUDA compute capability major version (7 for Volta).
-	ComputeCapabilityMajor int `json:"computeCapabilityMajor,omitempty"`
 	// Planned marks a device that does not exist yet (a dynamic MIG device whose instance is
 	// created later): Plan does not read its settings and assumes a new device's defaults.
 	Planned bool `json:"planned,omitempty"`

@@ -34,7 +34,7 @@ func ExampleManager_Prepare() {
 			}},
 		}}},
 	}
-	lookup := sharing.DevicesByName(sharing.Device{Name: "gpu-0", UUID: gpu, ComputeCapabilityMajor: 9})
+	lookup := sharing.DevicesByName(sharing.Device{Name: "gpu-0", UUID: gpu})
 
 	rec, err := m.Prepare(context.Background(), claim, lookup)
 	if err != nil {

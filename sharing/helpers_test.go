@@ -43,12 +43,12 @@ const (
 )
 
 var devices = []sharing.Device{
-	{Name: "gpu-0", UUID: uuidA, Index: 0, MemoryBytes: 80 << 30, ComputeCapabilityMajor: 9},
-	{Name: "gpu-1", UUID: uuidB, Index: 1, MemoryBytes: 80 << 30, ComputeCapabilityMajor: 9},
-	{Name: "gpu-2", UUID: uuidC, Index: 2, MemoryBytes: 40 << 30, ComputeCapabilityMajor: 8},
-	{Name: "gpu-2-mig-1g5gb-0", UUID: uuidM1, ParentUUID: uuidC, Index: 2, IsMIG: true, MemoryBytes: 5 << 30, ComputeCapabilityMajor: 8},
-	{Name: "gpu-2-mig-1g5gb-1", UUID: uuidM2, ParentUUID: uuidC, Index: 2, IsMIG: true, MemoryBytes: 5 << 30, ComputeCapabilityMajor: 8},
-	{Name: "gpu-3", UUID: uuidP, Index: 3, MemoryBytes: 16 << 30, ComputeCapabilityMajor: 6},
+	{Name: "gpu-0", UUID: uuidA, Index: 0, MemoryBytes: 80 << 30},
+	{Name: "gpu-1", UUID: uuidB, Index: 1, MemoryBytes: 80 << 30},
+	{Name: "gpu-2", UUID: uuidC, Index: 2, MemoryBytes: 40 << 30},
+	{Name: "gpu-2-mig-1g5gb-0", UUID: uuidM1, ParentUUID: uuidC, Index: 2, IsMIG: true, MemoryBytes: 5 << 30},
+	{Name: "gpu-2-mig-1g5gb-1", UUID: uuidM2, ParentUUID: uuidC, Index: 2, IsMIG: true, MemoryBytes: 5 << 30},
+	{Name: "gpu-3", UUID: uuidP, Index: 3, MemoryBytes: 16 << 30},
 }
 
 var lookup = sharing.DevicesByName(devices...)

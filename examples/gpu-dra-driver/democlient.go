@@ -63,7 +63,7 @@ func newDemoClient(objs ...runtime.Object) (*demoClient, error) {
 	f.AddReactor("*", "*", clienttesting.ObjectReaction(tracker))
 	f.AddWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
 		w, err := tracker.Watch(a.GetResource(), a.GetNamespace())
-		return err == nil, w, err
+		return true, w, err
 	})
 	return &demoClient{Interface: others, fake: f}, nil
 }

@@ -111,7 +111,7 @@ func TestCrashBetweenPodAndRecord(t *testing.T) {
 					Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS"}}`)}}}}},
 		}}},
 	}
-	lookup := sharing.DevicesByName(sharing.Device{Name: "gpu-0", UUID: gpu, MemoryBytes: 40 << 30, ComputeCapabilityMajor: 8})
+	lookup := sharing.DevicesByName(sharing.Device{Name: "gpu-0", UUID: gpu, MemoryBytes: 40 << 30})
 
 	first := newManager()
 	plan, err := first.Plan(ctx, claim, lookup) // checkpointed before Prepare
