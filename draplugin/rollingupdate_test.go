@@ -3,6 +3,7 @@ package draplugin_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/gpudra/gpudra/draplugin"
 	"github.com/gpudra/gpudra/draplugin/draplugintest"
 	"github.com/gpudra/gpudra/draplugin/testhooks"
+	"github.com/gpudra/gpudra/sharing"
 )
 
 // TestRollingUpdateUnprepareThroughTheNewPod: kubelet prepares through the old plugin pod and
@@ -246,7 +248,7 @@ func TestRollingUpdateShareAfterACrashedFirstShare(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := e.HostClean(); err != nil {
+			if err := sharesHostClean(e); err != nil {
 				t.Errorf("host after both claims are gone: %v", err)
 			}
 			if rep := e.reconcile(e.plugin()); rep.Prepared != 0 || len(rep.RolledBack) != 0 {
@@ -287,16 +289,19 @@ func TestRollingUpdateShareAfterAHalfDoneUnprepare(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := e.HostClean(); err != nil {
+	if err := sharesHostClean(e); err != nil {
 		t.Errorf("host after both claims are gone: %v", err)
 	}
 }
 
 // twoShares is a DGX H100 node with consumable memory and two claims, "first" and "second", of
-// 2Gi of GPU 0 each: MPS shares of the GPU, with a daemon each.
+// 2Gi of GPU 0 each: MPS shares of the GPU, with a daemon each. GPU 0 is in compute mode
+// EXCLUSIVE_PROCESS, the host's own setting, which the shares change to DEFAULT (their servers
+// share the GPU) and must give back: sharesHostClean checks it.
 func twoShares(t *testing.T) (e *env, first, second *resourceapi.ResourceClaim) {
 	t.Helper()
 	e = newEnvWith(t, "dgx-h100", draplugintest.WithSliceOptions(gpudra.WithConsumableMemory(gpudra.ConsumableMemory{})))
+	e.Host.SetComputeModeState(e.Inventory.GPUs[0].UUID, sharing.ComputeModeExclusiveProcess)
 	share := func(name string) *resourceapi.ResourceClaim {
 		c := draplugintest.Claim(name, gpudra.GPUDeviceClassName, gpuIndex(0), "")
 		c.Spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
@@ -308,4 +313,15 @@ func twoShares(t *testing.T) (e *env, first, second *resourceapi.ResourceClaim) 
 		return a
 	}
 	return e, share("first"), share("second")
+}
+
+// sharesHostClean is HostClean for a twoShares node: GPU 0 back in the host's EXCLUSIVE_PROCESS,
+// everything else as HostClean wants it.
+func sharesHostClean(e *env) error {
+	gpu0 := e.Inventory.GPUs[0].UUID
+	if got := e.Host.State().ComputeModes[gpu0]; got != sharing.ComputeModeExclusiveProcess {
+		return fmt.Errorf("GPU 0 left in compute mode %s, want the host's own %s", got, sharing.ComputeModeExclusiveProcess)
+	}
+	e.Host.SetComputeModeState(gpu0, sharing.ComputeModeDefault)
+	return e.HostClean()
 }
