@@ -110,6 +110,9 @@ func computeDomainRack(t *testing.T) *cdRack {
 	if s.cdErr != nil {
 		t.Fatalf("ComputeDomain rack: %v", s.cdErr)
 	}
+	if s.cdRack == nil { // the build stopped the test that ran it (t.Fatal inside the Once)
+		t.Fatal("ComputeDomain rack: its build failed in an earlier test; see that test's log")
+	}
 	return s.cdRack
 }
 
