@@ -456,36 +456,58 @@ func TestShared(t *testing.T) {
 	shared("record of a second MPS share, with a daemon of its own", e, err, false)
 }
 
-// TestSharedDeviceOfEarlierVersion: a claim prepared by an earlier version, whose one daemon
-// served every share of the GPU in EXCLUSIVE_PROCESS, holds the compute mode that a new share
-// cannot use; the new share is refused with the reason, and the host is left as it was.
+// TestSharedDeviceOfEarlierVersion: a share recorded by an earlier version, which started one
+// "shared-…" MPS daemon for all shares of a GPU and set the GPU to EXCLUSIVE_PROCESS (the
+// record is that version's own golden file, testdata/earlier-version-share.json, from
+// adb1230), is restored as recorded. A new share of the GPU is refused naming the old claim,
+// and changes nothing on the host; once the old claim is unprepared (its daemon stopped, the
+// GPU back to DEFAULT), the new share prepares with a daemon of its own.
 func TestSharedDeviceOfEarlierVersion(t *testing.T) {
+	const oldUID = "11111111-2222-3333-4444-555555555558"
 	ctx := ctxFor(t)
-	h := newHost()
-	m := newManager(t, h)
-	old, err := m.Prepare(ctx, newClaim(uidA, results(withMemory(shared(result("gpu", "gpu-0"), "s1"), "16Gi"))), lookup)
+	data, err := os.ReadFile(filepath.Join("testdata", "earlier-version-share.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Undo(ctx, old); err != nil {
+	var old sharing.Record
+	if err := json.Unmarshal(data, &old); err != nil {
 		t.Fatal(err)
 	}
-	// What an earlier version recorded: the GPU set to EXCLUSIVE_PROCESS for its shared daemon.
-	excl, def := sharing.ComputeModeExclusiveProcess, sharing.ComputeModeDefault
-	old.Steps = []sharing.Step{{Action: sharing.ActionSetComputeMode, Resource: old.Steps[0].Resource, UUID: uuidA, ComputeMode: &excl, PreviousComputeMode: &def, Changed: true}}
-	h.SetComputeModeState(uuidA, excl)
-	m = newManager(t, h)
-	if err := m.Restore([]sharing.Record{*old}); err != nil {
+	h := newHost()
+	h.SetComputeModeState(uuidA, sharing.ComputeModeExclusiveProcess)
+	for _, s := range old.Steps {
+		if s.Daemon != nil {
+			if err := h.Start(ctx, *s.Daemon); err != nil { // the earlier version's daemon runs
+				t.Fatal(err)
+			}
+		}
+	}
+	m := newManager(t, h)
+	if err := m.Restore([]sharing.Record{old}); err != nil {
 		t.Fatal(err)
 	}
 	before := h.State()
-	_, err = m.Prepare(ctx, newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "16Gi"))), lookup)
-	want := "device " + uuidA + " needs compute mode DEFAULT, but claim ns/claim-" + uidA + " (" + uidA + ") holds it in EXCLUSIVE_PROCESS"
+	newShare := newClaim(uidB, results(withMemory(shared(result("gpu", "gpu-0"), "s2"), "16Gi")))
+	_, err = m.Prepare(ctx, newShare, lookup)
+	want := "device " + uuidA + " needs compute mode DEFAULT, but claim ns/claim-" + oldUID + " (" + oldUID + ") holds it in EXCLUSIVE_PROCESS"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Prepare error = %v, want one containing %q", err, want)
 	}
 	if diff := cmp.Diff(before, h.State()); diff != "" {
 		t.Errorf("the refused claim changed the host (-before +after):\n%s", diff)
+	}
+	if err := m.Undo(ctx, &old); err != nil {
+		t.Fatalf("unprepare of the earlier version's share: %v", err)
+	}
+	if st := h.State(); st.ComputeModes[uuidA] != sharing.ComputeModeDefault || len(st.Daemons) != 0 {
+		t.Fatalf("after the earlier version's share is undone: compute mode %s, daemons %v; want DEFAULT and none", st.ComputeModes[uuidA], st.Daemons)
+	}
+	rec, err := m.Prepare(ctx, newShare, lookup)
+	if err != nil {
+		t.Fatalf("the new share once the old one is gone: %v", err)
+	}
+	if daemons := h.State().Daemons; len(daemons) != 1 || daemons[string(rec.ClaimUID)].ID == "" {
+		t.Errorf("daemons after the new share: %v, want its own", daemons)
 	}
 }
 
