@@ -232,11 +232,15 @@ func (d *Driver) domainInClique(ctx context.Context, namespace string, uid types
 
 func domainRef(dom *v1beta1.ComputeDomain) string { return dom.Namespace + "/" + dom.Name }
 
-// waitReady polls the domain until notReady finds nothing missing, for at most ReadyTimeout.
+// waitReady polls the domain until notReady finds nothing missing, for at most ReadyTimeout. dom,
+// just read, is the first answer: a ready domain costs no second lookup.
 func (d *Driver) waitReady(ctx context.Context, dom *v1beta1.ComputeDomain) error {
 	logger := klog.FromContext(ctx)
 	reason := notReady(dom, d.cfg.NodeName)
-	err := wait.PollUntilContextTimeout(ctx, d.cfg.PollInterval, d.cfg.ReadyTimeout, true, func(ctx context.Context) (bool, error) {
+	if reason == "" {
+		return nil
+	}
+	err := wait.PollUntilContextTimeout(ctx, d.cfg.PollInterval, d.cfg.ReadyTimeout, false, func(ctx context.Context) (bool, error) {
 		cur, err := d.cfg.Domains.Domain(ctx, dom.Namespace, dom.UID)
 		if err != nil {
 			// A lookup cut off by the wait's own deadline says nothing about the domain: keep
